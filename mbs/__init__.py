@@ -1,0 +1,33 @@
+"""mbs: multibody dynamics with structure-preserving time integration.
+
+Build a :class:`System` from bodies, joints and forces, ``compile()`` it into a :class:`Model`,
+and integrate it with the solvers of :mod:`mbs.solvers`.
+"""
+
+from mbs import bodies, forces, joints, solvers
+from mbs.bodies import Ground, PointMass, RigidBody
+from mbs.errors import (
+    InconsistentInitialStateError,
+    MbsError,
+    ModelError,
+    ModelTypeError,
+    SolverError,
+)
+from mbs.model import Model
+from mbs.rotations import (
+    rotation_about_x,
+    rotation_about_y,
+    rotation_about_z,
+    rotation_from_axis_angle,
+    rotation_from_quaternion,
+)
+from mbs.system import System
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Ground", "InconsistentInitialStateError", "MbsError", "Model", "ModelError",
+    "ModelTypeError", "PointMass", "RigidBody", "SolverError", "System", "bodies", "forces",
+    "joints", "rotation_about_x", "rotation_about_y", "rotation_about_z",
+    "rotation_from_axis_angle", "rotation_from_quaternion", "solvers",
+]

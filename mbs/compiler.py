@@ -1,0 +1,162 @@
+"""System -> Model: index maps, constant matrices, constraint table and potential groups.
+
+Everything here runs once per ``System.compile()``; per-element Python loops are fine here and
+nowhere downstream.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+import scipy.sparse as sp
+
+from mbs.analysis import ConstraintGroup, analyse_rank
+from mbs.bodies.rigid_body import RigidBody
+from mbs.forces.base import TermInstance
+from mbs.joints.base import BuildContext
+from mbs.model import BodyInfo, ElementInfo, Model, Redundancy, UserConstraintBlock
+from mbs.potential_group import PotentialGroup
+from mbs.quadratic import QuadraticTableBuilder
+
+if TYPE_CHECKING:
+    from mbs.system import System
+
+
+def compile_system(system: System) -> Model:
+    """Build the :class:`~mbs.model.Model` of ``system`` (see :meth:`mbs.System.compile`)."""
+    bodies = [b for b in system.bodies if b.n_coordinates > 0]
+    offsets, start = {}, 0
+    for body in bodies:
+        offsets[body.name] = start
+        start += body.n_coordinates
+    n = start
+    offsets[system.ground.name] = 0
+    context = BuildContext(offsets)
+
+    body_infos, columns = [], {}
+    for body in bodies:
+        coords = slice(offsets[body.name], offsets[body.name] + body.n_coordinates)
+        columns[body.name] = np.arange(coords.start, coords.stop)
+        rigid = isinstance(body, RigidBody)
+        body_infos.append(BodyInfo(
+            body.name, "rigid" if rigid else "point", coords, body.mass,
+            body.inertia if rigid else None, body.euler_tensor if rigid else None,
+            getattr(body, "shape", None) if rigid else {"kind": "sphere",
+                                                        "radius": body.radius}))
+
+    mass, inverse = _mass_matrices(bodies, n)
+    q0 = np.concatenate([b.initial_coordinates() for b in bodies]) if bodies else np.zeros(0)
+    v0 = np.concatenate([b.initial_velocities() for b in bodies]) if bodies else np.zeros(0)
+    p0 = mass @ v0
+
+    builder = QuadraticTableBuilder(n)
+    internal_rows, constraint_rows = {}, {}
+    for body in bodies:
+        rows = np.array(body.add_internal_constraints(builder, offsets[body.name]), dtype=int)
+        internal_rows[body.name] = rows
+        if rows.size:
+            constraint_rows[body.name] = rows
+    joint_infos, groups = [], []
+    for joint in system.joints:
+        rows = np.array(joint.add_rows(builder, context), dtype=int)
+        constraint_rows[joint.name] = rows
+        names = tuple(b.name for b in joint.bodies)
+        joint_infos.append(ElementInfo(joint.name, type(joint).__name__, names, rows,
+                                       _joint_data(joint)))
+        groups.append(ConstraintGroup(joint.name, names, rows))
+    table = builder.build()
+
+    user_blocks, row = [], table.n_rows
+    for constraint in system.user_constraints:
+        rows = np.arange(row, row + constraint.n_equations)
+        row += constraint.n_equations
+        indices = np.concatenate([columns[b.name] for b in constraint.bodies])
+        user_blocks.append(UserConstraintBlock(constraint, indices, rows))
+        names = tuple(b.name for b in constraint.bodies)
+        constraint_rows[constraint.name] = rows
+        joint_infos.append(ElementInfo(constraint.name, "UserConstraint", names, rows))
+        groups.append(ConstraintGroup(constraint.name, names, rows))
+
+    potential_groups, force_infos = _potential_groups(system, context, n, q0)
+
+    model = Model(
+        n=n, mass_matrix=mass, inverse_mass_matrix=inverse, constraint_table=table,
+        user_constraints=user_blocks, potential_groups=potential_groups, bodies=body_infos,
+        joints=joint_infos, forces=force_infos, q0=q0, p0=p0,
+        point_blocks=np.array([offsets[b.name] // 3 for b in bodies], dtype=int),
+        director_blocks=np.array([offsets[b.name] // 3 + k for b in bodies
+                                  if isinstance(b, RigidBody) for k in (1, 2, 3)], dtype=int),
+        degrees_of_freedom=0, redundancies=[], gravity=system.gravity,
+        constraint_rows=constraint_rows)
+
+    if model.m:
+        ranks = analyse_rank(model.constraint_jacobian(q0), groups, columns, internal_rows,
+                             system.ground.name)
+    else:
+        ranks = []
+    internal_count = sum(r.size for r in internal_rows.values())
+    model.degrees_of_freedom = n - internal_count - sum(r.rank for r in ranks)
+    model.redundancies = [Redundancy(r.redundant, r.involved) for r in ranks if r.redundant]
+    g, gv = model.initial_residuals()
+    if not model.is_consistent(model._q0, model._p0):
+        warnings.warn(f"initial state is inconsistent with the constraints (max |g| = {g:.3e}, "
+                      f"max |G v| = {gv:.3e}); model.initial_state(project=True) projects it",
+                      stacklevel=3)
+    return model
+
+
+def _mass_matrices(bodies, n: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    if not bodies:
+        empty = sp.csr_matrix((0, 0))
+        return empty, empty
+    mass = sp.block_diag([b.mass_block() for b in bodies], format="csr")
+    inverse = sp.block_diag([b.inverse_mass_block() for b in bodies], format="csr")
+    mass.eliminate_zeros()
+    inverse.eliminate_zeros()
+    return mass, inverse
+
+
+def _joint_data(joint) -> dict:
+    data = {}
+    for key in ("point", "axis", "axis_a", "axis_b", "point_a", "point_b", "length"):
+        value = getattr(joint, key, None)
+        if value is not None:
+            data[key] = value
+    return data
+
+
+def _potential_groups(system: System, context: BuildContext, n: int, q0: np.ndarray):
+    instances: dict[type, list[tuple[str, TermInstance]]] = {}
+    force_infos = []
+    for force in system.forces:
+        for instance in force.terms(context):
+            instances.setdefault(instance.term, []).append((force.name, instance))
+        data = {}
+        if hasattr(force, "attachment_points"):
+            data["points"] = force.attachment_points()
+        force_infos.append(ElementInfo(force.name, type(force).__name__,
+                                       tuple(b.name for b in force.bodies_acted_on()),
+                                       data=data))
+    groups = []
+    for term, members in instances.items():
+        builder = QuadraticTableBuilder(n)
+        for _, instance in members:
+            if len(instance.invariants) != term.n_invariants:
+                raise AssertionError(f"{term.__name__} expects {term.n_invariants} invariants")
+            for invariant in instance.invariants:
+                row = builder.new_row()
+                for a, b, scale in invariant.products:
+                    builder.add_dot(row, a, b, scale)
+                if invariant.constant:
+                    builder.add_constant(row, invariant.constant)
+        table = builder.build()
+        keys = members[0][1].params.keys()
+        params = {k: np.array([inst.params[k] for _, inst in members], dtype=float)
+                  for k in keys}
+        names = [name for name, _ in members]
+        pi0 = table.value(q0).reshape(len(members), term.n_invariants)
+        groups.append(PotentialGroup(term, table, params, names,
+                                     term.invariant_scales(pi0, params)))
+    return groups, force_infos

@@ -1,0 +1,48 @@
+"""Exception types raised by mbs.
+
+Every error raised on bad user input is an :class:`MbsError`; the concrete classes also derive
+from the built-in type a Python user would expect (``ValueError``, ``TypeError``,
+``RuntimeError``) so that generic handlers keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MbsError(Exception):
+    """Base class of every exception raised by mbs."""
+
+
+class ModelError(MbsError, ValueError):
+    """A mechanism description is invalid (bad parameter, unknown body, inconsistent data)."""
+
+
+class ModelTypeError(MbsError, TypeError):
+    """An argument has the wrong type (e.g. a joint given something that is not a body)."""
+
+
+class InconsistentInitialStateError(ModelError):
+    """The initial state violates the position or velocity constraints.
+
+    Attributes
+    ----------
+    position_residual, velocity_residual : float
+        Max-norms of g(q0) and G(q0) M^-1 p0.
+    """
+
+    def __init__(self, message: str, position_residual: float, velocity_residual: float):
+        super().__init__(message)
+        self.position_residual = position_residual
+        self.velocity_residual = velocity_residual
+
+
+class SolverError(MbsError, RuntimeError):
+    """A time integration failed; ``solution`` holds every step accepted before the failure."""
+
+    def __init__(self, message: str, solution: Any = None, step: int | None = None,
+                 time: float | None = None):
+        super().__init__(message)
+        self.solution = solution
+        self.step = step
+        self.time = time

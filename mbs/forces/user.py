@@ -1,0 +1,154 @@
+"""User-defined potentials written through invariants of the user's choice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from mbs.bodies.base import Body
+from mbs.errors import ModelError, ModelTypeError
+from mbs.forces.base import Force, Invariant, InvariantTerm, TermInstance
+from mbs.quadratic import AffineVector
+from mbs.validation import as_nonzero_vector, as_vector
+
+#: Relative step of the central differences used when the user gives no derivative of V~.
+FINITE_DIFFERENCE_STEP = 1e-6
+
+
+class SquaredDistance:
+    """Invariant |x_b - x_a|^2 between two body points (world coordinates, initial pose)."""
+
+    def __init__(self, body_a: Body, body_b: Body, point_a=None, point_b=None):
+        self.body_a, self.body_b = body_a, body_b
+        self.point_a = None if point_a is None else as_vector(point_a, 3, "point_a",
+                                                              "SquaredDistance")
+        self.point_b = None if point_b is None else as_vector(point_b, 3, "point_b",
+                                                              "SquaredDistance")
+
+    def bodies(self):
+        return [self.body_a, self.body_b]
+
+    def build(self, context) -> Invariant:
+        a = self.body_a.reference_point() if self.point_a is None else self.point_a
+        b = self.body_b.reference_point() if self.point_b is None else self.point_b
+        relative = context.point(self.body_b, b) - context.point(self.body_a, a)
+        return Invariant([(relative, relative, 1.0)])
+
+
+class PointComponent:
+    """Invariant direction . x(P): a body point's coordinate along a fixed world direction."""
+
+    def __init__(self, body: Body, direction, point=None):
+        self.body = body
+        self.direction = as_nonzero_vector(direction, "direction", "PointComponent")
+        self.point = None if point is None else as_vector(point, 3, "point", "PointComponent")
+
+    def bodies(self):
+        return [self.body]
+
+    def build(self, context) -> Invariant:
+        point = self.body.reference_point() if self.point is None else self.point
+        return Invariant([(context.point(self.body, point),
+                           AffineVector((), self.direction), 1.0)])
+
+
+class AxisProduct:
+    """Invariant u_a . u_b of two body-fixed axes (world components at the initial pose)."""
+
+    def __init__(self, body_a: Body, axis_a, body_b: Body, axis_b):
+        self.body_a, self.body_b = body_a, body_b
+        self.axis_a = as_nonzero_vector(axis_a, "axis_a", "AxisProduct")
+        self.axis_b = as_nonzero_vector(axis_b, "axis_b", "AxisProduct")
+
+    def bodies(self):
+        return [self.body_a, self.body_b]
+
+    def build(self, context) -> Invariant:
+        return Invariant([(context.vector(self.body_a, self.axis_a),
+                           context.vector(self.body_b, self.axis_b), 1.0)])
+
+
+class UserPotential(Force):
+    """V = energy(pi) for invariants pi of the user's choice.
+
+    Parameters
+    ----------
+    invariants : list
+        :class:`SquaredDistance`, :class:`PointComponent` or :class:`AxisProduct` objects.
+        Angular momentum is conserved by the EM scheme when every invariant is symmetric
+        under the rotation considered (e.g. squared distances between bodies).
+    energy : callable
+        ``energy(pi) -> float`` for ``pi`` of shape (n_invariants,).
+    gradient, hessian : callable, optional
+        dV/dpi (n,) and d2V/dpi2 (n, n); central differences (relative step
+        :data:`FINITE_DIFFERENCE_STEP`) are used when omitted, with ~1e-8 relative accuracy.
+    """
+
+    def __init__(self, invariants: list, energy: Callable, gradient: Callable | None = None,
+                 hessian: Callable | None = None, name: str | None = None):
+        super().__init__(name)
+        owner = f"UserPotential {self.name!r}"
+        if not invariants:
+            raise ModelError(f"{owner}: give at least one invariant")
+        for invariant in invariants:
+            if not hasattr(invariant, "build"):
+                raise ModelTypeError(f"{owner}: {invariant!r} is not an invariant; use "
+                                     f"SquaredDistance, PointComponent or AxisProduct")
+        if not callable(energy):
+            raise ModelTypeError(f"{owner}: energy must be callable, got {energy!r}")
+        self.invariants = list(invariants)
+        self.term = _make_user_term(len(invariants), energy, gradient, hessian, owner)
+
+    def bodies_acted_on(self):
+        return [b for inv in self.invariants for b in inv.bodies()]
+
+    def terms(self, context):
+        return [TermInstance(self.term, [inv.build(context) for inv in self.invariants], {})]
+
+
+def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[InvariantTerm]:
+    def scalar_energy(p: np.ndarray) -> float:
+        value = float(energy(p))
+        if not np.isfinite(value):
+            raise ModelError(f"{owner}: energy returned {value} at invariants {p}")
+        return value
+
+    def scalar_gradient(p: np.ndarray) -> np.ndarray:
+        if gradient is not None:
+            return np.asarray(gradient(p), dtype=float).reshape(n)
+        out = np.zeros(n)
+        for k in range(n):
+            step = FINITE_DIFFERENCE_STEP * max(1.0, abs(p[k]))
+            e = np.zeros(n)
+            e[k] = step
+            out[k] = (scalar_energy(p + e) - scalar_energy(p - e)) / (2 * step)
+        return out
+
+    def scalar_hessian(p: np.ndarray) -> np.ndarray:
+        if hessian is not None:
+            return np.asarray(hessian(p), dtype=float).reshape(n, n)
+        out = np.zeros((n, n))
+        for k in range(n):
+            step = FINITE_DIFFERENCE_STEP * max(1.0, abs(p[k]))
+            e = np.zeros(n)
+            e[k] = step
+            out[:, k] = (scalar_gradient(p + e) - scalar_gradient(p - e)) / (2 * step)
+        return 0.5 * (out + out.T)
+
+    class UserTerm(InvariantTerm):
+        n_invariants = n
+
+        @classmethod
+        def energy(cls, pi, params):
+            return np.array([scalar_energy(row) for row in pi])
+
+        @classmethod
+        def gradient(cls, pi, params):
+            return np.array([scalar_gradient(row) for row in pi])
+
+        @classmethod
+        def hessian(cls, pi, params):
+            return np.array([scalar_hessian(row) for row in pi])
+
+    return UserTerm

@@ -1,0 +1,11 @@
+"""Holonomic joints in director form; every equation is at most quadratic in q."""
+
+from mbs.joints.axis_joints import Cylindrical, Prismatic, Revolute, Rigid, Universal
+from mbs.joints.base import Joint
+from mbs.joints.point_joints import Distance, Spherical
+from mbs.joints.user import UserConstraint
+
+Fixed = Rigid
+
+__all__ = ["Cylindrical", "Distance", "Fixed", "Joint", "Prismatic", "Revolute", "Rigid",
+           "Spherical", "Universal", "UserConstraint"]

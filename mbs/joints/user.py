@@ -1,0 +1,93 @@
+"""User-defined holonomic constraints of arbitrary form.
+
+Built-in joints are quadratic in q and get exact midpoint discrete derivatives. A user
+constraint need not be: its discrete Jacobian is Gonzalez's discrete gradient (row-wise)
+
+    D^G g_k = grad g_k(q_mid) + (g_k(q1) - g_k(q0) - grad g_k(q_mid).dq) dq / |dq|^2,
+
+which satisfies directionality (energy stays conserved by EM) but in general not the symmetry
+(orthogonality) condition, so momentum conservation is then NOT guaranteed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from mbs.bodies.base import Body
+from mbs.elements import Element
+from mbs.errors import ModelError, ModelTypeError
+
+#: Relative step of the central differences for a missing constraint Hessian.
+FINITE_DIFFERENCE_STEP = 1e-6
+
+
+class UserConstraint(Element):
+    """Constraint g(q_local) = 0 on the stacked coordinates of ``bodies``.
+
+    Parameters
+    ----------
+    bodies : list of Body
+        Bodies whose coordinates (in this order) form ``q_local``.
+    function : callable
+        ``function(q_local) -> (k,)``; should be dimensionless / well scaled.
+    jacobian : callable
+        ``jacobian(q_local) -> (k, len(q_local))``.
+    hessian : callable, optional
+        ``hessian(q_local, multipliers) -> (len(q_local), len(q_local))``, the sum of
+        multiplier-weighted Hessians; central differences of ``jacobian`` when omitted.
+    """
+
+    kind = "constraint"
+
+    def __init__(self, bodies: list, function: Callable, jacobian: Callable,
+                 hessian: Callable | None = None, name: str | None = None):
+        super().__init__(name)
+        owner = f"UserConstraint {self.name!r}"
+        bodies = list(bodies)
+        if not bodies:
+            raise ModelError(f"{owner}: give at least one body")
+        for body in bodies:
+            if not isinstance(body, Body) or body.n_coordinates == 0:
+                raise ModelTypeError(f"{owner}: {body!r} is not a body with coordinates")
+        if len({id(b) for b in bodies}) != len(bodies):
+            raise ModelError(f"{owner}: a body is listed twice")
+        if not callable(function) or not callable(jacobian):
+            raise ModelTypeError(f"{owner}: function and jacobian must be callables")
+        self.bodies = bodies
+        self.function, self.jacobian_function, self.hessian_function = (
+            function, jacobian, hessian)
+        q0 = np.concatenate([b.initial_coordinates() for b in bodies])
+        self.n_equations = np.atleast_1d(np.asarray(function(q0), dtype=float)).size
+
+    # evaluation on the local coordinates -------------------------------------------------
+    def value(self, q_local: np.ndarray) -> np.ndarray:
+        return np.atleast_1d(np.asarray(self.function(q_local), dtype=float))
+
+    def jacobian(self, q_local: np.ndarray) -> np.ndarray:
+        return np.asarray(self.jacobian_function(q_local), dtype=float).reshape(
+            self.n_equations, q_local.size)
+
+    def hessian_product(self, q_local: np.ndarray, multipliers: np.ndarray) -> np.ndarray:
+        if self.hessian_function is not None:
+            return np.asarray(self.hessian_function(q_local, multipliers), dtype=float)
+        n = q_local.size
+        out = np.zeros((n, n))
+        for k in range(n):
+            step = FINITE_DIFFERENCE_STEP * max(1.0, abs(q_local[k]))
+            e = np.zeros(n)
+            e[k] = step
+            out[:, k] = multipliers @ (self.jacobian(q_local + e)
+                                       - self.jacobian(q_local - e)) / (2 * step)
+        return 0.5 * (out + out.T)
+
+    def discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray) -> np.ndarray:
+        mid = 0.5 * (q0 + q1)
+        jac = self.jacobian(mid)
+        dq = q1 - q0
+        norm2 = dq @ dq
+        if norm2 == 0.0:
+            return jac
+        residual = self.value(q1) - self.value(q0) - jac @ dq
+        return jac + np.outer(residual, dq) / norm2

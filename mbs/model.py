@@ -1,0 +1,337 @@
+"""The compiled numerical model: everything a solver needs, nothing it does not.
+
+A :class:`Model` is produced by :meth:`mbs.System.compile`. It holds the constant mass matrix,
+the constraint table, the potential groups and the index maps, and evaluates every derivative
+and discrete derivative the integrators of seeds 003 and 004 need. Solvers see only this.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from mbs.errors import InconsistentInitialStateError
+from mbs.potential_group import PotentialGroup
+from mbs.quadratic import QuadraticTable
+
+#: Max-norm of g(q0) accepted as consistent (constraints are scaled to be dimensionless).
+POSITION_TOLERANCE = 1e-10
+#: Max-norm of G M^-1 p0 accepted, relative to max_k sum_i |G_ki v_i|.
+VELOCITY_TOLERANCE = 1e-10
+#: Systems with more coordinates than this use sparse factorisations.
+DENSE_LIMIT = 600
+
+
+@dataclass(frozen=True)
+class BodyInfo:
+    """Static description of a body in the compiled model (read by solutions and viz)."""
+
+    name: str
+    kind: str  # "rigid" or "point"
+    coordinates: slice
+    mass: float
+    inertia: np.ndarray | None = None
+    euler_tensor: np.ndarray | None = None
+    shape: dict | None = None
+
+
+@dataclass(frozen=True)
+class ElementInfo:
+    """Static description of a joint or force: its type, bodies, rows and geometry."""
+
+    name: str
+    type: str
+    bodies: tuple[str, ...]
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class UserConstraintBlock:
+    """A user (non-quadratic) constraint with the model indices of its local coordinates."""
+
+    constraint: object
+    indices: np.ndarray
+    rows: np.ndarray
+
+
+@dataclass(frozen=True)
+class Redundancy:
+    """Redundant constraints found in one block of the joint graph."""
+
+    count: int
+    joints: tuple[str, ...]
+
+
+class Model:
+    """Compiled mechanical system with constant mass matrix and holonomic constraints.
+
+    Sizes ``n`` (coordinates) and ``m`` (constraints); constant ``mass_matrix`` (scipy.sparse
+    CSR) and ``inverse_mass_matrix``; ``potential*``, ``constraint*`` and their discrete
+    derivatives; observables; index maps (``coordinates(name)``, ``constraint_rows``).
+    Every evaluation is vectorised per element type.
+    """
+
+    def __init__(self, *, n: int, mass_matrix: sp.csr_matrix,
+                 inverse_mass_matrix: sp.csr_matrix, constraint_table: QuadraticTable,
+                 user_constraints: list[UserConstraintBlock],
+                 potential_groups: list[PotentialGroup], bodies: list[BodyInfo],
+                 joints: list[ElementInfo], forces: list[ElementInfo],
+                 q0: np.ndarray, p0: np.ndarray, point_blocks: np.ndarray,
+                 director_blocks: np.ndarray, degrees_of_freedom: int,
+                 redundancies: list[Redundancy], gravity: np.ndarray | None,
+                 constraint_rows: dict[str, np.ndarray]):
+        self.n = n
+        self.mass_matrix = mass_matrix
+        self.inverse_mass_matrix = inverse_mass_matrix
+        self._table = constraint_table
+        self._user = user_constraints
+        self.m = constraint_table.n_rows + sum(b.rows.size for b in user_constraints)
+        self.potential_groups = potential_groups
+        self.bodies = bodies
+        self.joints = joints
+        self.forces = forces
+        self._q0 = q0
+        self._p0 = p0
+        self.point_blocks = point_blocks
+        self.director_blocks = director_blocks
+        self.degrees_of_freedom = degrees_of_freedom
+        self.redundancies = redundancies
+        self.gravity = gravity
+        self._constraint_rows = constraint_rows
+        self.constraints_are_quadratic = not user_constraints
+        self._body_by_name = {b.name: b for b in bodies}
+        self._linear_rows = np.concatenate([
+            constraint_table.is_linear_row(), np.zeros(self.m - constraint_table.n_rows, bool)])
+        self._constant_hessian_zero = sp.csr_matrix((n, n))
+
+    # -- index maps -----------------------------------------------------------------------
+    def coordinates(self, name: str) -> slice:
+        """Slice of q belonging to body ``name``."""
+        try:
+            return self._body_by_name[name].coordinates
+        except KeyError:
+            raise KeyError(f"no body named {name!r}; bodies: "
+                           f"{[b.name for b in self.bodies]}") from None
+
+    def body(self, name: str) -> BodyInfo:
+        """Static information of body ``name``."""
+        self.coordinates(name)
+        return self._body_by_name[name]
+
+    @property
+    def constraint_rows(self) -> dict[str, np.ndarray]:
+        """Rows of g owned by each body (internal constraints) and joint."""
+        return dict(self._constraint_rows)
+
+    @property
+    def is_large(self) -> bool:
+        """True when solvers should use sparse linear algebra."""
+        return self.n > DENSE_LIMIT
+
+    # -- mass -----------------------------------------------------------------------------
+    def apply_inverse_mass(self, p: np.ndarray) -> np.ndarray:
+        """M^-1 p (blockwise constant inverse)."""
+        return self.inverse_mass_matrix @ p
+
+    # -- potential ------------------------------------------------------------------------
+    def potential(self, q: np.ndarray) -> float:
+        """V(q)."""
+        return float(sum(g.energy(q) for g in self.potential_groups))
+
+    def potential_gradient(self, q: np.ndarray) -> np.ndarray:
+        """grad V(q), shape (n,)."""
+        out = np.zeros(self.n)
+        for group in self.potential_groups:
+            out += group.gradient(q)
+        return out
+
+    def potential_hessian(self, q: np.ndarray) -> sp.csr_matrix:
+        """Hessian of V, sparse (n, n)."""
+        out = sp.csr_matrix((self.n, self.n))
+        for group in self.potential_groups:
+            out = out + group.hessian(q)
+        return out.tocsr()
+
+    def potential_discrete_gradient(self, q0: np.ndarray, q1: np.ndarray) -> np.ndarray:
+        """Momentum-conserving discrete gradient D^G V(q0, q1) (seed 003, (125)-(126)).
+
+        Satisfies V(q1) - V(q0) = D^G V . (q1 - q0) and, for rotation-invariant elements,
+        D^G V . (xi q_mid) = 0.
+        """
+        out = np.zeros(self.n)
+        for group in self.potential_groups:
+            out += group.discrete_gradient(q0, q1)
+        return out
+
+    # -- constraints ----------------------------------------------------------------------
+    def constraints(self, q: np.ndarray) -> np.ndarray:
+        """g(q), shape (m,)."""
+        value = self._table.value(q)
+        if not self._user:
+            return value
+        return np.concatenate([value] + [b.constraint.value(q[b.indices]) for b in self._user])
+
+    def constraint_jacobian(self, q: np.ndarray) -> sp.csr_matrix:
+        """G(q) = Dg(q), sparse (m, n) with a pattern independent of q."""
+        jac = self._table.jacobian(q)
+        if not self._user:
+            return jac
+        return sp.vstack([jac] + [self._user_block(b, b.constraint.jacobian(q[b.indices]))
+                                  for b in self._user]).tocsr()
+
+    def constraint_hessian_product(self, q: np.ndarray, multipliers: np.ndarray
+                                   ) -> sp.csr_matrix:
+        """sum_k multipliers_k d^2 g_k(q), sparse symmetric (n, n); constant in q when all
+        constraints are quadratic."""
+        k = self._table.n_rows
+        out = self._table.hessian_product(multipliers[:k])
+        for block in self._user:
+            local = block.constraint.hessian_product(q[block.indices],
+                                                     multipliers[block.rows])
+            rows, cols = np.meshgrid(block.indices, block.indices, indexing="ij")
+            out = out + sp.csr_matrix((local.ravel(), (rows.ravel(), cols.ravel())),
+                                      shape=(self.n, self.n))
+        return out.tocsr()
+
+    def constraint_discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray) -> sp.csr_matrix:
+        """D^G g(q0, q1) with g(q1) - g(q0) = D^G g (q1 - q0): the midpoint Jacobian for the
+        quadratic rows (exact, and orthogonal to symmetry generators), Gonzalez's discrete
+        gradient for user rows (momentum then not guaranteed)."""
+        jac = self._table.jacobian(0.5 * (q0 + q1))
+        if not self._user:
+            return jac
+        return sp.vstack([jac] + [
+            self._user_block(b, b.constraint.discrete_jacobian(q0[b.indices], q1[b.indices]))
+            for b in self._user]).tocsr()
+
+    def _user_block(self, block: UserConstraintBlock, local: np.ndarray) -> sp.csr_matrix:
+        rows = np.repeat(np.arange(local.shape[0]), local.shape[1])
+        cols = np.tile(block.indices, local.shape[0])
+        return sp.csr_matrix((local.ravel(), (rows, cols)), shape=(local.shape[0], self.n))
+
+    def velocity_constraints(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """g^v(q, p) = G(q) M^-1 p (seed 003, eq. (29))."""
+        return self.constraint_jacobian(q) @ self.apply_inverse_mass(p)
+
+    # -- observables (accept a state (n,) or a trajectory (N, n)) ------------------------
+    def kinetic_energy(self, p: np.ndarray) -> np.ndarray | float:
+        """T = 1/2 p . M^-1 p."""
+        p = np.asarray(p, dtype=float)
+        if p.ndim == 1:
+            return float(0.5 * p @ self.apply_inverse_mass(p))
+        return 0.5 * np.einsum("ij,ij->i", p, (self.inverse_mass_matrix @ p.T).T)
+
+    def potential_energy(self, q: np.ndarray) -> np.ndarray | float:
+        """V(q) for a state or each row of a trajectory."""
+        q = np.asarray(q, dtype=float)
+        if q.ndim == 1:
+            return self.potential(q)
+        return np.array([self.potential(row) for row in q])
+
+    def energy(self, q: np.ndarray, p: np.ndarray) -> np.ndarray | float:
+        """Total energy H = T(p) + V(q) (seed 003, eq. (4))."""
+        return self.kinetic_energy(p) + self.potential_energy(q)
+
+    def linear_momentum(self, p: np.ndarray) -> np.ndarray:
+        """Sum of the momenta of all centres of mass and particles (seed 003, (118))."""
+        p = np.asarray(p, dtype=float)
+        blocks = p.reshape(p.shape[:-1] + (-1, 3))
+        return blocks[..., self.point_blocks, :].sum(axis=-2)
+
+    def angular_momentum(self, q: np.ndarray, p: np.ndarray, about=(0.0, 0.0, 0.0)
+                         ) -> np.ndarray:
+        """J = sum_i (q_i - c) x p_i over the 3-blocks (seed 003, eq. (107)); directors are
+        vectors and are not shifted by the reference point ``about``."""
+        q = np.asarray(q, dtype=float)
+        p = np.asarray(p, dtype=float)
+        q_blocks = q.reshape(q.shape[:-1] + (-1, 3)).copy()
+        p_blocks = p.reshape(p.shape[:-1] + (-1, 3))
+        q_blocks[..., self.point_blocks, :] -= np.asarray(about, dtype=float)
+        return np.cross(q_blocks, p_blocks).sum(axis=-2)
+
+    # -- initial state --------------------------------------------------------------------
+    def initial_residuals(self) -> tuple[float, float]:
+        """(max |g(q0)|, max |G(q0) M^-1 p0|) of the state set on the bodies."""
+        return self._residuals(self._q0, self._p0)
+
+    def _residuals(self, q: np.ndarray, p: np.ndarray) -> tuple[float, float]:
+        if self.m == 0:
+            return 0.0, 0.0
+        jac = self.constraint_jacobian(q)
+        v = self.apply_inverse_mass(p)
+        return (float(np.max(np.abs(self.constraints(q)))),
+                float(np.max(np.abs(jac @ v))))
+
+    def _velocity_scale(self, q: np.ndarray, p: np.ndarray) -> float:
+        if self.m == 0:
+            return 1.0
+        terms = abs(self.constraint_jacobian(q)) @ np.abs(self.apply_inverse_mass(p))
+        return max(1.0, float(np.max(terms)))
+
+    def is_consistent(self, q: np.ndarray, p: np.ndarray) -> bool:
+        """Whether (q, p) satisfies g = 0 and G M^-1 p = 0 within the tolerances."""
+        g, gv = self._residuals(q, p)
+        return (g <= POSITION_TOLERANCE
+                and gv <= VELOCITY_TOLERANCE * self._velocity_scale(q, p))
+
+    def initial_state(self, project: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(q0, p0) with p0 = M v0 from the states set on the bodies.
+
+        Parameters
+        ----------
+        project : bool
+            If the state is inconsistent, project q0 onto g = 0 (minimal M-norm correction,
+            Gauss-Newton) and p0 onto the tangent space {G M^-1 p = 0} (M-orthogonal
+            projection), with a warning stating the size of the correction. Without
+            projection an inconsistent state raises :class:`InconsistentInitialStateError`.
+        """
+        q, p = self._q0.copy(), self._p0.copy()
+        if self.is_consistent(q, p):
+            return q, p
+        g, gv = self._residuals(q, p)
+        if not project:
+            raise InconsistentInitialStateError(
+                f"initial state violates the constraints: max |g(q0)| = {g:.3e} (tolerance "
+                f"{POSITION_TOLERANCE:.0e}), max |G M^-1 p0| = {gv:.3e} (tolerance "
+                f"{VELOCITY_TOLERANCE:.0e} relative); fix the bodies' set_state calls or use "
+                f"model.initial_state(project=True)", g, gv)
+        q_new, p_new = self.project(q, p)
+        warnings.warn(
+            f"initial state projected onto the constraint manifold: |dq| = "
+            f"{np.max(np.abs(q_new - q)):.3e}, |dp| = {np.max(np.abs(p_new - p)):.3e} "
+            f"(residuals were |g| = {g:.3e}, |G v| = {gv:.3e})", stacklevel=2)
+        return q_new, p_new
+
+    def project(self, q: np.ndarray, p: np.ndarray, max_iterations: int = 50
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Project (q, p) onto {g = 0, G M^-1 p = 0} in the M-metric."""
+        q = q.copy()
+        for _ in range(max_iterations):
+            residual = self.constraints(q)
+            if np.max(np.abs(residual)) <= 0.01 * POSITION_TOLERANCE:
+                break
+            jac = self.constraint_jacobian(q)
+            q -= self.apply_inverse_mass(jac.T @ self._solve_gram(jac, residual))
+        jac = self.constraint_jacobian(q)
+        p = p - jac.T @ self._solve_gram(jac, jac @ self.apply_inverse_mass(p))
+        return q, p
+
+    def _solve_gram(self, jac: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray:
+        """Least-squares solution of (G M^-1 G^T) x = rhs (redundant constraints allowed)."""
+        gram = (jac @ self.inverse_mass_matrix @ jac.T)
+        if not self.is_large:
+            return np.linalg.lstsq(gram.toarray(), rhs, rcond=1e-12)[0]
+        try:
+            return spla.splu(gram.tocsc()).solve(rhs)
+        except RuntimeError:
+            return spla.lsqr(gram, rhs, atol=1e-14, btol=1e-14)[0]
+
+    # -- text -----------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (f"Model(n={self.n}, m={self.m}, bodies={len(self.bodies)}, "
+                f"joints={len(self.joints)}, dof={self.degrees_of_freedom})")

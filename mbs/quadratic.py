@@ -1,0 +1,250 @@
+"""Sparse tables of quadratic forms in the generalized coordinates.
+
+In the director formulation every built-in constraint and every invariant through which a
+potential is written has the form (see DESIGN.md, "everything is a quadratic form")
+
+    c_k(q) = sum_{ij} a_kij q_i q_j + sum_i b_ki q_i + e_k .
+
+A :class:`QuadraticTable` stores all such rows of a model as flat coefficient arrays and
+evaluates values, the (sparse) Jacobian and the multiplier-weighted Hessian without any Python
+loop over elements.  Because the Jacobian is affine in q, its sparsity pattern is constant and its
+values are one sparse mat-vec ``data = jacobian_map @ q + jacobian_offset``; the Hessian product
+``sum_k mult_k d^2 c_k`` is constant in q and linear in the multipliers.
+
+Exact midpoint property: for any quadratic c, c(q1) - c(q0) = Dc((q0 + q1)/2) (q1 - q0), which is
+the discrete derivative used by the energy-momentum scheme (seed 003, eq. (99)).
+
+Rows are built at compile time from :class:`AffineVector` expressions: a 3-vector that is an affine
+function of q, e.g. a body-fixed point x = phi + X_i d_i of a rigid body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass(frozen=True)
+class AffineVector:
+    """A 3-vector affine in q: ``sum_c coef_c * q[start_c:start_c+3] + constant``.
+
+    Parameters
+    ----------
+    terms : tuple of (float, int)
+        Pairs (coefficient, start index of a 3-block of q).
+    constant : ndarray, shape (3,)
+        Constant part (e.g. a ground point).
+    """
+
+    terms: tuple[tuple[float, int], ...] = ()
+    constant: np.ndarray = field(default_factory=lambda: np.zeros(3))
+
+    def __add__(self, other: AffineVector) -> AffineVector:
+        return AffineVector(self.terms + other.terms, self.constant + other.constant)
+
+    def __neg__(self) -> AffineVector:
+        return AffineVector(tuple((-c, s) for c, s in self.terms), -self.constant)
+
+    def __sub__(self, other: AffineVector) -> AffineVector:
+        return self + (-other)
+
+    def scaled(self, factor: float) -> AffineVector:
+        """Return ``factor * self``."""
+        return AffineVector(tuple((factor * c, s) for c, s in self.terms), factor * self.constant)
+
+    def evaluate(self, q: np.ndarray) -> np.ndarray:
+        """Value of the vector at q (used at compile time and in tests)."""
+        out = np.array(self.constant, dtype=float)
+        for coef, start in self.terms:
+            out = out + coef * q[start:start + 3]
+        return out
+
+
+class QuadraticTableBuilder:
+    """Accumulates rows of quadratic forms; :meth:`build` returns a :class:`QuadraticTable`."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.n_rows = 0
+        self._quad: list[np.ndarray] = []  # rows of (row, i, j, a)
+        self._lin: list[np.ndarray] = []  # rows of (row, i, b)
+        self._const: list[tuple[int, float]] = []
+
+    def new_row(self) -> int:
+        """Reserve one row and return its index."""
+        self.n_rows += 1
+        return self.n_rows - 1
+
+    def add_constant(self, row: int, value: float) -> None:
+        """Add the constant ``value`` to row ``row``."""
+        self._const.append((row, float(value)))
+
+    def add_dot(self, row: int, a: AffineVector, b: AffineVector, scale: float = 1.0) -> None:
+        """Add ``scale * (a . b)`` to row ``row``."""
+        comp = np.arange(3)
+        for ca, sa in a.terms:
+            for cb, sb in b.terms:
+                coef = scale * ca * cb
+                if coef != 0.0:
+                    self._quad.append(np.column_stack(
+                        [np.full(3, row), sa + comp, sb + comp, np.full(3, coef)]))
+        for ca, sa in a.terms:
+            self._add_linear(row, sa, scale * ca * b.constant)
+        for cb, sb in b.terms:
+            self._add_linear(row, sb, scale * cb * a.constant)
+        const = scale * float(a.constant @ b.constant)
+        if const != 0.0:
+            self.add_constant(row, const)
+
+    def add_linear_component(self, row: int, a: AffineVector, direction: np.ndarray,
+                             scale: float = 1.0) -> None:
+        """Add ``scale * direction . a`` to row ``row`` (``direction`` a constant 3-vector)."""
+        self.add_dot(row, a, AffineVector((), np.asarray(direction, dtype=float)), scale)
+
+    def _add_linear(self, row: int, start: int, coefs: np.ndarray) -> None:
+        mask = coefs != 0.0
+        if np.any(mask):
+            idx = np.arange(3)[mask]
+            self._lin.append(np.column_stack(
+                [np.full(idx.size, row), start + idx, coefs[mask]]))
+
+    def build(self) -> QuadraticTable:
+        """Freeze the accumulated rows into a :class:`QuadraticTable`."""
+        quad = np.vstack(self._quad) if self._quad else np.zeros((0, 4))
+        lin = np.vstack(self._lin) if self._lin else np.zeros((0, 3))
+        const = np.zeros(self.n_rows)
+        for row, value in self._const:
+            const[row] += value
+        return QuadraticTable(
+            self.n, self.n_rows,
+            quad[:, 0].astype(np.int64), quad[:, 1].astype(np.int64),
+            quad[:, 2].astype(np.int64), quad[:, 3],
+            lin[:, 0].astype(np.int64), lin[:, 1].astype(np.int64), lin[:, 2], const)
+
+
+class QuadraticTable:
+    """Rows c_k(q) = q.A_k.q + b_k.q + e_k stored as flat sparse coefficient arrays.
+
+    Parameters
+    ----------
+    n : int
+        Number of coordinates.
+    n_rows : int
+        Number of rows (constraints or invariants).
+    quad_row, quad_i, quad_j, quad_coef : ndarray
+        Entries a_kij: row k, coordinates i and j, coefficient (term a q_i q_j).
+    lin_row, lin_i, lin_coef : ndarray
+        Entries b_ki.
+    constant : ndarray, shape (n_rows,)
+        e_k.
+    """
+
+    def __init__(self, n: int, n_rows: int, quad_row: np.ndarray, quad_i: np.ndarray,
+                 quad_j: np.ndarray, quad_coef: np.ndarray, lin_row: np.ndarray,
+                 lin_i: np.ndarray, lin_coef: np.ndarray, constant: np.ndarray):
+        self.n = n
+        self.n_rows = n_rows
+        self.quad_row, self.quad_i, self.quad_j, self.quad_coef = (
+            quad_row, quad_i, quad_j, quad_coef)
+        self.lin_row, self.lin_i, self.lin_coef = lin_row, lin_i, lin_coef
+        self.constant = np.asarray(constant, dtype=float)
+        self._build_jacobian_map()
+        self._build_hessian_map()
+
+    # -- precomputation -------------------------------------------------------------------
+    def _build_jacobian_map(self) -> None:
+        n, n_rows = self.n, self.n_rows
+        # d/dq_l (a q_i q_j) = a q_j [l=i] + a q_i [l=j]; b q_i contributes b at (k, i).
+        rows = np.concatenate([self.quad_row, self.quad_row, self.lin_row])
+        cols = np.concatenate([self.quad_i, self.quad_j, self.lin_i])
+        keys = rows * n + cols
+        unique_keys, position = np.unique(keys, return_inverse=True)
+        n_quad = self.quad_row.size
+        pos_quad_i = position[:n_quad]
+        pos_quad_j = position[n_quad:2 * n_quad]
+        pos_lin = position[2 * n_quad:]
+        nnz = unique_keys.size
+        self._jac_indices = (unique_keys % n).astype(np.int32) if n else unique_keys
+        self._jac_indptr = np.searchsorted(
+            unique_keys // max(n, 1), np.arange(n_rows + 1)).astype(np.int32)
+        self._jac_map = sp.csr_matrix(
+            (np.concatenate([self.quad_coef, self.quad_coef]),
+             (np.concatenate([pos_quad_i, pos_quad_j]),
+              np.concatenate([self.quad_j, self.quad_i]))),
+            shape=(nnz, n))
+        self._jac_offset = np.bincount(pos_lin, weights=self.lin_coef, minlength=nnz)
+
+    def _build_hessian_map(self) -> None:
+        n = self.n
+        rows = np.concatenate([self.quad_i, self.quad_j])
+        cols = np.concatenate([self.quad_j, self.quad_i])
+        keys = rows * n + cols
+        unique_keys, position = np.unique(keys, return_inverse=True)
+        nnz = unique_keys.size
+        self._hess_indices = (unique_keys % n).astype(np.int32) if n else unique_keys
+        self._hess_indptr = np.searchsorted(
+            unique_keys // max(n, 1), np.arange(n + 1)).astype(np.int32)
+        self._hess_map = sp.csr_matrix(
+            (np.concatenate([self.quad_coef, self.quad_coef]),
+             (position, np.concatenate([self.quad_row, self.quad_row]))),
+            shape=(nnz, self.n_rows))
+
+    # -- evaluation -----------------------------------------------------------------------
+    def value(self, q: np.ndarray) -> np.ndarray:
+        """c(q), shape (n_rows,)."""
+        quad = self.quad_coef * q[self.quad_i] * q[self.quad_j]
+        lin = self.lin_coef * q[self.lin_i]
+        return (np.bincount(self.quad_row, weights=quad, minlength=self.n_rows)
+                + np.bincount(self.lin_row, weights=lin, minlength=self.n_rows)
+                + self.constant)
+
+    def jacobian(self, q: np.ndarray) -> sp.csr_matrix:
+        """Dc(q) as a CSR matrix of shape (n_rows, n) with a pattern independent of q."""
+        data = self._jac_map @ q + self._jac_offset
+        return sp.csr_matrix((data, self._jac_indices, self._jac_indptr),
+                             shape=(self.n_rows, self.n))
+
+    def hessian_product(self, multipliers: np.ndarray) -> sp.csr_matrix:
+        """sum_k multipliers_k d^2 c_k as a symmetric CSR matrix (n, n), constant in q."""
+        data = self._hess_map @ multipliers
+        return sp.csr_matrix((data, self._hess_indices, self._hess_indptr),
+                             shape=(self.n, self.n))
+
+    def is_linear_row(self) -> np.ndarray:
+        """Boolean mask of rows without quadratic terms."""
+        has_quad = np.zeros(self.n_rows, dtype=bool)
+        has_quad[self.quad_row] = True
+        return ~has_quad
+
+    def rows(self, selection: np.ndarray) -> QuadraticTable:
+        """Sub-table made of the given rows (renumbered in the given order)."""
+        selection = np.asarray(selection, dtype=np.int64)
+        new_index = np.full(self.n_rows, -1, dtype=np.int64)
+        new_index[selection] = np.arange(selection.size)
+        qmask = new_index[self.quad_row] >= 0
+        lmask = new_index[self.lin_row] >= 0
+        return QuadraticTable(
+            self.n, selection.size, new_index[self.quad_row[qmask]], self.quad_i[qmask],
+            self.quad_j[qmask], self.quad_coef[qmask], new_index[self.lin_row[lmask]],
+            self.lin_i[lmask], self.lin_coef[lmask], self.constant[selection])
+
+
+def concatenate_tables(tables: list[QuadraticTable], n: int) -> QuadraticTable:
+    """Stack tables row-wise (all over the same n coordinates)."""
+    offsets = np.cumsum([0] + [t.n_rows for t in tables])
+    if not tables:
+        empty_i = np.zeros(0, dtype=np.int64)
+        return QuadraticTable(n, 0, empty_i, empty_i, empty_i, np.zeros(0), empty_i, empty_i,
+                              np.zeros(0), np.zeros(0))
+    return QuadraticTable(
+        n, int(offsets[-1]),
+        np.concatenate([t.quad_row + o for t, o in zip(tables, offsets)]),
+        np.concatenate([t.quad_i for t in tables]),
+        np.concatenate([t.quad_j for t in tables]),
+        np.concatenate([t.quad_coef for t in tables]),
+        np.concatenate([t.lin_row + o for t, o in zip(tables, offsets)]),
+        np.concatenate([t.lin_i for t in tables]),
+        np.concatenate([t.lin_coef for t in tables]),
+        np.concatenate([t.constant for t in tables]))

@@ -1,0 +1,1 @@
+"""Time integrators (see the solver table in README.md)."""

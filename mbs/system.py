@@ -1,0 +1,220 @@
+"""The user-facing mechanism description: a graph of bodies, joints and forces."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from mbs.bodies.base import Body, Ground
+from mbs.elements import Element
+from mbs.errors import ModelError, ModelTypeError
+from mbs.forces.base import Force
+from mbs.forces.gravity import UniformGravity
+from mbs.joints.base import Joint
+from mbs.joints.user import UserConstraint
+from mbs.model import Model
+from mbs.validation import as_vector
+
+
+class System:
+    """A mechanism under construction.
+
+    Parameters
+    ----------
+    gravity : array_like (3,) or None
+        Uniform gravitational acceleration acting on every body, e.g. (0, 0, -9.81);
+        None switches it off.
+
+    Examples
+    --------
+    >>> import mbs
+    >>> system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    >>> bob = system.add(mbs.PointMass(mass=1.0, name="bob"))
+    >>> _ = bob.set_state(position=(1, 0, 0), velocity=(0, 1, 0))
+    >>> _ = system.add(mbs.joints.Distance(system.ground, bob, length=1.0))
+    >>> system.compile().degrees_of_freedom
+    2
+    """
+
+    def __init__(self, gravity=None):
+        self.gravity = None if gravity is None else as_vector(gravity, 3, "gravity", "System")
+        self.ground = Ground()
+        self.ground.system = self
+        self.bodies: list[Body] = []
+        self.joints: list[Joint] = []
+        self.user_constraints: list[UserConstraint] = []
+        self._forces: list[Force] = []
+        self._names: dict[str, Element] = {self.ground.name: self.ground}
+
+    # -- building -------------------------------------------------------------------------
+    def add(self, element: Element) -> Element:
+        """Add a body, joint, force or user constraint; returns it for chaining."""
+        if not isinstance(element, Element) or isinstance(element, Ground):
+            raise ModelTypeError(f"System.add expects a body, joint, force or constraint, got "
+                                 f"{element!r}")
+        if element.system is not None:
+            where = "this system" if element.system is self else "another system"
+            raise ModelError(f"{element!r} is already part of {where}; create a new element")
+        if element.name in self._names:
+            raise ModelError(f"duplicate name {element.name!r}: every body, joint and force "
+                             f"of a system needs a unique name")
+        for body in self._referenced_bodies(element):
+            if body.system is not self:
+                raise ModelError(
+                    f"{type(element).__name__} {element.name!r} references body "
+                    f"{body.name!r}, which is not in this system; add the body first")
+        if isinstance(element, Body):
+            self.bodies.append(element)
+        elif isinstance(element, Joint):
+            self.joints.append(element)
+        elif isinstance(element, UserConstraint):
+            self.user_constraints.append(element)
+        elif isinstance(element, Force):
+            self._forces.append(element)
+        else:
+            raise ModelTypeError(f"System.add: unsupported element {element!r}")
+        element.system = self
+        self._names[element.name] = element
+        return element
+
+    @staticmethod
+    def _referenced_bodies(element: Element) -> list[Body]:
+        if isinstance(element, Joint):
+            return list(element.bodies)
+        if isinstance(element, UserConstraint):
+            return list(element.bodies)
+        if isinstance(element, Force):
+            listed = element.referenced_bodies()
+            for body in listed:
+                if not isinstance(body, Body):
+                    raise ModelTypeError(f"{type(element).__name__} {element.name!r}: "
+                                         f"{body!r} is not a body")
+            return listed
+        return []
+
+    def __getitem__(self, name: str) -> Element:
+        try:
+            return self._names[name]
+        except KeyError:
+            raise KeyError(f"no element named {name!r}") from None
+
+    @property
+    def forces(self) -> list[Force]:
+        """User forces plus the uniform gravity of the system (if any)."""
+        if self.gravity is None:
+            return list(self._forces)
+        gravity = UniformGravity(self.gravity, name="gravity")
+        gravity.system = self
+        return [gravity] + self._forces
+
+    # -- structure ------------------------------------------------------------------------
+    @property
+    def graph(self) -> nx.MultiGraph:
+        """Bodies (and the ground) as nodes, joints and forces as edges keyed by name.
+
+        Field forces (uniform or central gravity) appear as edges from the ground to each
+        body they act on; a user constraint on several bodies as edges between each pair.
+        """
+        graph = nx.MultiGraph()
+        graph.add_node(self.ground.name, element=self.ground)
+        for body in self.bodies:
+            graph.add_node(body.name, element=body)
+        for joint in self.joints:
+            graph.add_edge(joint.body_a.name, joint.body_b.name, key=joint.name,
+                           element=joint, kind="joint")
+        for constraint in self.user_constraints:
+            names = [b.name for b in constraint.bodies]
+            for i, a in enumerate(names):
+                for b in names[i + 1:]:
+                    graph.add_edge(a, b, key=constraint.name, element=constraint,
+                                   kind="joint")
+        for force in self.forces:
+            acted = force.bodies_acted_on()
+            pairs = ([(self.ground.name, b.name) for b in acted] if force.is_field
+                     else [(a.name, b.name) for i, a in enumerate(acted) for b in acted[i + 1:]])
+            for a, b in pairs:
+                graph.add_edge(a, b, key=force.name, element=force, kind="force")
+        return graph
+
+    def _joint_graph(self) -> nx.MultiGraph:
+        graph = self.graph
+        joint_edges = [(a, b, k) for a, b, k, d in graph.edges(keys=True, data=True)
+                       if d["kind"] == "joint"]
+        out = nx.MultiGraph()
+        out.add_nodes_from(graph.nodes)
+        out.add_edges_from(joint_edges)
+        return out
+
+    def kinematic_loops(self) -> list[list[str]]:
+        """Independent closed loops of the joint graph (cycle basis; parallel joints between
+        the same two bodies count as loops too)."""
+        multi = self._joint_graph()
+        simple = nx.Graph(multi)
+        loops = [list(c) for c in nx.cycle_basis(simple)]
+        for a, b in simple.edges:
+            extra = multi.number_of_edges(a, b) - 1
+            loops.extend([[a, b]] * extra)
+        return loops
+
+    def floating_bodies(self) -> list[str]:
+        """Bodies not connected to the ground through joints."""
+        joints = self._joint_graph()
+        grounded = nx.node_connected_component(joints, self.ground.name)
+        return [b.name for b in self.bodies if b.name not in grounded]
+
+    def unconnected_bodies(self) -> list[str]:
+        """Bodies that no joint or force touches."""
+        graph = self.graph
+        return [b.name for b in self.bodies if graph.degree(b.name) == 0]
+
+    def compile(self) -> Model:
+        """Turn the system into a :class:`~mbs.model.Model` for the solvers."""
+        from mbs.compiler import compile_system
+
+        if not self.bodies:
+            raise ModelError("the system has no bodies; add a RigidBody or PointMass first")
+        return compile_system(self)
+
+    def summary(self, model: Model | None = None, print_it: bool = True) -> str:
+        """Bodies, joints, coordinates, constraints, degrees of freedom, redundant
+        constraints, floating bodies and kinematic loops; printed and returned."""
+        model = self.compile() if model is None else model
+        lines = [f"System with {len(self.bodies)} bodies, {len(self.joints)} joints, "
+                 f"{len(self.forces)} forces"]
+        for body in self.bodies:
+            info = model.body(body.name)
+            lines.append(f"  body  {body.name:<16} {type(body).__name__:<10} m = "
+                         f"{body.mass:.6g}  q[{info.coordinates.start}:"
+                         f"{info.coordinates.stop}]")
+        rows = model.constraint_rows
+        for joint in self.joints + self.user_constraints:
+            names = " - ".join(b.name for b in joint.bodies)
+            lines.append(f"  joint {joint.name:<16} {type(joint).__name__:<12} {names}  "
+                         f"({rows[joint.name].size} equations)")
+        for force in self.forces:
+            names = ", ".join(b.name for b in force.bodies_acted_on())
+            lines.append(f"  force {force.name:<16} {type(force).__name__:<14} on {names}")
+        lines.append(f"coordinates n = {model.n}, constraints m = {model.m}, degrees of "
+                     f"freedom = {model.degrees_of_freedom} (n - rank G at the initial state)")
+        if model.redundancies:
+            for red in model.redundancies:
+                lines.append(f"redundant: {red.count} equation(s) among joints "
+                             f"{', '.join(red.joints)}")
+        else:
+            lines.append("redundant constraints: none")
+        floating = self.floating_bodies()
+        lines.append(f"floating bodies (not jointed to ground): "
+                     f"{', '.join(floating) if floating else 'none'}")
+        loops = self.kinematic_loops()
+        lines.append(f"kinematic loops: {len(loops)}"
+                     + "".join(f"\n  loop: {' - '.join(loop)}" for loop in loops))
+        g, gv = model.initial_residuals()
+        lines.append(f"initial residuals: max |g| = {g:.3e}, max |G M^-1 p| = {gv:.3e}")
+        text = "\n".join(lines)
+        if print_it:
+            print(text)
+        return text
+
+    def __repr__(self) -> str:
+        return (f"System(bodies={len(self.bodies)}, joints={len(self.joints)}, "
+                f"forces={len(self.forces)})")
+

@@ -1,0 +1,58 @@
+"""Argument checks shared by every public constructor (errors name the element and the fix)."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from mbs.errors import ModelError, ModelTypeError
+
+
+def as_vector(value, length: int, what: str, owner: str) -> np.ndarray:
+    """Return ``value`` as a finite float array of shape (length,) or raise a clear error."""
+    try:
+        array = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ModelTypeError(f"{owner}: {what} must be {length} numbers, got {value!r}") from exc
+    if array.shape != (length,):
+        raise ModelError(f"{owner}: {what} must have {length} components, got shape "
+                         f"{array.shape} ({value!r})")
+    if not np.all(np.isfinite(array)):
+        raise ModelError(f"{owner}: {what} must be finite, got {value!r}")
+    return array
+
+
+def as_nonzero_vector(value, what: str, owner: str) -> np.ndarray:
+    """Return a finite non-zero 3-vector, normalised to unit length."""
+    array = as_vector(value, 3, what, owner)
+    norm = np.linalg.norm(array)
+    if norm == 0.0:
+        raise ModelError(f"{owner}: {what} is the zero vector; give a direction such as "
+                         f"(0, 0, 1)")
+    return array / norm
+
+
+def as_scalar(value, what: str, owner: str, *, positive: bool = False,
+              non_negative: bool = False) -> float:
+    """Return a finite float, optionally checked to be positive or non-negative."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | np.ndarray):
+        raise ModelTypeError(f"{owner}: {what} must be a real number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ModelTypeError(f"{owner}: {what} must be a real number, got {value!r}") from exc
+    if not np.isfinite(number):
+        raise ModelError(f"{owner}: {what} must be finite, got {value!r}")
+    if positive and number <= 0.0:
+        raise ModelError(f"{owner}: {what} must be positive, got {number!r}")
+    if non_negative and number < 0.0:
+        raise ModelError(f"{owner}: {what} must not be negative, got {number!r}")
+    return number
+
+
+def check_name(name, kind: str) -> str:
+    """Return ``name`` if it is a non-empty string."""
+    if not isinstance(name, str) or not name:
+        raise ModelTypeError(f"{kind}: name must be a non-empty string, got {name!r}")
+    return name
