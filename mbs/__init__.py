@@ -21,6 +21,8 @@ from mbs.rotations import (
     rotation_from_axis_angle,
     rotation_from_quaternion,
 )
+from mbs.simulate import simulate
+from mbs.solution import BodyTrajectory, Solution
 from mbs.system import System
 
 __version__ = "0.1.0"
@@ -29,5 +31,6 @@ __all__ = [
     "Ground", "InconsistentInitialStateError", "MbsError", "Model", "ModelError",
     "ModelTypeError", "PointMass", "RigidBody", "SolverError", "System", "bodies", "forces",
     "joints", "rotation_about_x", "rotation_about_y", "rotation_about_z",
-    "rotation_from_axis_angle", "rotation_from_quaternion", "solvers",
+    "rotation_from_axis_angle", "rotation_from_quaternion", "solvers", "simulate", "Solution",
+    "BodyTrajectory",
 ]

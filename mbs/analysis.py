@@ -104,6 +104,6 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
         if rank < joint_rows.size:
             null = u[:joint_rows.size, rank_total:]
             weight = np.max(np.abs(null), axis=1) if null.size else np.zeros(0)
-            involved = tuple(dict.fromkeys(owner[weight > 1e-8]))
+            involved = tuple(dict.fromkeys(str(name) for name in owner[weight > 1e-8]))
         results.append(BlockRank(names, joint_rows.size, rank, involved))
     return results

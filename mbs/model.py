@@ -133,6 +133,66 @@ class Model:
         """True when solvers should use sparse linear algebra."""
         return self.n > DENSE_LIMIT
 
+    # -- matrices in the format solvers should use (dense ndarray when small) -------------
+    @property
+    def dense(self) -> bool:
+        """True when the model is small enough for dense linear algebra."""
+        return not self.is_large
+
+    def mass_operator(self):
+        """Constant mass matrix, dense when :attr:`dense`."""
+        if not hasattr(self, "_mass_op"):
+            self._mass_op = self.mass_matrix.toarray() if self.dense else self.mass_matrix
+            self._inverse_mass_op = (self.inverse_mass_matrix.toarray() if self.dense
+                                     else self.inverse_mass_matrix)
+        return self._mass_op
+
+    def inverse_mass_operator(self):
+        """Constant inverse mass matrix, dense when :attr:`dense`."""
+        self.mass_operator()
+        return self._inverse_mass_op
+
+    def identity_operator(self):
+        """Identity (n, n), dense when :attr:`dense`."""
+        return np.eye(self.n) if self.dense else sp.identity(self.n, format="csr")
+
+    def jacobian_matrix(self, q: np.ndarray):
+        """G(q), dense when :attr:`dense`, else sparse."""
+        if self.dense and not self._user:
+            return self._table.jacobian_dense(q)
+        jac = self.constraint_jacobian(q)
+        return jac.toarray() if self.dense else jac
+
+    def hessian_product_matrix(self, q: np.ndarray, multipliers: np.ndarray):
+        """sum_k mult_k d2 g_k, dense when :attr:`dense`."""
+        if self.dense and not self._user:
+            return self._table.hessian_product_dense(multipliers)
+        out = self.constraint_hessian_product(q, multipliers)
+        return out.toarray() if self.dense else out
+
+    def hessian_vector_matrix(self, q: np.ndarray, w: np.ndarray):
+        """D_q[G(q) w], dense when :attr:`dense`."""
+        if self.dense and not self._user:
+            return self._table.hessian_vector_product_dense(w)
+        out = self.constraint_hessian_vector_product(q, w)
+        return out.toarray() if self.dense else out
+
+    def potential_hessian_matrix(self, q: np.ndarray):
+        """Hessian of V, dense when :attr:`dense`."""
+        if self.dense:
+            out = np.zeros((self.n, self.n))
+            for group in self.potential_groups:
+                out += group.hessian_dense(q)
+            return out
+        return self.potential_hessian(q)
+
+    def discrete_jacobian_matrix(self, q0: np.ndarray, q1: np.ndarray):
+        """D^G g(q0, q1), dense when :attr:`dense`."""
+        if self.dense and not self._user:
+            return self._table.jacobian_dense(0.5 * (q0 + q1))
+        out = self.constraint_discrete_jacobian(q0, q1)
+        return out.toarray() if self.dense else out
+
     # -- mass -----------------------------------------------------------------------------
     def apply_inverse_mass(self, p: np.ndarray) -> np.ndarray:
         """M^-1 p (blockwise constant inverse)."""
@@ -197,6 +257,22 @@ class Model:
             out = out + sp.csr_matrix((local.ravel(), (rows.ravel(), cols.ravel())),
                                       shape=(self.n, self.n))
         return out.tocsr()
+
+    def constraint_hessian_vector_product(self, q: np.ndarray, w: np.ndarray
+                                          ) -> sp.csr_matrix:
+        """D_q[G(q) w], sparse (m, n): row k is (d^2 g_k(q) w)^T. Together with
+        :meth:`constraint_hessian_product` it gives sum_k mult_k d^2 g_k w = (this)^T mult."""
+        out = self._table.hessian_vector_product(w)
+        if not self._user:
+            return out
+        blocks = [out]
+        for block in self._user:
+            c, ql, wl = block.constraint, q[block.indices], w[block.indices]
+            step = 1e-6 * max(1.0, float(np.max(np.abs(ql)))) / max(
+                float(np.max(np.abs(wl))), 1e-300)
+            local = (c.jacobian(ql + step * wl) - c.jacobian(ql - step * wl)) / (2 * step)
+            blocks.append(self._user_block(block, local))
+        return sp.vstack(blocks).tocsr()
 
     def constraint_discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray) -> sp.csr_matrix:
         """D^G g(q0, q1) with g(q1) - g(q0) = D^G g (q1 - q0): the midpoint Jacobian for the

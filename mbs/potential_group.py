@@ -47,7 +47,7 @@ class PotentialGroup:
 
     def gradient(self, q: np.ndarray) -> np.ndarray:
         dv = self.term.gradient(self.invariants(q), self.params).ravel()
-        return self.table.jacobian(q).T @ dv
+        return self.table.jacobian_transpose_product(q, dv)
 
     def hessian(self, q: np.ndarray) -> sp.csr_matrix:
         """sum_k dV~/dpi_k d^2 pi_k + (dpi/dq)^T d^2V~/dpi^2 (dpi/dq)."""
@@ -62,8 +62,18 @@ class PotentialGroup:
         jac = self.table.jacobian(q)
         return (self.table.hessian_product(dv) + jac.T @ block @ jac).tocsr()
 
+    def hessian_dense(self, q: np.ndarray) -> np.ndarray:
+        """Dense :meth:`hessian` (fast path for small models)."""
+        pi = self.invariants(q)
+        dv = self.term.gradient(pi, self.params).ravel()
+        d2v = self.term.hessian(pi, self.params)
+        jac = self.table.jacobian_dense(q)
+        stacked = jac.reshape(self.n_elements, self.n_invariants, -1)
+        weighted = np.einsum("eab,ebj->eaj", d2v, stacked).reshape(jac.shape)
+        return self.table.hessian_product_dense(dv) + jac.T @ weighted
+
     def discrete_gradient(self, q0: np.ndarray, q1: np.ndarray) -> np.ndarray:
         """(dpi/dq)(q_mid)^T D V~(pi0, pi1), seed 003 eqs. (125)-(126)."""
         d_tilde = discrete_invariant_gradient(
             self.term, self.invariants(q0), self.invariants(q1), self.params, self.scales)
-        return self.table.jacobian(0.5 * (q0 + q1)).T @ d_tilde.ravel()
+        return self.table.jacobian_transpose_product(0.5 * (q0 + q1), d_tilde.ravel())

@@ -166,6 +166,8 @@ class QuadraticTable:
         pos_quad_j = position[n_quad:2 * n_quad]
         pos_lin = position[2 * n_quad:]
         nnz = unique_keys.size
+        self._jac_keys = unique_keys
+        self._jac_rows = unique_keys // max(n, 1)
         self._jac_indices = (unique_keys % n).astype(np.int32) if n else unique_keys
         self._jac_indptr = np.searchsorted(
             unique_keys // max(n, 1), np.arange(n_rows + 1)).astype(np.int32)
@@ -183,6 +185,7 @@ class QuadraticTable:
         keys = rows * n + cols
         unique_keys, position = np.unique(keys, return_inverse=True)
         nnz = unique_keys.size
+        self._hess_keys = unique_keys
         self._hess_indices = (unique_keys % n).astype(np.int32) if n else unique_keys
         self._hess_indptr = np.searchsorted(
             unique_keys // max(n, 1), np.arange(n + 1)).astype(np.int32)
@@ -204,6 +207,35 @@ class QuadraticTable:
         """Dc(q) as a CSR matrix of shape (n_rows, n) with a pattern independent of q."""
         data = self._jac_map @ q + self._jac_offset
         return sp.csr_matrix((data, self._jac_indices, self._jac_indptr),
+                             shape=(self.n_rows, self.n))
+
+    def jacobian_transpose_product(self, q: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Dc(q)^T y without forming the matrix."""
+        data = self._jac_map @ q + self._jac_offset
+        return np.bincount(self._jac_indices, weights=data * y[self._jac_rows],
+                           minlength=self.n)
+
+    def jacobian_dense(self, q: np.ndarray) -> np.ndarray:
+        """Dc(q) as a dense array (fast path for small models)."""
+        out = np.zeros(self.n_rows * self.n)
+        out[self._jac_keys] = self._jac_map @ q + self._jac_offset
+        return out.reshape(self.n_rows, self.n)
+
+    def hessian_vector_product_dense(self, w: np.ndarray) -> np.ndarray:
+        """Dense :meth:`hessian_vector_product`."""
+        out = np.zeros(self.n_rows * self.n)
+        out[self._jac_keys] = self._jac_map @ w
+        return out.reshape(self.n_rows, self.n)
+
+    def hessian_product_dense(self, multipliers: np.ndarray) -> np.ndarray:
+        """Dense :meth:`hessian_product`."""
+        out = np.zeros(self.n * self.n)
+        out[self._hess_keys] = self._hess_map @ multipliers
+        return out.reshape(self.n, self.n)
+
+    def hessian_vector_product(self, w: np.ndarray) -> sp.csr_matrix:
+        """Matrix whose row k is (d^2 c_k w)^T, i.e. D_q[Dc(q) w]; constant in q."""
+        return sp.csr_matrix((self._jac_map @ w, self._jac_indices, self._jac_indptr),
                              shape=(self.n_rows, self.n))
 
     def hessian_product(self, multipliers: np.ndarray) -> sp.csr_matrix:

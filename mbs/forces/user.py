@@ -14,6 +14,9 @@ from mbs.validation import as_nonzero_vector, as_vector
 
 #: Relative step of the central differences used when the user gives no derivative of V~.
 FINITE_DIFFERENCE_STEP = 1e-6
+#: Relative step of the second differences of the energy when neither derivative is given
+#: (~eps^(1/4): truncation and round-off errors both ~1e-8 relative).
+HESSIAN_STEP = 1e-4
 
 
 class SquaredDistance:
@@ -129,12 +132,27 @@ def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[Invar
         if hessian is not None:
             return np.asarray(hessian(p), dtype=float).reshape(n, n)
         out = np.zeros((n, n))
+        if gradient is not None:
+            for k in range(n):
+                step = FINITE_DIFFERENCE_STEP * max(1.0, abs(p[k]))
+                e = np.zeros(n)
+                e[k] = step
+                out[:, k] = (scalar_gradient(p + e) - scalar_gradient(p - e)) / (2 * step)
+            return 0.5 * (out + out.T)
+        # Second differences of the energy itself: nesting two first differences of step
+        # FINITE_DIFFERENCE_STEP would leave a round-off error of ~eps / step^2 ~ 1e-4.
+        steps = HESSIAN_STEP * np.maximum(1.0, np.abs(p))
         for k in range(n):
-            step = FINITE_DIFFERENCE_STEP * max(1.0, abs(p[k]))
-            e = np.zeros(n)
-            e[k] = step
-            out[:, k] = (scalar_gradient(p + e) - scalar_gradient(p - e)) / (2 * step)
-        return 0.5 * (out + out.T)
+            ek = np.zeros(n)
+            ek[k] = steps[k]
+            for j in range(k, n):
+                ej = np.zeros(n)
+                ej[j] = steps[j]
+                out[k, j] = out[j, k] = (
+                    scalar_energy(p + ek + ej) - scalar_energy(p + ek - ej)
+                    - scalar_energy(p - ek + ej) + scalar_energy(p - ek - ej)
+                ) / (4.0 * steps[k] * steps[j])
+        return out
 
     class UserTerm(InvariantTerm):
         n_invariants = n

@@ -1,1 +1,68 @@
-"""Time integrators (see the solver table in README.md)."""
+"""Time integrators and their registry.
+
+========  ==========  ==========  ===================  =======================================
+name      order q, p  symplectic  energy / momentum    constraints exact at step ends
+========  ==========  ==========  ===================  =======================================
+em        2, 2        no          exact / exact        g(q^{n+1}), G M^-1 p^{n+1}
+ggl-vi-s  1, 1        yes         bounded / exact      g(q^{n+1}); G M^-1 p^{n+1} at q_bar
+ggl-vi-a  2, 2        yes         bounded / exact      none (g, G v at q^{n+theta})
+ggl-vi-b  1, 1        yes         bounded / exact      g(q^{n+1}); G v^{n+1} at q^{n+theta}
+rattle    2, 2        yes         bounded / exact      g(q^{n+1}), G M^-1 p^{n+1}
+========  ==========  ==========  ===================  =======================================
+
+(see :func:`solver_table` for the table generated from the registered properties).
+"""
+
+from __future__ import annotations
+
+from mbs.errors import ModelError, ModelTypeError
+from mbs.solvers.base import SchemeProperties, Solver, StepResult
+from mbs.solvers.energy_momentum import EnergyMomentum
+from mbs.solvers.ggl_vi import GGLVI
+from mbs.solvers.newton import NewtonOptions
+from mbs.solvers.rattle import Rattle
+
+#: Solver names accepted by :func:`mbs.simulate` and the factory building each.
+REGISTRY = {
+    "em": EnergyMomentum,
+    "ggl-vi-s": lambda **kw: GGLVI(variant="S", **kw),
+    "ggl-vi-a": lambda **kw: GGLVI(variant="A", **kw),
+    "ggl-vi-b": lambda **kw: GGLVI(variant="B", **kw),
+    "rattle": Rattle,
+}
+
+
+def make_solver(solver: str | Solver, **options) -> Solver:
+    """A solver instance from a registered name or an instance (returned unchanged)."""
+    if isinstance(solver, Solver):
+        if options:
+            raise ModelError("solver options can only be given with a solver name; set them "
+                             "on the instance instead")
+        return solver
+    if not isinstance(solver, str):
+        raise ModelTypeError(f"solver must be a name {sorted(REGISTRY)} or a Solver "
+                             f"instance, got {solver!r}")
+    key = solver.lower()
+    if key not in REGISTRY:
+        raise ModelError(f"unknown solver {solver!r}; choose one of {sorted(REGISTRY)}")
+    try:
+        return REGISTRY[key](**options)
+    except TypeError as exc:
+        raise ModelError(f"solver {solver!r}: invalid options {sorted(options)} ({exc})") from exc
+
+
+def solver_table() -> str:
+    """Markdown table of the registered solvers' properties."""
+    header = ("| solver | order q, p | symplectic | energy | momentum | constraints exact at "
+              "step ends | multipliers | source |\n|---|---|---|---|---|---|---|---|")
+    rows = []
+    for name in REGISTRY:
+        p = make_solver(name).properties
+        rows.append(f"| `{p.name}` | {p.order_q}, {p.order_p} | "
+                    f"{'yes' if p.symplectic else 'no'} | {p.energy} | {p.momentum} | "
+                    f"{p.constraints_at_step_end} | {p.multiplier_times} | {p.reference} |")
+    return "\n".join([header] + rows)
+
+
+__all__ = ["EnergyMomentum", "GGLVI", "NewtonOptions", "REGISTRY", "Rattle",
+           "SchemeProperties", "Solver", "StepResult", "make_solver", "solver_table"]

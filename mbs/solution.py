@@ -1,0 +1,164 @@
+"""Simulation results with conserved-quantity and constraint diagnostics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mbs.model import Model
+
+
+@dataclass
+class BodyTrajectory:
+    """Motion of one body along a solution (world frame unless stated).
+
+    Attributes
+    ----------
+    position : (N+1, 3)
+        Centre of mass (rigid body) or particle position.
+    rotation : (N+1, 3, 3) or None
+        Columns are the directors d1, d2, d3 (rigid bodies only).
+    velocity : (N+1, 3)
+        From v = M^-1 p at the nodes.
+    angular_velocity, angular_velocity_body : (N+1, 3) or None
+        omega = 1/2 sum_i d_i x d_i' (world) and R^T omega (body frame).
+    """
+
+    name: str
+    position: np.ndarray
+    velocity: np.ndarray
+    rotation: np.ndarray | None = None
+    angular_velocity: np.ndarray | None = None
+    angular_velocity_body: np.ndarray | None = None
+
+
+@dataclass
+class Solution:
+    """Time series returned by :func:`mbs.simulate`.
+
+    Attributes
+    ----------
+    model : Model
+    t : (N+1,) times.
+    q, p : (N+1, n) coordinates and conjugate momenta at the nodes t_n.
+    scheme_velocities : (N, n)
+        The scheme's own velocity unknown of step n -> n+1 (v^n for ggl-vi-s, v^{n+1} for
+        ggl-vi-a/b, v^{n+1/2} for em and rattle).
+    multipliers, velocity_multipliers : (N, m)
+        lambda and gamma of step n -> n+1; their time association is solver-specific and
+        given in ``solver_properties.multiplier_times``.
+    enforced_residuals : (N, 2)
+        Max-norm of the position- and velocity-level residuals the scheme itself enforces
+        in step n -> n+1 (possibly at an intermediate configuration).
+    stats : dict
+        "newton_iterations" (N,), "wall_time" (s), "solver", "h", "steps", and
+        "completed" (False if the run stopped early).
+    """
+
+    model: Model
+    t: np.ndarray
+    q: np.ndarray
+    p: np.ndarray
+    scheme_velocities: np.ndarray
+    multipliers: np.ndarray
+    velocity_multipliers: np.ndarray
+    enforced_residuals: np.ndarray
+    stats: dict = field(default_factory=dict)
+    solver_properties: object = None
+
+    @property
+    def velocities(self) -> np.ndarray:
+        """dq/dt at the nodes, M^-1 p, (N+1, n)."""
+        return (self.model.inverse_mass_matrix @ self.p.T).T
+
+    def __len__(self) -> int:
+        return self.t.size
+
+    # -- conserved quantities -------------------------------------------------------------
+    def kinetic_energy(self) -> np.ndarray:
+        return self.model.kinetic_energy(self.p)
+
+    def potential_energy(self) -> np.ndarray:
+        return self.model.potential_energy(self.q)
+
+    def energy(self) -> np.ndarray:
+        """Total energy at each node."""
+        return self.kinetic_energy() + self.potential_energy()
+
+    def linear_momentum(self) -> np.ndarray:
+        """(N+1, 3)."""
+        return self.model.linear_momentum(self.p)
+
+    def angular_momentum(self, about=(0.0, 0.0, 0.0)) -> np.ndarray:
+        """(N+1, 3) about the point ``about``."""
+        return self.model.angular_momentum(self.q, self.p, about=about)
+
+    def constraint_residuals(self) -> dict[str, np.ndarray]:
+        """Max-norm constraint residuals.
+
+        Returns
+        -------
+        dict with "position" g(q_n) (N+1,), "velocity" G(q_n) M^-1 p_n (N+1,), and
+        "enforced_position", "enforced_velocity" (N,): what the scheme itself enforces.
+        """
+        model = self.model
+        if model.m == 0:
+            zeros = np.zeros(self.t.size)
+            return {"position": zeros, "velocity": zeros,
+                    "enforced_position": zeros[1:], "enforced_velocity": zeros[1:]}
+        position = np.array([np.max(np.abs(model.constraints(q))) for q in self.q])
+        velocity = np.array([np.max(np.abs(model.velocity_constraints(q, p)))
+                             for q, p in zip(self.q, self.p)])
+        return {"position": position, "velocity": velocity,
+                "enforced_position": self.enforced_residuals[:, 0],
+                "enforced_velocity": self.enforced_residuals[:, 1]}
+
+    # -- bodies ---------------------------------------------------------------------------
+    def body(self, name: str) -> BodyTrajectory:
+        """Trajectory of body ``name``."""
+        info = self.model.body(name)
+        coords = self.q[:, info.coordinates]
+        rates = self.velocities[:, info.coordinates]
+        if info.kind == "point":
+            return BodyTrajectory(name, coords.copy(), rates.copy())
+        directors = coords[:, 3:].reshape(-1, 3, 3)  # [step, i, component]
+        director_rates = rates[:, 3:].reshape(-1, 3, 3)
+        rotation = np.transpose(directors, (0, 2, 1))
+        omega = 0.5 * np.cross(directors, director_rates).sum(axis=1)
+        omega_body = np.einsum("nji,nj->ni", rotation, omega)
+        return BodyTrajectory(name, coords[:, :3].copy(), rates[:, :3].copy(), rotation,
+                              omega, omega_body)
+
+    # -- summary --------------------------------------------------------------------------
+    def conservation_summary(self, about=(0.0, 0.0, 0.0)) -> str:
+        """Relative drifts of energy and momenta and the worst constraint residuals."""
+        energy = self.energy()
+        scale = max(abs(energy[0]), float(np.max(np.abs(self.kinetic_energy()))), 1e-300)
+        angular = self.angular_momentum(about)
+        linear = self.linear_momentum()
+        res = self.constraint_residuals()
+        a_scale = max(float(np.max(np.linalg.norm(angular, axis=1))), 1e-300)
+        l_scale = max(float(np.max(np.linalg.norm(linear, axis=1))), 1e-300)
+        props = self.solver_properties
+        lines = [
+            f"solver {self.stats.get('solver')}  h = {self.stats.get('h')}  steps = "
+            f"{self.t.size - 1}  t = [{self.t[0]:g}, {self.t[-1]:g}]  wall time "
+            f"{self.stats.get('wall_time', float('nan')):.3f} s  mean Newton iterations "
+            f"{np.mean(self.stats.get('newton_iterations', [np.nan])):.2f}",
+            f"energy            E0 = {energy[0]:.12g}, max |E - E0| / |E0| = "
+            f"{np.max(np.abs(energy - energy[0])) / scale:.3e}",
+            f"angular momentum  J0 = {np.array2string(angular[0], precision=8)}, "
+            f"max |J - J0| / |J| = "
+            f"{np.max(np.linalg.norm(angular - angular[0], axis=1)) / a_scale:.3e}",
+            f"linear momentum   max |L - L0| / |L| = "
+            f"{np.max(np.linalg.norm(linear - linear[0], axis=1)) / l_scale:.3e}"
+            + ("  (external forces act: not conserved)" if self.model.gravity is not None
+               else ""),
+            f"constraints       max |g(q_n)| = {np.max(res['position']):.3e}, max |G M^-1 "
+            f"p_n| = {np.max(res['velocity']):.3e}",
+            f"scheme enforces   {getattr(props, 'constraints_at_step_end', '?')}: max "
+            f"{np.max(res['enforced_position'], initial=0):.3e} (position), "
+            f"{np.max(res['enforced_velocity'], initial=0):.3e} (velocity)",
+        ]
+        return "\n".join(lines)

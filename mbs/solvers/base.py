@@ -1,0 +1,124 @@
+"""Solver base class, step results and the property record every scheme registers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from mbs.model import Model
+from mbs.solvers.newton import NewtonOptions
+
+
+@dataclass(frozen=True)
+class SchemeProperties:
+    """What a scheme promises (the README solver table is generated from these)."""
+
+    name: str
+    order_q: str
+    order_p: str
+    symplectic: bool
+    energy: str
+    momentum: str
+    constraints_at_step_end: str
+    multiplier_times: str
+    reference: str
+
+
+@dataclass
+class StepResult:
+    """One accepted step n -> n+1.
+
+    ``velocity`` is the scheme's velocity unknown (v^n for VI-S, v^{n+1} for VI-A/B,
+    v^{n+1/2} for EM, M^-1 p^{n+1/2} for RATTLE); ``multiplier`` and
+    ``velocity_multiplier`` are the scheme's lambda and gamma (see ``multiplier_times``).
+    ``enforced`` holds max-norms of the position- and velocity-level residuals the scheme
+    itself enforces (which may be at an intermediate configuration).
+    """
+
+    q: np.ndarray
+    p: np.ndarray
+    velocity: np.ndarray
+    multiplier: np.ndarray
+    velocity_multiplier: np.ndarray
+    iterations: int
+    enforced: tuple[float, float]
+
+
+@dataclass
+class Solver:
+    """Base class of the time integrators; subclasses implement :meth:`step`.
+
+    Attributes
+    ----------
+    newton : NewtonOptions
+        Tolerance (default 1e-12 relative increment) and iteration limit.
+    initial_guess : {"advanced", "simple"}
+        Newton predictor, seed 003 section 6.3: "simple" takes the values at t^n,
+        "advanced" q^n + h M^-1 p^n (fewer iterations).
+    """
+
+    newton: NewtonOptions = field(default_factory=NewtonOptions)
+    initial_guess: str = "advanced"
+
+    properties = SchemeProperties("base", "-", "-", False, "-", "-", "-", "-", "-")
+
+    def __post_init__(self):
+        from mbs.errors import ModelError
+
+        if self.initial_guess not in ("advanced", "simple"):
+            raise ModelError(f"{type(self).__name__}: initial_guess must be 'advanced' or "
+                             f"'simple', got {self.initial_guess!r}")
+        if not (0.0 < self.newton.tolerance < 1.0) or self.newton.max_iterations < 1:
+            raise ModelError(f"{type(self).__name__}: Newton tolerance must be in (0, 1) and "
+                             f"max_iterations >= 1")
+
+    @property
+    def name(self) -> str:
+        return self.properties.name
+
+    def start(self, model: Model, q0: np.ndarray, p0: np.ndarray, h: float) -> None:
+        """Prepare for a run (constant matrices, previous multipliers)."""
+        self.model = model
+        self.h = h
+        self._mass = model.mass_operator()
+        self._minv = model.inverse_mass_operator()
+        self._identity = model.identity_operator()
+        self._lam = np.zeros(model.m)
+        self._gam = np.zeros(model.m)
+
+    def step(self, q: np.ndarray, p: np.ndarray) -> StepResult:
+        raise NotImplementedError
+
+    # helpers ------------------------------------------------------------------------------
+    def _predict(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
+        if self.initial_guess == "advanced":
+            return q + self.h * self.model.apply_inverse_mass(p)
+        return q.copy()
+
+    def _scales(self, q: np.ndarray, p: np.ndarray) -> tuple[float, float]:
+        force = float(np.max(np.abs(self.model.potential_gradient(q)))) if q.size else 0.0
+        return (max(float(np.max(np.abs(q))), 1e-300),
+                max(float(np.max(np.abs(p))), self.h * force, 1e-300))
+
+    def _max(self, values: np.ndarray) -> float:
+        return float(np.max(np.abs(values))) if values.size else 0.0
+
+
+def assemble(blocks: list[list], dense: bool):
+    """Block matrix from a grid of blocks (None = zero): dense ndarray or sparse CSC."""
+    if not dense:
+        return sp.bmat(blocks, format="csc")
+    rows = [next(b.shape[0] for b in row if b is not None) for row in blocks]
+    cols = [next(blocks[i][j].shape[1] for i in range(len(blocks)) if blocks[i][j] is not None)
+            for j in range(len(blocks[0]))]
+    row_start = np.concatenate([[0], np.cumsum(rows)])
+    col_start = np.concatenate([[0], np.cumsum(cols)])
+    out = np.zeros((row_start[-1], col_start[-1]))
+    for i, row in enumerate(blocks):
+        for j, block in enumerate(row):
+            if block is not None:
+                out[row_start[i]:row_start[i + 1], col_start[j]:col_start[j + 1]] = (
+                    block.toarray() if sp.issparse(block) else block)
+    return out

@@ -1,0 +1,91 @@
+"""Energy-momentum scheme of seed 003, eqs. (84a-e)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
+from mbs.solvers.newton import newton
+
+
+@dataclass
+class EnergyMomentum(Solver):
+    """Energy-momentum (EM) scheme with primary and secondary constraints (seed 003, (84)).
+
+    Unknowns per step: q^{n+1}, p^{n+1}, lambda^{n+1}, gamma^{n+1}; v^{n+1/2} = M^-1 p^{n+1/2}
+    is eliminated with (84c). With the Model's discrete derivatives (midpoint for the quadratic
+    constraints and kinetic energy, the invariant-based discrete gradient (125)-(126) for the
+    potential) the residual is::
+
+        M (q1 - q0)/h - p_mid - G(q_mid)^T gamma                       = 0   (84a)
+        (p1 - p0)/h + D^G V(q0, q1) + D^G g^T lambda
+                    + sum_k gamma_k d2 g_k M^-1 p_mid                   = 0   (84b)
+        g(q1)                                                           = 0   (84d)
+        G(q1) M^-1 p1                                                   = 0   (84e)
+
+    ============================  ==============================================================
+    order (q, p)                  2, 2 (lambda: 1)
+    symplectic                    no
+    energy                        conserved to round-off (given Newton tolerance 1e-12)
+    momentum                      linear and angular momentum maps conserved for symmetric
+                                  potentials (quadratic invariants); not for user constraints
+                                  that are not quadratic
+    constraints at step ends      g(q^{n+1}) = 0 and G(q^{n+1}) M^-1 p^{n+1} = 0 exactly
+    ============================  ==============================================================
+
+    Newton's Jacobian is analytic, except that the derivative of the discrete gradient of a
+    non-quadratic potential is taken as 1/2 grad^2 V(q_mid) (exact for quadratic potentials;
+    it still converges, slightly less than quadratically).
+    """
+
+    properties = SchemeProperties(
+        name="em", order_q="2", order_p="2", symplectic=False,
+        energy="exact (round-off)", momentum="exact (symmetric potentials)",
+        constraints_at_step_end="g(q^{n+1}) and G M^-1 p^{n+1}",
+        multiplier_times="lambda^{n+1}, gamma^{n+1}", reference="seed 003, (84)")
+
+    def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+        model, h, n, m = self.model, self.h, self.model.n, self.model.m
+        mass, minv, eye, dense = self._mass, self._minv, self._identity, model.dense
+        blocks = [slice(0, n), slice(n, 2 * n)]
+
+        def residual_and_jacobian(x):
+            q1, p1 = x[:n], x[n:2 * n]
+            lam, gam = x[2 * n:2 * n + m], x[2 * n + m:]
+            q_mid, p_mid = 0.5 * (q0 + q1), 0.5 * (p0 + p1)
+            v_mid = minv @ p_mid
+            g_mid = model.discrete_jacobian_matrix(q0, q1)
+            h_gam = model.hessian_product_matrix(q_mid, gam)
+            h_lam = model.hessian_product_matrix(q_mid, lam)
+            g1 = model.jacobian_matrix(q1)
+            v1 = minv @ p1
+            r_a = mass @ (q1 - q0) / h - p_mid - g_mid.T @ gam
+            r_b = ((p1 - p0) / h + model.potential_discrete_gradient(q0, q1)
+                   + g_mid.T @ lam + h_gam @ v_mid)
+            residual = np.concatenate([r_a, r_b, model.constraints(q1), g1 @ v1])
+            hess_v = model.potential_hessian_matrix(q_mid)
+            if m == 0:
+                return residual, assemble([[mass / h, -0.5 * eye],
+                                           [0.5 * hess_v, eye / h]], dense)
+            jac = assemble([
+                [mass / h - 0.5 * h_gam, -0.5 * eye, None, -g_mid.T],
+                [0.5 * (hess_v + h_lam), eye / h + 0.5 * (h_gam @ minv), g_mid.T,
+                 model.hessian_vector_matrix(q_mid, v_mid).T],
+                [g1, None, None, None],
+                [model.hessian_vector_matrix(q1, v1), g1 @ minv, None, None],
+            ], dense)
+            return residual, jac
+
+        q_scale, p_scale = self._scales(q0, p0)
+        x0 = np.concatenate([self._predict(q0, p0), p0, self._lam, np.zeros(m)])
+        x, iterations, _ = newton(residual_and_jacobian, x0, blocks, [q_scale, p_scale],
+                                  self.newton)
+        q1, p1 = x[:n], x[n:2 * n]
+        self._lam = x[2 * n:2 * n + m]
+        gam = x[2 * n + m:]
+        enforced = (self._max(model.constraints(q1)),
+                    self._max(model.velocity_constraints(q1, p1)))
+        return StepResult(q1, p1, model.apply_inverse_mass(0.5 * (p0 + p1)), self._lam.copy(), gam,
+                          iterations, enforced)

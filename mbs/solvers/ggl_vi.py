@@ -1,0 +1,211 @@
+"""GGL variational integrators of seed 003: first-order scheme (55) and theta-methods (79), (82).
+
+All three are symplectic and conserve momentum maps of symmetric systems (seed 003, App. A.6,
+A.7). They differ in where the position constraint g and the velocity constraint G v are
+enforced:
+
+* variant "S" (55): g(q^{n+1}) = 0 and G(q_bar) M^-1 p^{n+1} = 0 with q_bar = q^n + h v^n;
+* variant "A" (79): g(q^{n+theta}) = 0 and G(q^{n+theta}) v^{n+1} = 0 only (both are violated
+  at the step ends by design);
+* variant "B" (82): g(q^{n+1}) = 0 and G(q^{n+theta}) v^{n+1} = 0.
+
+Here q^{n+theta} = (1 - theta) q^n + theta q^{n+1} and p^{n+1-theta} = theta p^n +
+(1 - theta) p^{n+1}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mbs.errors import ModelError
+from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
+from mbs.solvers.newton import newton
+
+_PROPERTIES = {
+    "S": SchemeProperties(
+        name="ggl-vi-s", order_q="1", order_p="1", symplectic=True,
+        energy="bounded oscillation", momentum="exact (symmetric potentials)",
+        constraints_at_step_end="g(q^{n+1}); G(q_bar) M^-1 p^{n+1} at q_bar = q^n + h v^n",
+        multiplier_times="lambda^n, gamma^{n+1}", reference="seed 003, (55)"),
+    "A": SchemeProperties(
+        name="ggl-vi-a", order_q="2", order_p="2", symplectic=True,
+        energy="bounded oscillation", momentum="exact (symmetric potentials)",
+        constraints_at_step_end="none: g and G v hold at q^{n+theta} only",
+        multiplier_times="lambda^n, gamma^n", reference="seed 003, (79)"),
+    "B": SchemeProperties(
+        name="ggl-vi-b", order_q="1", order_p="1", symplectic=True,
+        energy="bounded oscillation", momentum="exact (symmetric potentials)",
+        constraints_at_step_end="g(q^{n+1}); G v^{n+1} at q^{n+theta}",
+        multiplier_times="lambda^n, gamma^n", reference="seed 003, (82)"),
+}
+
+
+@dataclass
+class GGLVI(Solver):
+    """GGL variational integrator (seed 003, section 4).
+
+    Parameters
+    ----------
+    variant : {"S", "A", "B"}
+        "S" first-order scheme (55); "A" theta-method with intermediate constraint
+        evaluation (79); "B" theta-method with trapezoidal constraint evaluation (82).
+    theta : float or None
+        Variant A: theta in (0, 1), default 1/2 (second order). Variant B: theta in [0, 1],
+        default 1 (scheme (83)). Ignored by variant S.
+    vartheta : float or None
+        Variant B only: in (0, 1], default 1/2.
+
+    ==========  =========  ==========  =====================================================
+    variant     order q,p  symplectic  constraints exact at step ends
+    ==========  =========  ==========  =====================================================
+    S           1, 1       yes         g(q^{n+1}); velocity constraint only at q_bar
+    A (th=1/2)  2, 2       yes         none (g, G v at q^{n+theta})
+    B (83)      1, 1       yes         g(q^{n+1}); G v^{n+1} at q^{n+theta}
+    ==========  =========  ==========  =====================================================
+
+    Energy is not conserved but oscillates boundedly; momentum maps of symmetric systems are
+    conserved to round-off. Newton Jacobians are analytic (exact for quadratic constraints).
+    """
+
+    variant: str = "A"
+    theta: float | None = None
+    vartheta: float | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        variant = str(self.variant).upper()
+        if variant not in _PROPERTIES:
+            raise ModelError(f"GGLVI: variant must be 'S', 'A' or 'B', got {self.variant!r}")
+        self.variant = variant
+        if variant == "A":
+            self.theta = 0.5 if self.theta is None else float(self.theta)
+            if not 0.0 < self.theta < 1.0:
+                raise ModelError(f"GGLVI variant A: theta must lie in (0, 1), got "
+                                 f"{self.theta}")
+        elif variant == "B":
+            self.theta = 1.0 if self.theta is None else float(self.theta)
+            self.vartheta = 0.5 if self.vartheta is None else float(self.vartheta)
+            if not 0.0 <= self.theta <= 1.0:
+                raise ModelError(f"GGLVI variant B: theta must lie in [0, 1], got "
+                                 f"{self.theta}")
+            if not 0.0 < self.vartheta <= 1.0:
+                raise ModelError(f"GGLVI variant B: vartheta must lie in (0, 1], got "
+                                 f"{self.vartheta}")
+        self.properties = _PROPERTIES[variant]
+
+    def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+        if self.variant == "S":
+            return self._step_first_order(q0, p0)
+        return self._step_theta(q0, p0)
+
+    # -- (55) -------------------------------------------------------------------------------
+    def _step_first_order(self, q0, p0) -> StepResult:
+        model, h, n, m = self.model, self.h, self.model.n, self.model.m
+        mass, minv, eye, dense = self._mass, self._minv, self._identity, model.dense
+        force0 = model.potential_gradient(q0)
+        jac0 = model.jacobian_matrix(q0)
+        # unknowns x = (q1, p1, v, lambda^n, gamma^{n+1})
+
+        def residual_and_jacobian(x):
+            q1, p1, v = x[:n], x[n:2 * n], x[2 * n:3 * n]
+            lam, gam = x[3 * n:3 * n + m], x[3 * n + m:]
+            q_bar = q0 + h * v
+            w = minv @ p1
+            g_bar = model.jacobian_matrix(q_bar)
+            h_gam = model.hessian_product_matrix(q_bar, gam)
+            k_w = model.hessian_vector_matrix(q_bar, w)
+            residual = np.concatenate([
+                mass @ (q1 - q0) / h - mass @ v - g_bar.T @ gam,          # (55a)
+                (p1 - p0) / h + force0 + jac0.T @ lam + h_gam @ w,       # (55b)
+                mass @ v - p1 - h * (h_gam @ w),                         # (55c)
+                model.constraints(q1),                                   # (55d)
+                g_bar @ w,                                               # (55e)
+            ])
+            jac = assemble([
+                [mass / h, None, -mass - h * h_gam, None, -g_bar.T],
+                [None, eye / h + h_gam @ minv, None, jac0.T, k_w.T],
+                [None, -eye - h * (h_gam @ minv), mass, None, -h * k_w.T],
+                [model.jacobian_matrix(q1), None, None, None, None],
+                [None, g_bar @ minv, h * k_w, None, None],
+            ], dense)
+            return residual, jac
+
+        v_guess = minv @ p0
+        q_guess = self._predict(q0, p0)
+        x0 = np.concatenate([q_guess, p0, v_guess, self._lam, self._gam])
+        q_scale, p_scale = self._scales(q0, p0)
+        x, iterations, _ = newton(residual_and_jacobian, x0,
+                                  [slice(0, n), slice(n, 2 * n)], [q_scale, p_scale],
+                                  self.newton)
+        q1, p1, v = x[:n], x[n:2 * n], x[2 * n:3 * n]
+        self._lam, self._gam = x[3 * n:3 * n + m], x[3 * n + m:]
+        q_bar = q0 + h * v
+        enforced = (self._max(model.constraints(q1)),
+                    self._max(model.constraint_jacobian(q_bar) @ (minv @ p1)))
+        return StepResult(q1, p1, v, self._lam.copy(), self._gam.copy(), iterations, enforced)
+
+    # -- (79) and (82) ----------------------------------------------------------------------
+    def _step_theta(self, q0, p0) -> StepResult:
+        model, h, n, m = self.model, self.h, self.model.n, self.model.m
+        mass, minv, eye, dense = self._mass, self._minv, self._identity, model.dense
+        theta = self.theta
+        option_b = self.variant == "B"
+        vartheta = self.vartheta if option_b else None
+        jac0 = model.jacobian_matrix(q0)
+        # unknowns x = (q1, p1, v1, lambda^n, gamma^n)
+
+        def residual_and_jacobian(x):
+            q1, p1, v1 = x[:n], x[n:2 * n], x[2 * n:3 * n]
+            lam, gam = x[3 * n:3 * n + m], x[3 * n + m:]
+            q_th = (1.0 - theta) * q0 + theta * q1
+            g_th = model.jacobian_matrix(q_th)
+            h_gam = model.hessian_product_matrix(q_th, gam)
+            h_lam = model.hessian_product_matrix(q_th, lam)
+            k_v = model.hessian_vector_matrix(q_th, v1)
+            hess_v = model.potential_hessian_matrix(q_th)
+            r_a = mass @ (q1 - q0) / h - mass @ v1 - g_th.T @ gam
+            r_c = mass @ v1 - theta * p0 - (1.0 - theta) * p1
+            if option_b:
+                jac1 = model.jacobian_matrix(q1)
+                g_trap = (1.0 - vartheta) * jac0 + vartheta * jac1
+                g_c = h * (theta * (1.0 - vartheta) * jac0 - (1.0 - theta) * vartheta * jac1)
+                r_b = ((p1 - p0) / h + model.potential_gradient(q_th) + g_trap.T @ lam
+                       + h_gam @ v1)
+                r_c = r_c + g_c.T @ lam
+                r_d = model.constraints(q1)
+                d_rb_dq = theta * hess_v + vartheta * h_lam
+                d_rc_dq = -h * (1.0 - theta) * vartheta * h_lam
+                d_rd_dq = jac1
+                d_rb_dlam, d_rc_dlam = g_trap.T, g_c.T
+            else:
+                r_b = ((p1 - p0) / h + model.potential_gradient(q_th) + g_th.T @ lam
+                       + h_gam @ v1)
+                r_d = model.constraints(q_th)
+                d_rb_dq = theta * (hess_v + h_lam)
+                d_rc_dq = None
+                d_rd_dq = theta * g_th
+                d_rb_dlam, d_rc_dlam = g_th.T, None
+            residual = np.concatenate([r_a, r_b, r_c, r_d, g_th @ v1])
+            jac = assemble([
+                [mass / h - theta * h_gam, None, -mass, None, -g_th.T],
+                [d_rb_dq, eye / h, h_gam, d_rb_dlam, k_v.T],
+                [d_rc_dq, -(1.0 - theta) * eye, mass, d_rc_dlam, None],
+                [d_rd_dq, None, None, None, None],
+                [theta * k_v, None, g_th, None, None],
+            ], dense)
+            return residual, jac
+
+        x0 = np.concatenate([self._predict(q0, p0), p0, minv @ p0, self._lam, self._gam])
+        q_scale, p_scale = self._scales(q0, p0)
+        x, iterations, _ = newton(residual_and_jacobian, x0,
+                                  [slice(0, n), slice(n, 2 * n)], [q_scale, p_scale],
+                                  self.newton)
+        q1, p1, v1 = x[:n], x[n:2 * n], x[2 * n:3 * n]
+        self._lam, self._gam = x[3 * n:3 * n + m], x[3 * n + m:]
+        q_th = (1.0 - theta) * q0 + theta * q1
+        position = model.constraints(q1) if option_b else model.constraints(q_th)
+        enforced = (self._max(position),
+                    self._max(model.constraint_jacobian(q_th) @ v1))
+        return StepResult(q1, p1, v1, self._lam.copy(), self._gam.copy(), iterations, enforced)
