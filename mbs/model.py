@@ -186,6 +186,17 @@ class Model:
             return out
         return self.potential_hessian(q)
 
+    def potential_discrete_gradient_jacobian_matrix(self, q0: np.ndarray, q1: np.ndarray):
+        """d D^G V(q0, q1) / d q1 (see PotentialGroup.discrete_gradient_jacobian), dense when
+        :attr:`dense`."""
+        if self.dense:
+            out = np.zeros((self.n, self.n))
+        else:
+            out = sp.csr_matrix((self.n, self.n))
+        for group in self.potential_groups:
+            out = out + group.discrete_gradient_jacobian(q0, q1, self.dense)
+        return out
+
     def discrete_jacobian_matrix(self, q0: np.ndarray, q1: np.ndarray):
         """D^G g(q0, q1), dense when :attr:`dense`."""
         if self.dense and not self._user:

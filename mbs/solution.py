@@ -137,6 +137,14 @@ class Solution:
         scale = max(abs(energy[0]), float(np.max(np.abs(self.kinetic_energy()))), 1e-300)
         angular = self.angular_momentum(about)
         linear = self.linear_momentum()
+        gravity = self.model.gravity
+        if gravity is not None and np.linalg.norm(gravity) > 0.0:
+            # Under uniform gravity only the component about the vertical is a first integral.
+            axis = -gravity / np.linalg.norm(gravity)
+            angular_label = "vertical angular momentum"
+            angular = (angular @ axis)[:, None]
+        else:
+            angular_label = "angular momentum"
         res = self.constraint_residuals()
         a_scale = max(float(np.max(np.linalg.norm(angular, axis=1))), 1e-300)
         l_scale = max(float(np.max(np.linalg.norm(linear, axis=1))), 1e-300)
@@ -148,8 +156,8 @@ class Solution:
             f"{np.mean(self.stats.get('newton_iterations', [np.nan])):.2f}",
             f"energy            E0 = {energy[0]:.12g}, max |E - E0| / |E0| = "
             f"{np.max(np.abs(energy - energy[0])) / scale:.3e}",
-            f"angular momentum  J0 = {np.array2string(angular[0], precision=8)}, "
-            f"max |J - J0| / |J| = "
+            f"{angular_label}  J0 = {np.array2string(angular[0], precision=8)}, "
+            f"max |J - J0| / max |J| = "
             f"{np.max(np.linalg.norm(angular - angular[0], axis=1)) / a_scale:.3e}",
             f"linear momentum   max |L - L0| / |L| = "
             f"{np.max(np.linalg.norm(linear - linear[0], axis=1)) / l_scale:.3e}"

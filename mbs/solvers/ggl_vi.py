@@ -15,6 +15,7 @@ Here q^{n+theta} = (1 - theta) q^n + theta q^{n+1} and p^{n+1-theta} = theta p^n
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,8 +53,11 @@ class GGLVI(Solver):
         "S" first-order scheme (55); "A" theta-method with intermediate constraint
         evaluation (79); "B" theta-method with trapezoidal constraint evaluation (82).
     theta : float or None
-        Variant A: theta in (0, 1), default 1/2 (second order). Variant B: theta in [0, 1],
-        default 1 (scheme (83)). Ignored by variant S.
+        Variant A: theta in (0, 1), default 1/2 (second order); theta < 1/2 is accepted but
+        warned about: enforcing g at q^{n+theta} multiplies a deviation of q^n from the
+        constraint manifold by -(1 - theta)/theta each step, so the scheme blows up (measured
+        on the 3D pendulum with theta = 0.3). Variant B: theta in [0, 1], default 1 (scheme
+        (83)). Ignored by variant S.
     vartheta : float or None
         Variant B only: in (0, 1], default 1/2.
 
@@ -84,6 +88,13 @@ class GGLVI(Solver):
             if not 0.0 < self.theta < 1.0:
                 raise ModelError(f"GGLVI variant A: theta must lie in (0, 1), got "
                                  f"{self.theta}")
+            if self.theta < 0.5:
+                # g(q^{n+theta}) = 0 maps a normal deviation e_n of q^n to
+                # e_{n+1} = -(1 - theta)/theta e_n: growth for theta < 1/2.
+                warnings.warn(
+                    f"GGLVI variant A with theta = {self.theta} < 1/2 amplifies constraint "
+                    f"drift by (1 - theta)/theta = {(1 - self.theta) / self.theta:.3g} per step "
+                    f"and is unstable; use theta >= 1/2", stacklevel=3)
         elif variant == "B":
             self.theta = 1.0 if self.theta is None else float(self.theta)
             self.vartheta = 0.5 if self.vartheta is None else float(self.vartheta)
@@ -95,13 +106,33 @@ class GGLVI(Solver):
                                  f"{self.vartheta}")
         self.properties = _PROPERTIES[variant]
 
-    def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+    def newton_system(self, q0: np.ndarray, p0: np.ndarray):
+        """(residual_and_jacobian, x0) of the step from (q0, p0); x = (q1, p1, v, lambda,
+        gamma)."""
         if self.variant == "S":
-            return self._step_first_order(q0, p0)
-        return self._step_theta(q0, p0)
+            return self._system_first_order(q0, p0)
+        return self._system_theta(q0, p0)
+
+    def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+        model, h, n, m = self.model, self.h, self.model.n, self.model.m
+        residual_and_jacobian, x0 = self.newton_system(q0, p0)
+        x, iterations, _ = newton(residual_and_jacobian, x0, [slice(0, n), slice(n, 2 * n)],
+                                  list(self._scales(q0, p0)), self.newton)
+        q1, p1, v = x[:n], x[n:2 * n], x[2 * n:3 * n]
+        self._lam, self._gam = x[3 * n:3 * n + m], x[3 * n + m:]
+        if self.variant == "S":
+            q_bar = q0 + h * v
+            position = model.constraints(q1)
+            velocity = model.velocity_constraints(q_bar, p1)
+        else:
+            q_th = (1.0 - self.theta) * q0 + self.theta * q1
+            position = model.constraints(q1 if self.variant == "B" else q_th)
+            velocity = model.constraint_jacobian(q_th) @ v
+        return StepResult(q1, p1, v, self._lam.copy(), self._gam.copy(), iterations,
+                          (self._max(position), self._max(velocity)))
 
     # -- (55) -------------------------------------------------------------------------------
-    def _step_first_order(self, q0, p0) -> StepResult:
+    def _system_first_order(self, q0, p0):
         model, h, n, m = self.model, self.h, self.model.n, self.model.m
         mass, minv, eye, dense = self._mass, self._minv, self._identity, model.dense
         force0 = model.potential_gradient(q0)
@@ -132,22 +163,11 @@ class GGLVI(Solver):
             ], dense)
             return residual, jac
 
-        v_guess = minv @ p0
-        q_guess = self._predict(q0, p0)
-        x0 = np.concatenate([q_guess, p0, v_guess, self._lam, self._gam])
-        q_scale, p_scale = self._scales(q0, p0)
-        x, iterations, _ = newton(residual_and_jacobian, x0,
-                                  [slice(0, n), slice(n, 2 * n)], [q_scale, p_scale],
-                                  self.newton)
-        q1, p1, v = x[:n], x[n:2 * n], x[2 * n:3 * n]
-        self._lam, self._gam = x[3 * n:3 * n + m], x[3 * n + m:]
-        q_bar = q0 + h * v
-        enforced = (self._max(model.constraints(q1)),
-                    self._max(model.constraint_jacobian(q_bar) @ (minv @ p1)))
-        return StepResult(q1, p1, v, self._lam.copy(), self._gam.copy(), iterations, enforced)
+        x0 = np.concatenate([self._predict(q0, p0), p0, minv @ p0, self._lam, self._gam])
+        return residual_and_jacobian, x0
 
     # -- (79) and (82) ----------------------------------------------------------------------
-    def _step_theta(self, q0, p0) -> StepResult:
+    def _system_theta(self, q0, p0):
         model, h, n, m = self.model, self.h, self.model.n, self.model.m
         mass, minv, eye, dense = self._mass, self._minv, self._identity, model.dense
         theta = self.theta
@@ -198,14 +218,4 @@ class GGLVI(Solver):
             return residual, jac
 
         x0 = np.concatenate([self._predict(q0, p0), p0, minv @ p0, self._lam, self._gam])
-        q_scale, p_scale = self._scales(q0, p0)
-        x, iterations, _ = newton(residual_and_jacobian, x0,
-                                  [slice(0, n), slice(n, 2 * n)], [q_scale, p_scale],
-                                  self.newton)
-        q1, p1, v1 = x[:n], x[n:2 * n], x[2 * n:3 * n]
-        self._lam, self._gam = x[3 * n:3 * n + m], x[3 * n + m:]
-        q_th = (1.0 - theta) * q0 + theta * q1
-        position = model.constraints(q1) if option_b else model.constraints(q_th)
-        enforced = (self._max(position),
-                    self._max(model.constraint_jacobian(q_th) @ v1))
-        return StepResult(q1, p1, v1, self._lam.copy(), self._gam.copy(), iterations, enforced)
+        return residual_and_jacobian, x0

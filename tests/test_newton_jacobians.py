@@ -1,0 +1,89 @@
+"""Each scheme's analytic Newton Jacobian against central finite differences of its residual.
+
+Checked on a mechanism with a non-quadratic potential, rigid bodies, joints and point masses,
+at a random iterate x (not the solution), so that every block of the Jacobian is exercised.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mbs
+from mbs.solvers import GGLVI, EnergyMomentum
+
+
+def mechanism() -> mbs.Model:
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    body = system.add(mbs.RigidBody(mass=2.0, inertia=(0.3, 0.4, 0.5), name="link"))
+    body.set_state(position=(0.0, 0.0, -0.5), rotation=mbs.rotation_about_y(0.3),
+                   angular_velocity=(0.0, 1.0, 0.5))
+    system.add(mbs.joints.Revolute(system.ground, body, point=(0, 0, 0), axis=(0, 1, 0)))
+    bob = system.add(mbs.PointMass(mass=0.5, name="bob"))
+    bob.set_state(position=(0.5, 0.0, -1.0))
+    system.add(mbs.forces.Spring(body, bob, stiffness=30.0, rest_length=0.3))
+    system.add(mbs.forces.CentralGravity(5.0, center=(0.0, 0.0, 3.0), bodies=[bob, body]))
+    with pytest.warns(UserWarning):
+        return system.compile()
+
+
+def finite_difference_jacobian(function, x, step=1e-6):
+    columns = []
+    for k in range(x.size):
+        e = np.zeros_like(x)
+        e[k] = step * max(1.0, abs(x[k]))
+        columns.append((function(x + e) - function(x - e)) / (2 * e[k]))
+    return np.column_stack(columns)
+
+
+@pytest.mark.parametrize("solver", [
+    GGLVI(variant="S"), GGLVI(variant="A"), GGLVI(variant="A", theta=0.3),
+    GGLVI(variant="B"), GGLVI(variant="B", theta=0.4, vartheta=0.7)],
+    ids=["S", "A", "A-0.3", "B", "B-0.4-0.7"])
+def test_ggl_vi_jacobian(solver):
+    model = mechanism()
+    rng = np.random.default_rng(7)
+    with pytest.warns(UserWarning, match="projected"):
+        q0, p0 = model.initial_state(project=True)
+    solver.start(model, q0, p0, 0.01)
+    system, x0 = solver.newton_system(q0, p0)
+    x = x0 + 0.01 * rng.standard_normal(x0.size)
+    analytic = system(x)[1]
+    numeric = finite_difference_jacobian(lambda y: system(y)[0], x)
+    np.testing.assert_allclose(analytic, numeric, atol=1e-6 * np.max(np.abs(numeric)))
+
+
+def test_em_jacobian_exact_for_polynomial_invariant_potentials():
+    system = mbs.System()
+    a = system.add(mbs.PointMass(1.0, name="a"))
+    b = system.add(mbs.PointMass(2.0, name="b"))
+    a.set_state(position=(0, 0, 0), velocity=(0.1, 0.2, 0))
+    b.set_state(position=(1, 0, 0), velocity=(0, -0.1, 0.3))
+    c = system.add(mbs.RigidBody(1.0, (1.0, 1.5, 2.0), name="c"))
+    c.set_state(position=(0, 1, 0), angular_velocity=(0.2, 0.1, 0.4))
+    system.add(mbs.forces.QuarticSpring(a, b, stiffness=10.0, length=0.8))
+    system.add(mbs.joints.Distance(b, c, point_b=(0, 1.5, 0)))
+    with pytest.warns(UserWarning):
+        model = system.compile()
+        q0, p0 = model.initial_state(project=True)
+    solver = EnergyMomentum()
+    solver.start(model, q0, p0, 0.01)
+    newton_system, x0 = solver.newton_system(q0, p0)
+    x = x0 + 0.01 * np.random.default_rng(3).standard_normal(x0.size)
+    numeric = finite_difference_jacobian(lambda y: newton_system(y)[0], x)
+    np.testing.assert_allclose(newton_system(x)[1], numeric,
+                               atol=1e-6 * np.max(np.abs(numeric)))
+
+
+def test_em_jacobian_close_for_non_quadratic_potentials():
+    """The derivative of the discrete gradient is approximated by 1/2 Hess V(q_mid): the
+    difference is O(|q1 - q0|), small for a step-sized increment."""
+    model = mechanism()
+    solver = EnergyMomentum()
+    with pytest.warns(UserWarning, match="projected"):
+        q0, p0 = model.initial_state(project=True)
+    solver.start(model, q0, p0, 0.001)
+    newton_system, x0 = solver.newton_system(q0, p0)
+    numeric = finite_difference_jacobian(lambda y: newton_system(y)[0], x0)
+    np.testing.assert_allclose(newton_system(x0)[1], numeric,
+                               atol=1e-3 * np.max(np.abs(numeric)))

@@ -1,0 +1,155 @@
+"""Solver selection, option validation, failure contract and the Solution object."""
+
+from __future__ import annotations
+
+import heavy_top as ht
+import numpy as np
+import pendulum_3d
+import pytest
+
+import mbs
+from mbs.solvers import GGLVI, EnergyMomentum, NewtonOptions, Rattle, make_solver, solver_table
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    return pendulum_3d.build().compile()
+
+
+@pytest.fixture(scope="module")
+def top():
+    return ht.build().compile()
+
+
+def test_names_and_instances_select_the_same_scheme(pendulum):
+    by_name = mbs.simulate(pendulum, "ggl-vi-a", h=0.05, t_end=0.5)
+    by_instance = mbs.simulate(pendulum, GGLVI(variant="A", theta=0.5), h=0.05, t_end=0.5)
+    np.testing.assert_array_equal(by_name.q, by_instance.q)
+    assert isinstance(make_solver("em"), EnergyMomentum)
+    assert isinstance(make_solver("RATTLE"), Rattle)
+    assert make_solver("ggl-vi-b").theta == 1.0 and make_solver("ggl-vi-b").vartheta == 0.5
+    assert make_solver("ggl-vi-a").theta == 0.5
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"solver": "leapfrog"},
+    {"solver": "ggl-vi-a", "theta": 1.0},
+    {"solver": "ggl-vi-a", "theta": 0.0},
+    {"solver": "ggl-vi-b", "theta": 1.5},
+    {"solver": "ggl-vi-b", "vartheta": 0.0},
+    {"solver": "em", "initial_guess": "clever"},
+    {"solver": "em", "h": 0.0},
+    {"solver": "em", "h": -0.1},
+    {"solver": "em", "h": float("nan")},
+    {"solver": "em", "t_end": -1.0},
+    {"solver": "em", "no_such_option": 3},
+])
+def test_bad_solver_options_raise_model_error(pendulum, kwargs):
+    args = {"h": 0.05, "t_end": 0.5, **kwargs}
+    with pytest.raises(mbs.ModelError):
+        mbs.simulate(pendulum, **args)
+
+
+def test_theta_variants_accept_their_documented_ranges(pendulum):
+    for solver in (GGLVI(variant="A", theta=0.7), GGLVI(variant="B", theta=0.0, vartheta=1.0),
+                   GGLVI(variant="B", theta=0.5, vartheta=0.25)):
+        sol = mbs.simulate(pendulum, solver, h=0.05, t_end=0.5)
+        assert np.all(np.isfinite(sol.q)) and np.all(np.isfinite(sol.p))
+
+
+def test_non_convergence_raises_with_partial_solution(pendulum):
+    solver = EnergyMomentum(newton=NewtonOptions(max_iterations=3))
+    with pytest.raises(mbs.SolverError) as info:
+        mbs.simulate(pendulum, solver, h=0.9, t_end=50.0)
+    error = info.value
+    partial = error.solution
+    assert partial is not None and partial.stats["completed"] is False
+    assert partial.t.size == error.step + 1
+    assert partial.q.shape == (error.step + 1, pendulum.n)
+    assert "step" in str(error) and "hint" in str(error)
+
+
+def test_solution_arrays_and_time_association(top):
+    h = 0.002
+    sol = mbs.simulate(top, "em", h=h, t_end=0.02)
+    assert sol.t.shape == (11,) and sol.q.shape == (11, 12) and sol.p.shape == (11, 12)
+    assert sol.multipliers.shape == (10, 9) and sol.velocity_multipliers.shape == (10, 9)
+    np.testing.assert_allclose(sol.t, h * np.arange(11), atol=1e-15)
+    assert sol.stats["newton_iterations"].shape == (10,)
+    assert sol.stats["wall_time"] > 0.0 and sol.stats["completed"]
+    # EM: v^{n+1/2} = M^-1 (p^n + p^{n+1}) / 2
+    np.testing.assert_allclose(
+        sol.scheme_velocities,
+        (top.inverse_mass_matrix @ (0.5 * (sol.p[:-1] + sol.p[1:])).T).T, atol=1e-12)
+
+
+def test_body_trajectory_of_rigid_body(top):
+    sol = mbs.simulate(top, "em", h=0.002, t_end=0.01)
+    body = sol.body("top")
+    rotation0 = mbs.rotation_about_x(ht.NUTATION)
+    np.testing.assert_allclose(body.rotation[0], rotation0, atol=1e-15)
+    omega0 = ht.PRECESSION_RATE * np.array([0.0, 0.0, 1.0]) + ht.spin_rate() * rotation0[:, 2]
+    np.testing.assert_allclose(body.angular_velocity[0], omega0, rtol=1e-12)
+    np.testing.assert_allclose(body.angular_velocity_body[0], rotation0.T @ omega0, rtol=1e-12)
+    np.testing.assert_allclose(body.position[0], ht.LENGTH * rotation0[:, 2], atol=1e-15)
+    for r in body.rotation:
+        np.testing.assert_allclose(r.T @ r, np.eye(3), atol=1e-12)
+
+
+def test_observables_match_hand_formulas(top):
+    sol = mbs.simulate(top, "em", h=0.002, t_end=0.01)
+    q, p = sol.q[-1], sol.p[-1]
+    v = top.inverse_mass_matrix @ p
+    assert sol.kinetic_energy()[-1] == pytest.approx(0.5 * p @ v, rel=1e-14)
+    assert sol.potential_energy()[-1] == pytest.approx(ht.MASS * ht.GRAVITY * q[2], rel=1e-14)
+    blocks_q, blocks_p = q.reshape(4, 3), p.reshape(4, 3)
+    np.testing.assert_allclose(sol.angular_momentum()[-1],
+                               np.cross(blocks_q, blocks_p).sum(axis=0), atol=1e-15)
+    about = np.array([0.1, 0.2, 0.3])
+    shifted = np.cross(blocks_q[0] - about, blocks_p[0]) + np.cross(blocks_q[1:],
+                                                                    blocks_p[1:]).sum(axis=0)
+    np.testing.assert_allclose(sol.angular_momentum(about)[-1], shifted, atol=1e-15)
+    np.testing.assert_allclose(sol.linear_momentum()[-1], blocks_p[0], atol=0)
+
+
+def test_progress_bar_and_summary(pendulum, capsys):
+    sol = mbs.simulate(pendulum, "em", h=0.05, t_end=0.5, progress=True)
+    text = sol.conservation_summary()
+    for word in ("energy", "angular momentum", "constraints", "scheme enforces"):
+        assert word in text
+
+
+def test_solver_table_lists_every_solver():
+    table = solver_table()
+    for name in ("em", "ggl-vi-s", "ggl-vi-a", "ggl-vi-b", "rattle"):
+        assert f"`{name}`" in table
+
+
+def test_simple_and_advanced_initial_guess_reach_the_same_solution(pendulum):
+    simple = mbs.simulate(pendulum, EnergyMomentum(initial_guess="simple"), h=0.05, t_end=1.0)
+    advanced = mbs.simulate(pendulum, EnergyMomentum(initial_guess="advanced"), h=0.05,
+                            t_end=1.0)
+    np.testing.assert_allclose(simple.q, advanced.q, atol=1e-12)
+    assert (np.mean(advanced.stats["newton_iterations"])
+            <= np.mean(simple.stats["newton_iterations"]))
+
+
+def test_inconsistent_initial_state_needs_projection():
+    system = pendulum_3d.build()
+    system["bob"].set_state(position=(1.1, 0.0, 0.0), velocity=(0.3, 1.0, 0.0))
+    with pytest.warns(UserWarning):
+        model = system.compile()
+    with pytest.raises(mbs.InconsistentInitialStateError):
+        mbs.simulate(model, "em", h=0.05, t_end=0.1)
+    with pytest.warns(UserWarning, match="projected"):
+        sol = mbs.simulate(model, "em", h=0.05, t_end=0.1, project=True)
+    assert np.max(sol.constraint_residuals()["position"]) <= 1e-12
+
+
+def test_vi_a_with_theta_below_half_warns_and_drifts_off_the_manifold(pendulum):
+    with pytest.warns(UserWarning, match="unstable"):
+        solver = GGLVI(variant="A", theta=0.3)
+    with pytest.raises(mbs.SolverError) as info:
+        mbs.simulate(pendulum, solver, h=0.01, t_end=2.0)
+    radius = np.linalg.norm(info.value.solution.q, axis=1)
+    assert radius[-1] > 10.0  # |q| = l = 1 on the manifold
