@@ -189,10 +189,7 @@ class Model:
     def potential_discrete_gradient_jacobian_matrix(self, q0: np.ndarray, q1: np.ndarray):
         """d D^G V(q0, q1) / d q1 (see PotentialGroup.discrete_gradient_jacobian), dense when
         :attr:`dense`."""
-        if self.dense:
-            out = np.zeros((self.n, self.n))
-        else:
-            out = sp.csr_matrix((self.n, self.n))
+        out = np.zeros((self.n, self.n)) if self.dense else sp.csr_matrix((self.n, self.n))
         for group in self.potential_groups:
             out = out + group.discrete_gradient_jacobian(q0, q1, self.dense)
         return out

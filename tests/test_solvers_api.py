@@ -37,6 +37,7 @@ def test_names_and_instances_select_the_same_scheme(pendulum):
     {"solver": "ggl-vi-a", "theta": 0.0},
     {"solver": "ggl-vi-b", "theta": 1.5},
     {"solver": "ggl-vi-b", "vartheta": 0.0},
+    {"solver": "ggl-vi-b", "vartheta": 1.0},
     {"solver": "em", "initial_guess": "clever"},
     {"solver": "em", "h": 0.0},
     {"solver": "em", "h": -0.1},
@@ -51,7 +52,7 @@ def test_bad_solver_options_raise_model_error(pendulum, kwargs):
 
 
 def test_theta_variants_accept_their_documented_ranges(pendulum):
-    for solver in (GGLVI(variant="A", theta=0.7), GGLVI(variant="B", theta=0.0, vartheta=1.0),
+    for solver in (GGLVI(variant="A", theta=0.7), GGLVI(variant="B", theta=0.0, vartheta=0.5),
                    GGLVI(variant="B", theta=0.5, vartheta=0.25)):
         sol = mbs.simulate(pendulum, solver, h=0.05, t_end=0.5)
         assert np.all(np.isfinite(sol.q)) and np.all(np.isfinite(sol.p))

@@ -59,7 +59,9 @@ class GGLVI(Solver):
         on the 3D pendulum with theta = 0.3). Variant B: theta in [0, 1], default 1 (scheme
         (83)). Ignored by variant S.
     vartheta : float or None
-        Variant B only: in (0, 1], default 1/2.
+        Variant B only: in (0, 1), default 1/2. The paper allows vartheta = 1, but then
+        lambda^n drops out of M v^{n+1} (its coefficient is h (1 - vartheta) G(q^n)^T once
+        p^{n+1} is eliminated) and the step equations are singular, so it is rejected.
 
     ==========  =========  ==========  =====================================================
     variant     order q,p  symplectic  constraints exact at step ends
@@ -101,9 +103,13 @@ class GGLVI(Solver):
             if not 0.0 <= self.theta <= 1.0:
                 raise ModelError(f"GGLVI variant B: theta must lie in [0, 1], got "
                                  f"{self.theta}")
-            if not 0.0 < self.vartheta <= 1.0:
-                raise ModelError(f"GGLVI variant B: vartheta must lie in (0, 1], got "
-                                 f"{self.vartheta}")
+            if not 0.0 < self.vartheta < 1.0:
+                # Eliminating p^{n+1} from (82b,c) leaves lambda^n in the velocity update
+                # only through h (1 - vartheta) G(q^n)^T lambda^n: at vartheta = 1 nothing
+                # enforces g(q^{n+1}) = 0 and the Newton matrix is singular.
+                raise ModelError(f"GGLVI variant B: vartheta must lie in (0, 1), got "
+                                 f"{self.vartheta} (vartheta = 1 removes lambda from the "
+                                 f"velocity update and leaves the step equations singular)")
         self.properties = _PROPERTIES[variant]
 
     def newton_system(self, q0: np.ndarray, p0: np.ndarray):
