@@ -1,0 +1,1 @@
+"""Benchmarks (run as scripts; speed targets live here, not in the unit tests)."""
