@@ -177,6 +177,9 @@ class QuadraticTable:
               np.concatenate([self.quad_j, self.quad_i]))),
             shape=(nnz, n))
         self._jac_offset = np.bincount(pos_lin, weights=self.lin_coef, minlength=nnz)
+        # Small tables: a dense map makes the mat-vec a BLAS call instead of a scipy.sparse
+        # dispatch (~10 us of overhead each, which dominates small models).
+        self._jac_map = _maybe_dense(self._jac_map)
 
     def _build_hessian_map(self) -> None:
         n = self.n
@@ -193,6 +196,7 @@ class QuadraticTable:
             (np.concatenate([self.quad_coef, self.quad_coef]),
              (position, np.concatenate([self.quad_row, self.quad_row]))),
             shape=(nnz, self.n_rows))
+        self._hess_map = _maybe_dense(self._hess_map)
 
     # -- evaluation -----------------------------------------------------------------------
     def value(self, q: np.ndarray) -> np.ndarray:
@@ -261,6 +265,16 @@ class QuadraticTable:
             self.n, selection.size, new_index[self.quad_row[qmask]], self.quad_i[qmask],
             self.quad_j[qmask], self.quad_coef[qmask], new_index[self.lin_row[lmask]],
             self.lin_i[lmask], self.lin_coef[lmask], self.constant[selection])
+
+
+#: Maps with at most this many entries (dense) are stored as dense arrays.
+DENSE_MAP_LIMIT = 200_000
+
+
+def _maybe_dense(matrix: sp.csr_matrix):
+    if matrix.shape[0] * matrix.shape[1] <= DENSE_MAP_LIMIT:
+        return matrix.toarray()
+    return matrix
 
 
 def concatenate_tables(tables: list[QuadraticTable], n: int) -> QuadraticTable:
