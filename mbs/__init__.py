@@ -11,6 +11,7 @@ from mbs.errors import (
     MbsError,
     ModelError,
     ModelTypeError,
+    SimulationInterrupted,
     SolverError,
 )
 from mbs.model import Model
@@ -28,9 +29,9 @@ from mbs.system import System
 __version__ = "0.1.0"
 
 __all__ = [
-    "Ground", "InconsistentInitialStateError", "MbsError", "Model", "ModelError",
-    "ModelTypeError", "PointMass", "RigidBody", "SolverError", "System", "bodies", "forces",
-    "joints", "rotation_about_x", "rotation_about_y", "rotation_about_z",
-    "rotation_from_axis_angle", "rotation_from_quaternion", "solvers", "simulate", "Solution",
-    "BodyTrajectory",
+    "BodyTrajectory", "Ground", "InconsistentInitialStateError", "MbsError", "Model",
+    "ModelError", "ModelTypeError", "PointMass", "RigidBody", "SimulationInterrupted",
+    "Solution", "SolverError", "System", "bodies", "forces", "joints", "rotation_about_x",
+    "rotation_about_y", "rotation_about_z", "rotation_from_axis_angle",
+    "rotation_from_quaternion", "simulate", "solvers",
 ]

@@ -46,3 +46,11 @@ class SolverError(MbsError, RuntimeError):
         self.solution = solution
         self.step = step
         self.time = time
+
+
+class SimulationInterrupted(MbsError, KeyboardInterrupt):  # noqa: N818 - reads as an event
+    """Ctrl-C during :func:`mbs.simulate`; ``solution`` holds every completed step."""
+
+    def __init__(self, message: str, solution: Any = None):
+        super().__init__(message)
+        self.solution = solution

@@ -1,23 +1,38 @@
-"""Time integration driver: runs a solver over a time grid and collects a Solution."""
+"""Time integration driver: runs a solver over a time grid and collects a Solution.
+
+Failure contract: a step that cannot be solved raises :class:`mbs.SolverError` carrying the
+partial Solution (every accepted step), the step index and time, the residual and a hint; with
+``on_failure="refine"`` the step is first retried as 2, 4, ... sub-steps (bounded depth) on the
+same output grid. Ctrl-C raises :class:`mbs.SimulationInterrupted` (a KeyboardInterrupt) that
+carries the partial Solution. Long runs can stream to disk (``output=``) and be resumed
+(``resume=``) with results identical to an uninterrupted run.
+"""
 
 from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from mbs.errors import ModelError, SolverError
+from mbs.errors import ModelError, SimulationInterrupted, SolverError
 from mbs.model import Model
 from mbs.solution import Solution
 from mbs.solvers import Solver, make_solver
+from mbs.solvers.base import StepResult
 from mbs.solvers.newton import NewtonConvergenceError
+from mbs.streaming import StreamWriter, read_stream
 from mbs.validation import as_scalar
+
+ON_FAILURE = ("raise", "refine")
 
 
 def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: float,
              t_start: float = 0.0, project: bool = False, progress: bool = False,
              initial_state: tuple[np.ndarray, np.ndarray] | None = None,
+             on_failure: str = "raise", max_refinements: int = 4,
+             output: str | None = None, flush_every: int = 100, resume: str | None = None,
              **solver_options) -> Solution:
     """Integrate ``model`` from ``t_start`` to ``t_end`` with constant step ``h``.
 
@@ -37,6 +52,15 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         Show a progress bar (tqdm).
     initial_state : (q0, p0), optional
         Start from this state instead of the one set on the bodies.
+    on_failure : {"raise", "refine"}
+        "refine" retries a failed step with 2, 4, ... 2**max_refinements sub-steps; the
+        output grid is kept and ``stats["refined_steps"]`` lists (step, depth) pairs.
+    output : str, optional
+        Stream completed steps to this directory (or to ``name.npz``, packed at the end),
+        flushing every ``flush_every`` steps; see :mod:`mbs.streaming`.
+    resume : str, optional
+        Continue the stream at this path from its last flushed step (same model, solver and
+        h) up to ``t_end``; further steps are appended to it.
     **solver_options
         Passed to the solver when ``solver`` is a name (e.g. ``theta=0.5``).
 
@@ -44,6 +68,8 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
     ------
     SolverError
         When a step fails; ``error.solution`` holds every step accepted before it.
+    SimulationInterrupted
+        On Ctrl-C; ``error.solution`` holds every completed step.
     """
     if not isinstance(model, Model):
         raise ModelError(f"simulate expects a compiled Model (system.compile()), got "
@@ -53,79 +79,199 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
     t_start = as_scalar(t_start, "t_start", "simulate")
     if t_end <= t_start:
         raise ModelError(f"simulate: t_end = {t_end} must be greater than t_start = {t_start}")
+    if on_failure not in ON_FAILURE:
+        raise ModelError(f"simulate: on_failure must be one of {ON_FAILURE}, got "
+                         f"{on_failure!r}")
+    if not isinstance(max_refinements, int) or not 0 <= max_refinements <= 20:
+        raise ModelError(f"simulate: max_refinements must be an integer in [0, 20], got "
+                         f"{max_refinements!r}")
+    if not isinstance(flush_every, int) or flush_every < 1:
+        raise ModelError(f"simulate: flush_every must be a positive integer, got "
+                         f"{flush_every!r}")
+    if output is not None and resume is not None:
+        raise ModelError("simulate: give output= for a new stream or resume= for an existing "
+                         "one, not both")
     steps = max(1, int(round((t_end - t_start) / h)))
     if abs(steps * h - (t_end - t_start)) > 1e-9 * max(1.0, t_end - t_start):
         warnings.warn(f"simulate: h = {h} does not divide the interval; {steps} steps end at "
                       f"t = {t_start + steps * h}", stacklevel=2)
     solver = make_solver(solver, **solver_options)
-    if initial_state is None:
-        q0, p0 = model.initial_state(project=project)
+    run = _Run(model, solver, h, t_start, steps, on_failure, max_refinements)
+    if resume is not None:
+        run.load(resume)
+        writer = StreamWriter(resume, {}, run.q[0], run.p[0], resume=True)
+        _check_resume(writer.manifest, model, solver, h, t_start)
     else:
-        q0, p0 = (np.asarray(a, dtype=float).copy() for a in initial_state)
-    return _run(model, solver, q0, p0, h, t_start, steps, progress)
+        if initial_state is None:
+            q0, p0 = model.initial_state(project=project)
+        else:
+            q0, p0 = (np.asarray(a, dtype=float).copy() for a in initial_state)
+            if q0.shape != (model.n,) or p0.shape != (model.n,):
+                raise ModelError(f"simulate: initial_state arrays must have shape "
+                                 f"({model.n},), got {q0.shape} and {p0.shape}")
+        run.begin(q0, p0)
+        writer = None if output is None else StreamWriter(
+            output, {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n,
+                     "m": model.m}, q0, p0)
+    return run.execute(writer, flush_every, progress)
 
 
-def _run(model: Model, solver: Solver, q0: np.ndarray, p0: np.ndarray, h: float,
-         t_start: float, steps: int, progress: bool) -> Solution:
-    n, m = model.n, model.m
-    q = np.empty((steps + 1, n))
-    p = np.empty((steps + 1, n))
-    velocities = np.empty((steps, n))
-    lam = np.empty((steps, m))
-    gam = np.empty((steps, m))
-    enforced = np.empty((steps, 2))
-    iterations = np.zeros(steps, dtype=int)
-    q[0], p[0] = q0, p0
-    solver.start(model, q0, p0, h)
-    bar = _progress_bar(steps, solver.name) if progress else None
-    started = time.perf_counter()
-    done = 0
+def _check_resume(manifest: dict, model: Model, solver: Solver, h: float, t_start: float):
+    expected = {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n, "m": model.m}
+    for key, value in expected.items():
+        if manifest.get(key) != value:
+            raise ModelError(f"simulate(resume=...): the stream was written with {key} = "
+                             f"{manifest.get(key)!r}, this call has {value!r}")
 
-    def solution(count: int) -> Solution:
+
+@dataclass
+class _Run:
+    """State of one simulation: preallocated arrays filled step by step."""
+
+    model: Model
+    solver: Solver
+    h: float
+    t_start: float
+    steps: int
+    on_failure: str
+    max_refinements: int
+    done: int = 0
+    refined: list = field(default_factory=list)
+
+    def __post_init__(self):
+        n, m, steps = self.model.n, self.model.m, self.steps
+        self.q = np.empty((steps + 1, n))
+        self.p = np.empty((steps + 1, n))
+        self.velocities = np.empty((steps, n))
+        self.lam = np.empty((steps, m))
+        self.gam = np.empty((steps, m))
+        self.enforced = np.empty((steps, 2))
+        self.iterations = np.zeros(steps, dtype=int)
+        self.started = time.perf_counter()
+
+    def begin(self, q0: np.ndarray, p0: np.ndarray) -> None:
+        self.q[0], self.p[0] = q0, p0
+        self.solver.start(self.model, q0, p0, self.h)
+
+    def load(self, path: str) -> None:
+        data = read_stream(path)
+        done = data["q"].shape[0] - 1
+        if done > self.steps:
+            raise ModelError(f"simulate(resume=...): the stream already holds {done} steps, "
+                             f"more than the {self.steps} up to t_end")
+        self.q[:done + 1], self.p[:done + 1] = data["q"], data["p"]
+        self.velocities[:done] = data["scheme_velocities"]
+        self.lam[:done] = data["multipliers"]
+        self.gam[:done] = data["velocity_multipliers"]
+        self.enforced[:done] = data["enforced_residuals"]
+        self.iterations[:done] = data["newton_iterations"]
+        self.done = done
+        self.solver.start(self.model, self.q[done], self.p[done], self.h)
+        state = data["manifest"].get("solver_state")
+        if state is not None:
+            self.solver.restore(state)
+
+    def solution(self) -> Solution:
+        count = self.done
         return Solution(
-            model=model, t=t_start + h * np.arange(count + 1), q=q[:count + 1].copy(),
-            p=p[:count + 1].copy(), scheme_velocities=velocities[:count].copy(),
-            multipliers=lam[:count].copy(), velocity_multipliers=gam[:count].copy(),
-            enforced_residuals=enforced[:count].copy(),
-            stats={"solver": solver.name, "h": h, "steps": count,
-                   "newton_iterations": iterations[:count].copy(),
-                   "wall_time": time.perf_counter() - started,
-                   "completed": count == steps},
-            solver_properties=solver.properties)
+            model=self.model, t=self.t_start + self.h * np.arange(count + 1),
+            q=self.q[:count + 1].copy(), p=self.p[:count + 1].copy(),
+            scheme_velocities=self.velocities[:count].copy(),
+            multipliers=self.lam[:count].copy(), velocity_multipliers=self.gam[:count].copy(),
+            enforced_residuals=self.enforced[:count].copy(),
+            stats={"solver": self.solver.name, "h": self.h, "steps": count,
+                   "newton_iterations": self.iterations[:count].copy(),
+                   "wall_time": time.perf_counter() - self.started,
+                   "completed": count == self.steps, "refined_steps": list(self.refined)},
+            solver_properties=self.solver.properties)
 
-    try:
-        for k in range(steps):
-            try:
-                result = solver.step(q[k], p[k])
-            except NewtonConvergenceError as failure:
-                partial = solution(done)
-                raise SolverError(
-                    f"{solver.name}: step {k} (t = {t_start + k * h:.6g} -> "
-                    f"{t_start + (k + 1) * h:.6g}) failed: {failure} (residual "
-                    f"{failure.residual_norm:.3e}); hint: {failure.hint}. "
-                    f"error.solution holds the {done} accepted steps",
-                    solution=partial, step=k, time=t_start + k * h) from failure
-            if not (np.all(np.isfinite(result.q)) and np.all(np.isfinite(result.p))):
-                raise SolverError(f"{solver.name}: step {k} produced non-finite values; reduce "
-                                  f"the step size", solution=solution(done), step=k,
-                                  time=t_start + k * h)
-            q[k + 1], p[k + 1] = result.q, result.p
-            velocities[k], lam[k], gam[k] = (result.velocity, result.multiplier,
-                                             result.velocity_multiplier)
-            enforced[k] = result.enforced
-            iterations[k] = result.iterations
-            done = k + 1
+    def execute(self, writer: StreamWriter | None, flush_every: int,
+                progress: bool) -> Solution:
+        bar = _progress_bar(self.steps, self.solver.name, self.done) if progress else None
+        try:
+            for k in range(self.done, self.steps):
+                result = self._advance(k)
+                self._store(k, result)
+                if writer is not None:
+                    writer.append(result.q, result.p, result.velocity, result.multiplier,
+                                  result.velocity_multiplier, result.enforced,
+                                  result.iterations)
+                    if self.done % flush_every == 0:
+                        writer.flush(self.solver.checkpoint())
+                if bar is not None:
+                    bar.update(1)
+        except KeyboardInterrupt:
+            if writer is not None:
+                writer.flush(self.solver.checkpoint())
+            raise SimulationInterrupted(
+                f"simulation interrupted after {self.done} of {self.steps} steps; "
+                f"error.solution holds them", solution=self.solution()) from None
+        except SolverError:
+            if writer is not None:
+                writer.flush(self.solver.checkpoint())
+            raise
+        finally:
             if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-    return solution(done)
+                bar.close()
+        if writer is not None:
+            writer.flush(self.solver.checkpoint())
+            writer.finish()
+        return self.solution()
+
+    def _store(self, k: int, result: StepResult) -> None:
+        if not (np.all(np.isfinite(result.q)) and np.all(np.isfinite(result.p))):
+            raise SolverError(
+                f"{self.solver.name}: step {k} produced non-finite values; reduce the step "
+                f"size", solution=self.solution(), step=k, time=self.t_start + k * self.h)
+        self.q[k + 1], self.p[k + 1] = result.q, result.p
+        self.velocities[k], self.lam[k], self.gam[k] = (
+            result.velocity, result.multiplier, result.velocity_multiplier)
+        self.enforced[k] = result.enforced
+        self.iterations[k] = result.iterations
+        self.done = k + 1
+
+    def _advance(self, k: int) -> StepResult:
+        q, p = self.q[k], self.p[k]
+        try:
+            return self.solver.step(q, p)
+        except NewtonConvergenceError as failure:
+            if self.on_failure == "refine" and self.max_refinements > 0:
+                refined = self._refine(q, p, k, failure)
+                if refined is not None:
+                    return refined
+            raise SolverError(
+                f"{self.solver.name}: step {k} (t = {self.t_start + k * self.h:.6g} -> "
+                f"{self.t_start + (k + 1) * self.h:.6g}) failed: {failure} (residual "
+                f"{failure.residual_norm:.3e}); hint: {failure.hint}. error.solution holds the "
+                f"{self.done} accepted steps", solution=self.solution(), step=k,
+                time=self.t_start + k * self.h) from failure
+
+    def _refine(self, q, p, k, failure) -> StepResult | None:
+        """Retry step k as 2**depth sub-steps, depth = 1 .. max_refinements."""
+        checkpoint = self.solver.checkpoint()
+        for depth in range(1, self.max_refinements + 1):
+            substeps = 2**depth
+            self.solver.restore(checkpoint)
+            self.solver.set_step_size(self.h / substeps)
+            try:
+                q_sub, p_sub, total = q, p, 0
+                for _ in range(substeps):
+                    result = self.solver.step(q_sub, p_sub)
+                    q_sub, p_sub, total = result.q, result.p, total + result.iterations
+            except NewtonConvergenceError:
+                continue
+            finally:
+                self.solver.set_step_size(self.h)
+            self.refined.append((k, depth))
+            result.iterations = total
+            return result
+        self.solver.restore(checkpoint)
+        return None
 
 
-def _progress_bar(total: int, label: str):
+def _progress_bar(total: int, label: str, initial: int):
     try:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover - tqdm is a dependency
         return None
-    return tqdm(total=total, desc=f"mbs {label}", unit="step", leave=False)
+    return tqdm(total=total, initial=initial, desc=f"mbs {label}", unit="step", leave=False)

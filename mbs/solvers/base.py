@@ -91,6 +91,21 @@ class Solver:
     def step(self, q: np.ndarray, p: np.ndarray) -> StepResult:
         raise NotImplementedError
 
+    def set_step_size(self, h: float) -> None:
+        """Change h between steps (used to refine a failed step); subclasses that cache
+        h-dependent data override this."""
+        self.h = h
+
+    def checkpoint(self) -> dict:
+        """Warm-start state carried between steps (restored by :meth:`restore` on resume,
+        so that a resumed run repeats the uninterrupted one bitwise)."""
+        return {"lam": self._lam.copy(), "gam": self._gam.copy()}
+
+    def restore(self, state: dict) -> None:
+        """Inverse of :meth:`checkpoint`."""
+        self._lam = np.asarray(state["lam"], dtype=float).copy()
+        self._gam = np.asarray(state["gam"], dtype=float).copy()
+
     # helpers ------------------------------------------------------------------------------
     def _predict(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
         if self.initial_guess == "advanced":

@@ -1,0 +1,187 @@
+"""Incremental output of long runs, and resuming them.
+
+A stream is a directory holding ``manifest.json`` and chunk files ``chunk_000001.npz`` ...
+Each flush writes the new chunk to a temporary name, renames it into place and then rewrites the
+manifest atomically (``os.replace``), so a crash or SIGKILL loses at most the steps since the
+last flush and never leaves a half-written file that the manifest refers to. The manifest also
+keeps the solver's warm-start state (previous multipliers), so that a resumed run performs the
+same floating-point operations as an uninterrupted one and reproduces it bitwise.
+
+When the output name ends in ``.npz`` the chunks live in ``<name>.partial/`` during the run and
+are packed into the single file ``<name>`` when the run completes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from mbs.errors import ModelError
+
+FORMAT = "mbs-stream"
+VERSION = 1
+ARRAYS = ("q", "p", "scheme_velocities", "multipliers", "velocity_multipliers",
+          "enforced_residuals", "newton_iterations")
+
+
+def stream_directory(path: str | os.PathLike) -> Path:
+    """Directory that holds the chunks of ``path`` while a run is in progress."""
+    path = Path(path)
+    return path.with_name(path.name + ".partial") if path.suffix == ".npz" else path
+
+
+class StreamWriter:
+    """Appends blocks of completed steps to a stream directory."""
+
+    def __init__(self, path: str | os.PathLike, metadata: dict, q0: np.ndarray,
+                 p0: np.ndarray, resume: bool = False):
+        self.path = Path(path)
+        self.directory = stream_directory(path)
+        if resume:
+            if not self.directory.exists() and self.path.is_file():
+                self._unpack()
+            self.manifest = _read_manifest(self.directory)
+            self.manifest["completed"] = False
+        else:
+            if self.directory.exists() and any(self.directory.iterdir()):
+                raise ModelError(f"output directory {self.directory} is not empty; remove it, "
+                                 f"choose another name, or pass resume=")
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.manifest = {"format": FORMAT, "version": VERSION, **metadata, "chunks": [],
+                             "steps_done": 0}
+            np.savez(self.directory / "initial.npz", q=q0, p=p0)
+        self._buffer: dict[str, list] = {name: [] for name in ARRAYS}
+
+    def _unpack(self) -> None:
+        """Turn a packed .npz back into a stream directory (to resume a finished run)."""
+        data = read_stream(self.path)
+        manifest = data.pop("manifest")
+        self.directory.mkdir(parents=True)
+        np.savez(self.directory / "initial.npz", q=data["q"][0], p=data["p"][0])
+        chunk = {k: data[k] for k in ARRAYS}
+        chunk["q"], chunk["p"] = data["q"][1:], data["p"][1:]
+        np.savez(self.directory / "chunk_000001.npz", **chunk)
+        manifest["chunks"] = [{"file": "chunk_000001.npz", "steps": int(chunk["q"].shape[0])}]
+        _write_manifest(self.directory, manifest)
+
+    def append(self, q, p, velocity, multiplier, velocity_multiplier, enforced, iterations):
+        for name, value in zip(ARRAYS, (q, p, velocity, multiplier, velocity_multiplier,
+                                        enforced, iterations)):
+            self._buffer[name].append(np.array(value))
+
+    def flush(self, solver_state: dict) -> None:
+        """Write the buffered steps and the solver's warm-start state."""
+        count = len(self._buffer["q"])
+        if count == 0:
+            return
+        index = len(self.manifest["chunks"]) + 1
+        name = f"chunk_{index:06d}.npz"
+        temporary = self.directory / (name + ".tmp")
+        with open(temporary, "wb") as handle:
+            np.savez(handle, **{k: np.stack(v) for k, v in self._buffer.items()})
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.directory / name)
+        self.manifest["chunks"].append({"file": name, "steps": count})
+        self.manifest["steps_done"] += count
+        self.manifest["solver_state"] = {k: np.asarray(v).tolist()
+                                         for k, v in solver_state.items()}
+        _write_manifest(self.directory, self.manifest)
+        self._buffer = {name: [] for name in ARRAYS}
+
+    def finish(self) -> None:
+        """Mark the run complete; pack into a single .npz when that was asked for."""
+        self.manifest["completed"] = True
+        _write_manifest(self.directory, self.manifest)
+        if self.path.suffix == ".npz":
+            data = read_stream(self.directory)
+            temporary = self.path.with_name(self.path.name + ".tmp")
+            with open(temporary, "wb") as handle:
+                np.savez(handle, manifest=json.dumps(self.manifest),
+                         **{k: v for k, v in data.items() if isinstance(v, np.ndarray)})
+            os.replace(temporary, self.path)
+            shutil.rmtree(self.directory)
+
+
+def read_stream(path: str | os.PathLike) -> dict:
+    """Arrays of every flushed step of a stream (directory or packed .npz).
+
+    Returns a dict with ``manifest`` and the arrays ``q``, ``p`` (steps + 1 rows, including the
+    initial state) and the per-step arrays (steps rows).
+    """
+    path = Path(path)
+    if path.suffix == ".npz" and path.is_file():
+        with np.load(path, allow_pickle=False) as archive:
+            manifest = json.loads(str(archive["manifest"]))
+            _check_manifest(manifest, path)
+            return {"manifest": manifest, **{k: archive[k] for k in archive.files
+                                             if k != "manifest"}}
+    directory = stream_directory(path) if not path.is_dir() else path
+    manifest = _read_manifest(directory)
+    with np.load(directory / "initial.npz") as initial:
+        q0, p0 = initial["q"], initial["p"]
+    parts: dict[str, list] = {name: [] for name in ARRAYS}
+    for chunk in manifest["chunks"]:
+        with np.load(directory / chunk["file"]) as archive:
+            for name in ARRAYS:
+                parts[name].append(archive[name])
+    n = q0.size
+    out = {"manifest": manifest}
+    for name in ARRAYS:
+        out[name] = (np.concatenate(parts[name]) if parts[name] else np.zeros((0, n)))
+    out["q"] = np.vstack([q0[None, :], out["q"].reshape(-1, n)])
+    out["p"] = np.vstack([p0[None, :], out["p"].reshape(-1, n)])
+    return out
+
+
+def _read_manifest(directory: Path) -> dict:
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text())
+    except FileNotFoundError:
+        raise ModelError(f"{directory} is not an mbs output stream (no manifest.json); nothing "
+                         f"was flushed yet or the path is wrong") from None
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{directory}/manifest.json is malformed: {exc}") from exc
+    _check_manifest(manifest, directory)
+    return manifest
+
+
+def _check_manifest(manifest: dict, where) -> None:
+    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+        raise ModelError(f"{where}: not an mbs stream of version {VERSION} (format "
+                         f"{manifest.get('format')!r}, version {manifest.get('version')!r})")
+
+
+def _write_manifest(directory: Path, manifest: dict) -> None:
+    temporary = directory / "manifest.json.tmp"
+    temporary.write_text(json.dumps(manifest))
+    os.replace(temporary, directory / "manifest.json")
+
+
+def load_stream(path: str | os.PathLike, model):
+    """A :class:`~mbs.solution.Solution` of every flushed step of the stream at ``path``.
+
+    ``model`` must be the compiled model the stream was written for (checked by size).
+    """
+    from mbs.solution import Solution
+    from mbs.solvers import make_solver
+
+    data = read_stream(path)
+    manifest = data["manifest"]
+    if manifest["n"] != model.n or manifest["m"] != model.m:
+        raise ModelError(f"{path}: stream has n = {manifest['n']}, m = {manifest['m']}, the "
+                         f"model n = {model.n}, m = {model.m}")
+    steps = data["q"].shape[0] - 1
+    return Solution(
+        model=model, t=manifest["t_start"] + manifest["h"] * np.arange(steps + 1), q=data["q"],
+        p=data["p"], scheme_velocities=data["scheme_velocities"],
+        multipliers=data["multipliers"], velocity_multipliers=data["velocity_multipliers"],
+        enforced_residuals=data["enforced_residuals"],
+        stats={"solver": manifest["solver"], "h": manifest["h"], "steps": steps,
+               "newton_iterations": data["newton_iterations"],
+               "completed": bool(manifest.get("completed", False))},
+        solver_properties=make_solver(manifest["solver"]).properties)

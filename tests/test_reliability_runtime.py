@@ -1,0 +1,130 @@
+"""Run-time reliability: refinement of failed steps, Ctrl-C, streaming to disk and resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pendulum_3d
+import pytest
+
+import mbs
+from mbs.solvers import EnergyMomentum, NewtonOptions
+from mbs.streaming import load_stream, read_stream
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    return pendulum_3d.build().compile()
+
+
+def test_too_large_step_fails_then_refine_completes_and_conserves(pendulum):
+    solver = EnergyMomentum(newton=NewtonOptions(max_iterations=5))
+    with pytest.raises(mbs.SolverError) as info:
+        mbs.simulate(pendulum, solver, h=0.2, t_end=20.0)
+    partial = info.value.solution
+    assert 0 < info.value.step < 100 and partial.t.size == info.value.step + 1
+    assert info.value.time == pytest.approx(0.2 * info.value.step)
+    assert np.all(np.isfinite(partial.q))
+
+    solver = EnergyMomentum(newton=NewtonOptions(max_iterations=5))
+    sol = mbs.simulate(pendulum, solver, h=0.2, t_end=20.0, on_failure="refine")
+    assert sol.stats["completed"] and sol.t.size == 101
+    assert sol.stats["refined_steps"], "no step needed refinement"
+    np.testing.assert_allclose(sol.t, 0.2 * np.arange(101))
+    energy = sol.energy()
+    assert np.max(np.abs(energy - energy[0])) / abs(energy[0]) <= 1e-12
+    j3 = sol.angular_momentum()[:, 2]
+    assert np.max(np.abs(j3 - j3[0])) <= 1e-12
+    assert np.max(sol.constraint_residuals()["position"]) <= 1e-12
+
+
+def test_keyboard_interrupt_keeps_partial_solution(pendulum, monkeypatch):
+    calls = {"count": 0}
+    original = EnergyMomentum.step
+
+    def interrupted_step(self, q, p):
+        calls["count"] += 1
+        if calls["count"] == 7:
+            raise KeyboardInterrupt
+        return original(self, q, p)
+
+    monkeypatch.setattr(EnergyMomentum, "step", interrupted_step)
+    with pytest.raises(KeyboardInterrupt) as info:
+        mbs.simulate(pendulum, "em", h=0.05, t_end=1.0)
+    assert isinstance(info.value, mbs.SimulationInterrupted)
+    assert info.value.solution.t.size == 7 and not info.value.solution.stats["completed"]
+
+
+@pytest.mark.parametrize("name", ["run_dir", "run.npz"])
+def test_stream_round_trip_and_resume_bitwise(pendulum, tmp_path, name):
+    reference = mbs.simulate(pendulum, "em", h=0.05, t_end=3.0)
+    path = tmp_path / name
+    streamed = mbs.simulate(pendulum, "em", h=0.05, t_end=3.0, output=str(path),
+                            flush_every=7)
+    np.testing.assert_array_equal(streamed.q, reference.q)
+    loaded = load_stream(path, pendulum)
+    np.testing.assert_array_equal(loaded.q, reference.q)
+    np.testing.assert_array_equal(loaded.p, reference.p)
+    np.testing.assert_array_equal(loaded.multipliers, reference.multipliers)
+    assert loaded.stats["completed"]
+
+    # a run cut short after 2 s, resumed to 3 s, equals the uninterrupted run bitwise
+    short = tmp_path / ("short_" + name)
+    mbs.simulate(pendulum, "em", h=0.05, t_end=2.0, output=str(short), flush_every=7)
+    resumed = mbs.simulate(pendulum, "em", h=0.05, t_end=3.0, resume=str(short))
+    np.testing.assert_array_equal(resumed.q, reference.q)
+    np.testing.assert_array_equal(resumed.p, reference.p)
+
+
+def test_resume_rejects_a_different_solver_or_step(pendulum, tmp_path):
+    path = tmp_path / "run"
+    mbs.simulate(pendulum, "em", h=0.05, t_end=0.5, output=str(path))
+    with pytest.raises(mbs.ModelError, match="h"):
+        mbs.simulate(pendulum, "em", h=0.01, t_end=1.0, resume=str(path))
+    with pytest.raises(mbs.ModelError, match="solver"):
+        mbs.simulate(pendulum, "rattle", h=0.05, t_end=1.0, resume=str(path))
+    with pytest.raises(mbs.ModelError, match="not empty"):
+        mbs.simulate(pendulum, "em", h=0.05, t_end=0.5, output=str(path))
+
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {examples!r})
+    import mbs, pendulum_3d
+    model = pendulum_3d.build().compile()
+    mbs.simulate(model, "em", h=0.01, t_end=1000.0, output={output!r}, flush_every=25)
+""")
+
+
+def test_kill_test_sigkill_mid_run_then_resume(pendulum, tmp_path):
+    examples = str(Path(pendulum_3d.__file__).resolve().parent)
+    output = str(tmp_path / "killed")
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT.format(examples=examples, output=output))
+    process = subprocess.Popen([sys.executable, str(script)])
+    deadline = time.time() + 60
+    manifest = tmp_path / "killed" / "manifest.json"
+    while time.time() < deadline:
+        if manifest.exists() and read_stream(output)["manifest"]["steps_done"] >= 100:
+            break
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    data = read_stream(output)
+    done = data["manifest"]["steps_done"]
+    assert done >= 100 and done % 25 == 0
+    assert data["q"].shape == (done + 1, pendulum.n)
+    assert not data["manifest"].get("completed", False)
+
+    t_end = 0.01 * (done + 40)
+    resumed = mbs.simulate(pendulum, "em", h=0.01, t_end=t_end, resume=output)
+    reference = mbs.simulate(pendulum, "em", h=0.01, t_end=t_end)
+    np.testing.assert_array_equal(resumed.q, reference.q)
+    np.testing.assert_array_equal(resumed.p, reference.p)
