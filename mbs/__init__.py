@@ -22,6 +22,7 @@ from mbs.rotations import (
     rotation_from_axis_angle,
     rotation_from_quaternion,
 )
+from mbs.serialization import load_system  # noqa: E402  (needs System)
 from mbs.simulate import simulate
 from mbs.solution import BodyTrajectory, Solution
 from mbs.system import System
@@ -33,5 +34,5 @@ __all__ = [
     "ModelError", "ModelTypeError", "PointMass", "RigidBody", "SimulationInterrupted",
     "Solution", "SolverError", "System", "bodies", "forces", "joints", "rotation_about_x",
     "rotation_about_y", "rotation_about_z", "rotation_from_axis_angle",
-    "rotation_from_quaternion", "simulate", "solvers",
+    "load_system", "rotation_from_quaternion", "simulate", "solvers",
 ]

@@ -1,0 +1,180 @@
+"""Save a System (bodies, joints, forces, initial state, names) as JSON and load it back.
+
+The file records constructor arguments and initial states only (no derived data), so loading
+and compiling reproduces the same Model and, with the same solver, bitwise the same simulation.
+Elements holding Python callables (UserConstraint, UserPotential) cannot be written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from mbs.bodies import PointMass, RigidBody
+from mbs.errors import ModelError
+from mbs.forces import CentralGravity, QuarticSpring, Spring, UniformGravity
+from mbs.joints import Cylindrical, Distance, Prismatic, Revolute, Rigid, Spherical, Universal
+from mbs.system import System
+
+FORMAT = "mbs-model"
+VERSION = 1
+
+_JOINT_ARGS = {
+    Spherical: ("point",),
+    Distance: ("length", "point_a", "point_b"),
+    Revolute: ("point", "axis"),
+    Cylindrical: ("point", "axis"),
+    Prismatic: ("point", "axis"),
+    Rigid: ("point", "axis"),
+    Universal: ("point", "axis_a", "axis_b"),
+}
+_FORCE_ARGS = {
+    Spring: ("stiffness", "rest_length", "point_a", "point_b"),
+    QuarticSpring: ("stiffness", "length", "point_a", "point_b"),
+}
+_BY_NAME = {cls.__name__: cls for cls in (*_JOINT_ARGS, *_FORCE_ARGS, CentralGravity,
+                                          UniformGravity)}
+
+
+def _plain(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def system_to_dict(system: System) -> dict:
+    """JSON-ready description of ``system``."""
+    bodies = []
+    for body in system.bodies:
+        if isinstance(body, RigidBody):
+            bodies.append({
+                "type": "RigidBody", "name": body.name, "mass": body.mass,
+                "inertia": body.inertia.tolist(), "shape": body.shape,
+                "state": {"position": body.position.tolist(),
+                          "rotation": body.rotation.tolist(),
+                          "velocity": body.velocity.tolist(),
+                          "angular_velocity": body.angular_velocity.tolist()}})
+        else:
+            bodies.append({"type": "PointMass", "name": body.name, "mass": body.mass,
+                           "radius": body.radius,
+                           "state": {"position": body.position.tolist(),
+                                     "velocity": body.velocity.tolist()}})
+    joints = []
+    for joint in system.joints:
+        args = _JOINT_ARGS.get(type(joint))
+        if args is None:
+            raise ModelError(f"joint {joint.name!r} of type {type(joint).__name__} cannot be "
+                             f"saved to JSON")
+        joints.append({"type": type(joint).__name__, "name": joint.name,
+                       "body_a": joint.body_a.name, "body_b": joint.body_b.name,
+                       **{k: _plain(getattr(joint, k)) for k in args}})
+    for constraint in system.user_constraints:
+        raise ModelError(f"UserConstraint {constraint.name!r} holds Python functions and "
+                         f"cannot be saved to JSON")
+    forces = []
+    for force in system._forces:
+        entry = {"type": type(force).__name__, "name": force.name}
+        if type(force) in _FORCE_ARGS:
+            entry.update(body_a=force.body_a.name, body_b=force.body_b.name,
+                         **{k: _plain(getattr(force, k)) for k in _FORCE_ARGS[type(force)]})
+        elif isinstance(force, CentralGravity):
+            entry.update(mu=force.mu, center=force.center.tolist(),
+                         gravity_gradient=force.gravity_gradient,
+                         bodies=None if force._bodies is None else
+                         [b.name for b in force._bodies])
+        elif isinstance(force, UniformGravity):
+            entry.update(acceleration=force.acceleration.tolist(),
+                         bodies=None if force._bodies is None else
+                         [b.name for b in force._bodies])
+        else:
+            raise ModelError(f"force {force.name!r} of type {type(force).__name__} cannot be "
+                             f"saved to JSON (it holds Python functions)")
+        forces.append(entry)
+    return {"format": FORMAT, "version": VERSION,
+            "gravity": None if system.gravity is None else system.gravity.tolist(),
+            "bodies": bodies, "joints": joints, "forces": forces}
+
+
+def save_system(system: System, path: str | os.PathLike) -> None:
+    """Write ``system`` to a JSON file."""
+    Path(path).write_text(json.dumps(system_to_dict(system), indent=1))
+
+
+def system_from_dict(data: dict, source: str = "model description") -> System:
+    """Rebuild a System from :func:`system_to_dict` output, validating every entry."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ModelError(f"{source}: not an mbs model file (expected format {FORMAT!r})")
+    if data.get("version") != VERSION:
+        raise ModelError(f"{source}: unknown mbs model version {data.get('version')!r}; this "
+                         f"mbs reads version {VERSION}")
+    try:
+        system = System(gravity=data.get("gravity"))
+        for index, entry in enumerate(data.get("bodies", [])):
+            where = f"{source}: bodies[{index}]"
+            kind = _field(entry, "type", where)
+            state = entry.get("state", {})
+            if kind == "RigidBody":
+                body = RigidBody(_field(entry, "mass", where), _field(entry, "inertia", where),
+                                 name=_field(entry, "name", where), shape=entry.get("shape"))
+            elif kind == "PointMass":
+                body = PointMass(_field(entry, "mass", where), name=_field(entry, "name", where),
+                                 radius=entry.get("radius"))
+            else:
+                raise ModelError(f"{where}: unknown body type {kind!r}")
+            body.set_state(**state)
+            system.add(body)
+        for group in ("joints", "forces"):
+            for index, entry in enumerate(data.get(group, [])):
+                system.add(_element(system, entry, f"{source}: {group}[{index}]"))
+    except (TypeError, KeyError) as exc:
+        raise ModelError(f"{source}: malformed entry ({exc})") from exc
+    return system
+
+
+def load_system(path: str | os.PathLike) -> System:
+    """Read a System written by :func:`save_system`."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{path}: not valid JSON ({exc})") from exc
+    return system_from_dict(data, str(path))
+
+
+def _field(entry: dict, key: str, where: str):
+    if not isinstance(entry, dict) or key not in entry:
+        raise ModelError(f"{where}: missing field {key!r}")
+    return entry[key]
+
+
+def _body(system: System, name, where: str):
+    try:
+        return system[name]
+    except KeyError:
+        raise ModelError(f"{where}: unknown body {name!r}") from None
+
+
+def _element(system: System, entry: dict, where: str):
+    kind = _field(entry, "type", where)
+    cls = _BY_NAME.get(kind)
+    if cls is None:
+        raise ModelError(f"{where}: unknown element type {kind!r}")
+    name = entry.get("name")
+    if cls in _JOINT_ARGS or cls in _FORCE_ARGS:
+        args = _JOINT_ARGS.get(cls) or _FORCE_ARGS[cls]
+        kwargs = {k: entry.get(k) for k in args}
+        if cls in (Revolute, Cylindrical, Prismatic, Universal, Spherical):
+            kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        return cls(_body(system, _field(entry, "body_a", where), where),
+                   _body(system, _field(entry, "body_b", where), where), name=name, **kwargs)
+    bodies = entry.get("bodies")
+    bodies = None if bodies is None else [_body(system, b, where) for b in bodies]
+    if cls is CentralGravity:
+        return CentralGravity(_field(entry, "mu", where), center=entry.get("center", (0, 0, 0)),
+                              bodies=bodies, gravity_gradient=entry.get("gravity_gradient", True),
+                              name=name)
+    return UniformGravity(_field(entry, "acceleration", where), bodies=bodies, name=name)
