@@ -34,6 +34,13 @@ class PotentialGroup:
         self.n_elements = len(names)
         self.n_invariants = term.n_invariants
         self.scales = scales
+        # V linear in q (uniform gravity): constant gradient, zero Hessian, exact discrete
+        # gradient; cached so that the hot path does no work for it.
+        self.linear_in_q = term.polynomial_degree == 1 and table.quad_row.size == 0
+        if self.linear_in_q:
+            zero = np.zeros(table.n)
+            self._constant_gradient = table.jacobian_transpose_product(
+                zero, term.gradient(self.invariants(zero), params).ravel())
 
     def invariants(self, q: np.ndarray) -> np.ndarray:
         """pi(q), shape (n_elements, n_invariants)."""
@@ -46,6 +53,8 @@ class PotentialGroup:
         return self.term.energy(self.invariants(q), self.params)
 
     def gradient(self, q: np.ndarray) -> np.ndarray:
+        if self.linear_in_q:
+            return self._constant_gradient.copy()
         dv = self.term.gradient(self.invariants(q), self.params).ravel()
         return self.table.jacobian_transpose_product(q, dv)
 
@@ -80,6 +89,8 @@ class PotentialGroup:
         1/2 Hess V(q_mid), which differs by O(|q1 - q0|).
         """
         q_mid = 0.5 * (q0 + q1)
+        if self.linear_in_q:
+            return np.zeros((self.table.n,) * 2) if dense else sp.csr_matrix((self.table.n,) * 2)
         if self.term.polynomial_degree is None or self.term.polynomial_degree > 2:
             return 0.5 * (self.hessian_dense(q_mid) if dense else self.hessian(q_mid))
         pi_mid = 0.5 * (self.invariants(q0) + self.invariants(q1))
@@ -100,6 +111,8 @@ class PotentialGroup:
 
     def discrete_gradient(self, q0: np.ndarray, q1: np.ndarray) -> np.ndarray:
         """(dpi/dq)(q_mid)^T D V~(pi0, pi1), seed 003 eqs. (125)-(126)."""
+        if self.linear_in_q:
+            return self._constant_gradient.copy()
         d_tilde = discrete_invariant_gradient(
             self.term, self.invariants(q0), self.invariants(q1), self.params, self.scales)
         return self.table.jacobian_transpose_product(0.5 * (q0 + q1), d_tilde.ravel())
