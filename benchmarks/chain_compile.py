@@ -46,7 +46,11 @@ def main(sizes: list[int]) -> None:
         model = system.compile()
         compiled = time.perf_counter()
         q = model.initial_state()[0] + 1e-3 * np.random.default_rng(0).standard_normal(model.n)
-        evaluation = best_of(lambda: (model.constraints(q), model.constraint_jacobian(q)))
+
+        def evaluate(model=model, q=q):
+            return model.constraints(q), model.constraint_jacobian(q)
+
+        evaluation = best_of(evaluate)
         print(f"{size:>6} {model.n:>7} {model.m:>7} {built - start:>10.3f} "
               f"{compiled - built:>12.3f} {1e3 * evaluation:>11.3f} "
               f"{model.degrees_of_freedom:>6}")

@@ -10,6 +10,10 @@ rigid motion of its bodies, so no combination of equations of different blocks c
 
 which costs one small SVD per block instead of one SVD of the whole Jacobian; a 1000-link chain
 is 1000 blocks of two bodies.
+
+User constraints need not be invariant under rigid motions, so the argument does not cover
+them: every block that shares a body (directly or through other blocks, not counting the
+ground) with a user constraint is merged into one block with it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class ConstraintGroup:
     name: str
     bodies: tuple[str, ...]
     rows: np.ndarray
+    #: Equations invariant under a common rigid motion of the bodies (all built-in joints).
+    invariant: bool = True
 
 
 @dataclass
@@ -62,14 +68,35 @@ def joint_blocks(groups: list[ConstraintGroup], ground: str) -> list[list[Constr
     for index, edges in enumerate(nx.biconnected_component_edges(graph)):
         for a, b in edges:
             edge_block[frozenset((a, b))] = index
+    merged = _non_invariant_components(groups, ground)
     blocks: dict[int, list[ConstraintGroup]] = {}
     for group in groups:
-        if len(group.bodies) == 1:  # a constraint on one body is its own block
+        body = next(b for b in group.bodies if b != ground)
+        if body in merged:
+            key = ("merged", merged[body])
+        elif len(group.bodies) == 1:  # a constraint on one body is its own block
             key = ("single", group.bodies[0])
         else:
             key = edge_block[frozenset(group.bodies[:2])]
         blocks.setdefault(key, []).append(group)
     return list(blocks.values())
+
+
+def _non_invariant_components(groups: list[ConstraintGroup], ground: str) -> dict[str, int]:
+    """Component index of every body connected (not through the ground) to a constraint that
+    is not invariant under rigid motions; such components are analysed as one block."""
+    if all(group.invariant for group in groups):
+        return {}
+    graph = nx.Graph()
+    for group in groups:
+        names = [b for b in group.bodies if b != ground]
+        graph.add_nodes_from(names)
+        graph.add_edges_from(zip(names[:-1], names[1:]))
+    out = {}
+    for index, component in enumerate(nx.connected_components(graph)):
+        if any(not g.invariant and g.bodies[0] in component for g in groups):
+            out.update(dict.fromkeys(component, index))
+    return out
 
 
 def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],

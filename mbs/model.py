@@ -385,6 +385,13 @@ class Model:
                 f"{VELOCITY_TOLERANCE:.0e} relative); fix the bodies' set_state calls or use "
                 f"model.initial_state(project=True)", g, gv)
         q_new, p_new = self.project(q, p)
+        if not self.is_consistent(q_new, p_new):
+            g_new, gv_new = self._residuals(q_new, p_new)
+            raise InconsistentInitialStateError(
+                f"projecting the initial state failed: max |g| = {g_new:.3e}, max "
+                f"|G M^-1 p| = {gv_new:.3e} after projection (before: {g:.3e}, {gv:.3e}); the "
+                f"constraints may have no solution near the initial state (check joint "
+                f"lengths, points and the bodies' set_state calls)", g_new, gv_new)
         warnings.warn(
             f"initial state projected onto the constraint manifold: |dq| = "
             f"{np.max(np.abs(q_new - q)):.3e}, |dp| = {np.max(np.abs(p_new - p)):.3e} "
@@ -410,10 +417,30 @@ class Model:
         gram = (jac @ self.inverse_mass_matrix @ jac.T)
         if not self.is_large:
             return np.linalg.lstsq(gram.toarray(), rhs, rcond=1e-12)[0]
+        rhs_norm = np.linalg.norm(rhs)
         try:
-            return spla.splu(gram.tocsc()).solve(rhs)
+            solution = spla.splu(gram.tocsc()).solve(rhs)
+            # a numerically singular Gram matrix (redundant constraints) need not make splu
+            # fail; it then returns garbage, so accept the solution only if it solves
+            if (np.all(np.isfinite(solution))
+                    and np.linalg.norm(gram @ solution - rhs) <= 1e-10 * rhs_norm):
+                return solution
         except RuntimeError:
-            return spla.lsqr(gram, rhs, atol=1e-14, btol=1e-14)[0]
+            pass
+        # Redundant constraints: factorise gram + delta I and refine iteratively. The
+        # components along null(gram) = null(G^T) do not change G^T x; a component of rhs
+        # outside the range (incompatible redundant equations) stops the refinement.
+        delta = 1e-10 * max(float(np.max(np.abs(gram.diagonal()))), np.finfo(float).tiny)
+        factor = spla.splu((gram + delta * sp.identity(gram.shape[0])).tocsc())
+        solution = np.zeros_like(rhs)
+        residual, residual_norm = rhs, rhs_norm
+        for _ in range(30):
+            solution = solution + factor.solve(residual)
+            residual = rhs - gram @ solution
+            previous, residual_norm = residual_norm, np.linalg.norm(residual)
+            if residual_norm <= 1e-14 * rhs_norm or residual_norm > 0.5 * previous:
+                break
+        return solution
 
     # -- text -----------------------------------------------------------------------------
     def __repr__(self) -> str:

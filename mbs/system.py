@@ -54,6 +54,9 @@ class System:
         if element.system is not None:
             where = "this system" if element.system is self else "another system"
             raise ModelError(f"{element!r} is already part of {where}; create a new element")
+        if element.name == "gravity" and self.gravity is not None:
+            raise ModelError("the name 'gravity' is taken by the system's uniform gravity; "
+                             "choose another name")
         if element.name in self._names:
             raise ModelError(f"duplicate name {element.name!r}: every body, joint and force "
                              f"of a system needs a unique name")

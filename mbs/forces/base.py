@@ -112,7 +112,7 @@ def dot(a: AffineVector, b: AffineVector) -> Invariant:
 
 def discrete_invariant_gradient(term: type[InvariantTerm], pi0: np.ndarray, pi1: np.ndarray,
                                 params: dict, scales: np.ndarray,
-                                threshold: float = 1e-6) -> np.ndarray:
+                                roundoff_factor: float = 8.0) -> np.ndarray:
     """Discrete gradient D V~(pi0, pi1) in pi-space, shape (n_elements, n_invariants).
 
     For degree <= 2 polynomials the midpoint gradient is exact. Otherwise Gonzalez's formula in
@@ -120,23 +120,26 @@ def discrete_invariant_gradient(term: type[InvariantTerm], pi0: np.ndarray, pi1:
 
         D V~ = grad V~(pi_mid) + (V~1 - V~0 - grad V~(pi_mid) . dpi) W dpi / (dpi . W dpi),
 
-    which for one invariant is Greenspan's quotient (V~1 - V~0)/(pi1 - pi0). Where the relative
-    change |dpi / scales| is below ``threshold`` the midpoint gradient is used: its
-    directionality error is O(|dpi|^3), below round-off there, while the quotient would amplify
-    round-off.
+    which for one invariant is Greenspan's quotient (V~1 - V~0)/(pi1 - pi0). Where the residual
+    V~1 - V~0 - grad V~(pi_mid) . dpi is at round-off level (below ``roundoff_factor`` * eps *
+    (|V~0| + |V~1| + |grad V~(pi_mid)| |dpi|)) the midpoint gradient is used: it then satisfies
+    directionality to round-off already, while the quotient would divide round-off by a tiny
+    dpi. The test is scale free, so it neither depends on the invariants' magnitude at the
+    initial state nor on how fast V~ varies.
     """
     mid = 0.5 * (pi0 + pi1)
     grad_mid = term.gradient(mid, params)
     if term.polynomial_degree is not None and term.polynomial_degree <= 2:
         return grad_mid
     delta = pi1 - pi0
-    weighted = delta / scales**2
-    norm2 = np.sum(delta * weighted, axis=1)
-    relative = np.sqrt(np.sum((delta / scales) ** 2, axis=1))
-    use_quotient = relative > threshold
+    energy0, energy1 = term.energy(pi0, params), term.energy(pi1, params)
+    residual = energy1 - energy0 - np.sum(grad_mid * delta, axis=1)
+    roundoff = roundoff_factor * np.finfo(float).eps * (
+        np.abs(energy0) + np.abs(energy1) + np.sum(np.abs(grad_mid * delta), axis=1))
+    use_quotient = np.abs(residual) > roundoff
     if not np.any(use_quotient):
         return grad_mid
-    residual = (term.energy(pi1, params) - term.energy(pi0, params)
-                - np.sum(grad_mid * delta, axis=1))
+    weighted = delta / scales**2
+    norm2 = np.sum(delta * weighted, axis=1)
     factor = np.where(use_quotient, residual / np.where(use_quotient, norm2, 1.0), 0.0)
     return grad_mid + factor[:, None] * weighted

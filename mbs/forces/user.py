@@ -104,7 +104,8 @@ class UserPotential(Force):
         self.term = _make_user_term(len(invariants), energy, gradient, hessian, owner)
 
     def bodies_acted_on(self):
-        return [b for inv in self.invariants for b in inv.bodies()]
+        # each body once (invariants often share bodies; duplicates made graph self-loops)
+        return list(dict.fromkeys(b for inv in self.invariants for b in inv.bodies()))
 
     def terms(self, context):
         return [TermInstance(self.term, [inv.build(context) for inv in self.invariants], {})]

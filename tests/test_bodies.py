@@ -1,0 +1,255 @@
+"""Rigid bodies (director formulation), point masses, rotations and shape inertia."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mechanisms import random_rotation, random_unit
+from scipy.integrate import trapezoid
+
+import mbs
+from mbs.joints.base import BuildContext
+from mbs.rotations import check_rotation, skew
+
+
+def point_cloud(rng, count=7):
+    """Random masses at random body-frame positions, shifted so the centre of mass is 0."""
+    masses = rng.uniform(0.2, 1.0, count)
+    positions = rng.normal(0.0, 0.5, (count, 3)) * np.array([1.0, 0.6, 0.3])
+    positions -= masses @ positions / masses.sum()
+    return masses, positions
+
+
+def cloud_inertia(masses, positions):
+    """J = sum m (|X|^2 I - X X^T) and the second moment sum m X X^T."""
+    second = np.einsum("k,ki,kj->ij", masses, positions, positions)
+    return np.trace(second) * np.eye(3) - second, second
+
+
+# -- mass matrix ----------------------------------------------------------------------------
+def test_principal_mass_block_is_seed_101():
+    i1, i2, i3 = 2.0, 3.0, 4.0
+    body = mbs.RigidBody(mass=1.5, inertia=(i1, i2, i3))
+    e = [0.5 * (i2 + i3 - i1), 0.5 * (i3 + i1 - i2), 0.5 * (i1 + i2 - i3)]
+    expected = np.diag(np.repeat([1.5, *e], 3))
+    np.testing.assert_allclose(body.mass_block(), expected, rtol=1e-15)
+    np.testing.assert_allclose(body.inverse_mass_block() @ body.mass_block(), np.eye(12),
+                               atol=1e-14)
+
+
+def test_non_principal_euler_tensor_is_second_moment_of_mass(rng):
+    masses, positions = point_cloud(rng)
+    inertia, second = cloud_inertia(masses, positions)
+    assert abs(inertia[0, 1]) > 1e-3  # genuinely non-principal
+    body = mbs.RigidBody(mass=masses.sum(), inertia=inertia)
+    np.testing.assert_allclose(body.euler_tensor, second, rtol=1e-12, atol=1e-14)
+    block = body.mass_block()
+    np.testing.assert_allclose(block[:3, :3], masses.sum() * np.eye(3))
+    for i in range(3):
+        for j in range(3):
+            np.testing.assert_allclose(block[3 + 3 * i:6 + 3 * i, 3 + 3 * j:6 + 3 * j],
+                                       second[i, j] * np.eye(3), atol=1e-14)
+    np.testing.assert_allclose(body.inverse_mass_block() @ block, np.eye(12), atol=1e-12)
+
+
+def test_kinetic_energy_equals_point_cloud_energy(rng):
+    """1/2 v.M v of the director body equals sum 1/2 m_k |v + w x R X_k|^2 of the cloud."""
+    masses, positions = point_cloud(rng)
+    inertia, _ = cloud_inertia(masses, positions)
+    rotation = random_rotation(rng)
+    velocity, omega = rng.standard_normal(3), rng.standard_normal(3)
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(mass=masses.sum(), inertia=inertia, name="cloud"))
+    body.set_state(position=(0.3, -0.2, 1.0), rotation=rotation, velocity=velocity,
+                   angular_velocity=omega)
+    model = system.compile()
+    q0, p0 = model.initial_state()
+    world = positions @ rotation.T
+    expected = 0.5 * np.sum(masses * np.sum((velocity + np.cross(omega, world)) ** 2, axis=1))
+    assert model.kinetic_energy(p0) == pytest.approx(expected, rel=1e-13)
+    # T = 1/2 m v^2 + 1/2 w . (R J R^T) w as well
+    rigid = 0.5 * masses.sum() * velocity @ velocity + 0.5 * omega @ rotation @ inertia @ (
+        rotation.T @ omega)
+    assert model.kinetic_energy(p0) == pytest.approx(rigid, rel=1e-13)
+    # angular momentum about the origin: m phi x v + R J R^T w
+    expected_j = masses.sum() * np.cross(q0[:3], velocity) + rotation @ inertia @ (
+        rotation.T @ omega)
+    np.testing.assert_allclose(model.angular_momentum(q0, p0), expected_j, atol=1e-13)
+
+
+def test_initial_coordinates_and_director_rates(rng):
+    rotation = random_rotation(rng)
+    omega, velocity = rng.standard_normal(3), rng.standard_normal(3)
+    body = mbs.RigidBody(1.0, (1.0, 1.0, 1.5)).set_state(
+        position=(1, 2, 3), rotation=rotation, velocity=velocity, angular_velocity=omega)
+    q0, v0 = body.initial_coordinates(), body.initial_velocities()
+    np.testing.assert_allclose(q0[:3], [1, 2, 3])
+    for i in range(3):
+        np.testing.assert_allclose(q0[3 + 3 * i:6 + 3 * i], rotation[:, i])
+        np.testing.assert_allclose(v0[3 + 3 * i:6 + 3 * i], skew(omega) @ rotation[:, i],
+                                   atol=1e-15)
+    np.testing.assert_allclose(v0[:3], velocity)
+
+
+def test_internal_constraints_are_seed_103(rng):
+    system = mbs.System()
+    system.add(mbs.RigidBody(1.0, (1.0, 1.2, 1.4), name="b"))
+    model = system.compile()
+    assert (model.n, model.m, model.degrees_of_freedom) == (12, 6, 6)
+    q = rng.standard_normal(12)
+    d1, d2, d3 = q[3:6], q[6:9], q[9:12]
+    expected = [0.5 * (d1 @ d1 - 1), 0.5 * (d2 @ d2 - 1), 0.5 * (d3 @ d3 - 1),
+                d1 @ d2, d1 @ d3, d2 @ d3]
+    np.testing.assert_allclose(model.constraints(q), expected, atol=1e-14)
+    np.testing.assert_array_equal(model.constraint_rows["b"], np.arange(6))
+
+
+def test_body_fixed_points_are_affine_in_q(rng):
+    """x(P) = phi + X_i d_i with X = R0^T (P - phi0), also at a moved configuration."""
+    rotation = random_rotation(rng)
+    body = mbs.RigidBody(1.0, (1.0, 1.0, 1.5), name="b").set_state(position=(1, 0, 2),
+                                                                   rotation=rotation)
+    point = np.array([0.3, -0.4, 2.5])
+    context = BuildContext({"b": 12})  # body placed after 12 other coordinates
+    expression = context.point(body, point)
+    q = np.zeros(24)
+    q[12:15], q[15:24] = (1, 0, 2), rotation.T.ravel()
+    np.testing.assert_allclose(expression.evaluate(q), point, atol=1e-14)
+    q_new = rng.standard_normal(24)
+    local = rotation.T @ (point - np.array([1.0, 0.0, 2.0]))
+    expected = q_new[12:15] + sum(local[i] * q_new[15 + 3 * i:18 + 3 * i] for i in range(3))
+    np.testing.assert_allclose(expression.evaluate(q_new), expected, atol=1e-14)
+    vector = context.vector(body, (0.0, 1.0, 1.0))
+    local_v = rotation.T @ np.array([0.0, 1.0, 1.0])
+    expected_v = sum(local_v[i] * q_new[15 + 3 * i:18 + 3 * i] for i in range(3))
+    np.testing.assert_allclose(vector.evaluate(q_new), expected_v, atol=1e-14)
+
+
+def test_ground_points_are_constant(rng):
+    system = mbs.System()
+    context = BuildContext({"ground": 0})
+    np.testing.assert_allclose(context.point(system.ground, (1, 2, 3)).evaluate(
+        rng.standard_normal(6)), [1, 2, 3])
+    assert system.ground.n_coordinates == 0 and system.ground.name == "ground"
+
+
+def test_point_mass_blocks_and_state(rng):
+    system = mbs.System()
+    bob = system.add(mbs.PointMass(mass=2.5, name="bob"))
+    bob.set_state(position=(1, 0, 0), velocity=(0, 2, 0))
+    model = system.compile()
+    np.testing.assert_allclose(model.mass_matrix.toarray(), 2.5 * np.eye(3))
+    np.testing.assert_allclose(model.inverse_mass_matrix.toarray(), np.eye(3) / 2.5)
+    q0, p0 = model.initial_state()
+    np.testing.assert_allclose(q0, [1, 0, 0])
+    np.testing.assert_allclose(p0, [0, 5, 0])
+    assert model.kinetic_energy(p0) == pytest.approx(0.5 * 2.5 * 4)
+    assert (model.m, model.degrees_of_freedom) == (0, 3)
+    assert model.coordinates("bob") == slice(0, 3)
+    assert model.body("bob").kind == "point"
+
+
+# -- rotations --------------------------------------------------------------------------------
+def test_axis_angle_and_quaternion_agree(rng):
+    for _ in range(5):
+        axis, angle = random_unit(rng), rng.uniform(-np.pi, np.pi)
+        quaternion = np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * axis])
+        r_axis = mbs.rotation_from_axis_angle(3.0 * axis, angle)  # axis normalised
+        r_quat = mbs.rotation_from_quaternion(-2.0 * quaternion)  # scale and sign free
+        np.testing.assert_allclose(r_axis, r_quat, atol=1e-14)
+        np.testing.assert_allclose(r_axis.T @ r_axis, np.eye(3), atol=1e-14)
+        assert np.linalg.det(r_axis) == pytest.approx(1.0)
+        np.testing.assert_allclose(r_axis @ axis, axis, atol=1e-14)
+        perpendicular = np.cross(axis, random_unit(rng))
+        rotated = r_axis @ perpendicular
+        cos = rotated @ perpendicular / (perpendicular @ perpendicular)
+        sin = np.cross(perpendicular, rotated) @ axis / (perpendicular @ perpendicular)
+        assert np.arctan2(sin, cos) == pytest.approx(angle, abs=1e-12)
+
+
+def test_elementary_rotations():
+    a = 0.3
+    c, s = np.cos(a), np.sin(a)
+    np.testing.assert_allclose(mbs.rotation_about_x(a), [[1, 0, 0], [0, c, -s], [0, s, c]],
+                               atol=1e-15)
+    np.testing.assert_allclose(mbs.rotation_about_y(a), [[c, 0, s], [0, 1, 0], [-s, 0, c]],
+                               atol=1e-15)
+    np.testing.assert_allclose(mbs.rotation_about_z(a), [[c, -s, 0], [s, c, 0], [0, 0, 1]],
+                               atol=1e-15)
+
+
+def test_check_rotation_tolerance_and_reflection():
+    near = mbs.rotation_about_z(0.2) * (1.0 + 1e-13)
+    check_rotation(near, "test")  # within the stated 1e-10 tolerance
+    with pytest.raises(mbs.ModelError, match="not orthonormal"):
+        check_rotation(mbs.rotation_about_z(0.2) * (1.0 + 1e-8), "test")
+    with pytest.raises(mbs.ModelError, match="reflection"):
+        check_rotation(np.diag([1.0, 1.0, -1.0]), "test")
+    with pytest.raises(mbs.ModelError):
+        check_rotation(np.eye(2), "test")
+    with pytest.raises(mbs.ModelError):
+        mbs.rotation_from_axis_angle((0, 0, 0), 1.0)
+    with pytest.raises(mbs.ModelError):
+        mbs.rotation_from_quaternion((0, 0, 0, 0))
+
+
+# -- shapes ------------------------------------------------------------------------------------
+SHAPES = [
+    # (shape, dimensions, volume or None for thin-walled, textbook principal moments / mass)
+    ("box", {"lx": 0.4, "ly": 0.6, "lz": 1.0}, 0.24,
+     [(0.36 + 1.0) / 12, (0.16 + 1.0) / 12, (0.16 + 0.36) / 12]),
+    ("cylinder", {"radius": 0.3, "length": 1.2}, np.pi * 0.09 * 1.2,
+     [(3 * 0.09 + 1.44) / 12, (3 * 0.09 + 1.44) / 12, 0.09 / 2]),
+    ("sphere", {"radius": 0.5}, 4 / 3 * np.pi * 0.125, [0.4 * 0.25] * 3),
+    # cone about its centre of mass: 3/20 r^2 + 3/80 h^2 transverse, 3/10 r^2 axial
+    ("cone", {"radius": 0.4, "height": 1.0}, np.pi * 0.16 / 3,
+     [3 / 20 * 0.16 + 3 / 80, 3 / 20 * 0.16 + 3 / 80, 3 / 10 * 0.16]),
+    # thin-walled open tube: r^2/2 + L^2/12 transverse, r^2 axial
+    ("tube", {"radius": 0.3, "length": 1.2}, None,
+     [0.09 / 2 + 1.44 / 12, 0.09 / 2 + 1.44 / 12, 0.09]),
+    ("spherical_shell", {"radius": 0.5}, None, [2 / 3 * 0.25] * 3),
+]
+
+
+@pytest.mark.parametrize("shape,dims,volume,moments", SHAPES, ids=[s[0] for s in SHAPES])
+def test_shape_inertia_matches_textbook(shape, dims, volume, moments):
+    body = mbs.RigidBody.from_shape(shape, mass=2.0, name=f"{shape}_body", **dims)
+    assert body.mass == 2.0
+    np.testing.assert_allclose(np.diag(body.inertia), 2.0 * np.array(moments), rtol=1e-14)
+    np.testing.assert_allclose(body.inertia, np.diag(np.diag(body.inertia)), atol=0)
+    assert body.shape["kind"] == shape
+    if volume is None:
+        with pytest.raises(mbs.ModelError, match="thin-walled"):
+            mbs.RigidBody.from_shape(shape, density=7.8, **dims)
+    else:
+        dense = mbs.RigidBody.from_shape(shape, density=7.8, **dims)
+        assert dense.mass == pytest.approx(7.8 * volume, rel=1e-14)
+        np.testing.assert_allclose(dense.inertia, body.inertia * dense.mass / 2.0, rtol=1e-13)
+
+
+def test_cone_inertia_by_quadrature():
+    """Independent check of the cone moments by integrating over slices of the solid cone."""
+    r, h, rho = 0.4, 1.0, 3.0
+    z = np.linspace(0.0, h, 200001)  # apex at z = 0, base at z = h
+    radius = r * z / h
+    dm = rho * np.pi * radius**2  # mass per unit height
+    mass = trapezoid(dm, z)
+    z_c = trapezoid(dm * z, z) / mass
+    axial = trapezoid(0.5 * dm * radius**2, z)
+    transverse = trapezoid(dm * (radius**2 / 4 + (z - z_c) ** 2), z)
+    body = mbs.RigidBody.from_shape("cone", density=rho, radius=r, height=h)
+    assert body.mass == pytest.approx(mass, rel=1e-8)
+    np.testing.assert_allclose(np.diag(body.inertia), [transverse, transverse, axial],
+                               rtol=1e-8)
+    assert h - z_c == pytest.approx(-body.shape["base_offset"] * 1.0, rel=1e-8)
+
+
+def test_shape_arguments_are_checked():
+    with pytest.raises(mbs.ModelError, match="exactly one"):
+        mbs.RigidBody.from_shape("sphere", mass=1.0, density=2.0, radius=1.0, name="s")
+    with pytest.raises(mbs.ModelError, match="unknown shape"):
+        mbs.RigidBody.from_shape("torus", mass=1.0, radius=1.0, name="s")
+    with pytest.raises(mbs.ModelError, match="missing"):
+        mbs.RigidBody.from_shape("box", mass=1.0, lx=1.0, ly=1.0, name="s")
+    with pytest.raises(mbs.ModelError, match="positive"):
+        mbs.RigidBody.from_shape("sphere", mass=1.0, radius=-1.0, name="s")

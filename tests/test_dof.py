@@ -1,0 +1,216 @@
+"""Degrees of freedom, redundant constraints, kinematic loops, floating bodies, the graph and
+the summary of classic mechanisms (truths derived by hand in tests/mechanisms.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mechanisms import (
+    double_pendulum,
+    planar_four_bar,
+    random_rotation,
+    slider_crank,
+    spatial_four_bar,
+    spherical_chain,
+)
+
+import mbs
+
+
+def independent_dof(model: mbs.Model) -> int:
+    """n - rank G(q0) from one dense SVD of the whole Jacobian."""
+    q0 = model.initial_state()[0]
+    return model.n - np.linalg.matrix_rank(model.constraint_jacobian(q0).toarray(), tol=1e-9)
+
+
+# mechanism -> (dof, total redundant equations, joints of the loop)
+CASES = {
+    "double_pendulum": (double_pendulum, 2, 0, ()),
+    "planar_four_bar": (planar_four_bar, 1, 3, ("pivot_O", "pin_A", "pin_B", "pivot_C")),
+    "four_bar_one_redundant": (lambda: planar_four_bar("spherical"), 1, 1,
+                               ("pivot_O", "pin_A", "ball_B", "pivot_C")),
+    "slider_crank": (slider_crank, 1, 3, ("crank_pivot", "crank_pin", "wrist_pin", "guide")),
+    "spatial_rsur": (spatial_four_bar, 1, 0, ()),
+    "spatial_rssr": (lambda: spatial_four_bar("spherical"), 2, 0, ()),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_degrees_of_freedom_and_redundancy(name):
+    build, dof, redundant, loop_joints = CASES[name]
+    system = build()
+    model = system.compile()
+    assert model.degrees_of_freedom == dof
+    assert independent_dof(model) == dof
+    assert sum(r.count for r in model.redundancies) == redundant
+    # Grübler's count misses exactly the redundant equations
+    n_free = sum(6 if isinstance(b, mbs.RigidBody) else 3 for b in system.bodies)
+    equations = model.m - 6 * sum(isinstance(b, mbs.RigidBody) for b in system.bodies)
+    assert model.degrees_of_freedom == n_free - equations + redundant
+    if redundant:
+        (red,) = model.redundancies
+        assert set(red.joints) <= set(loop_joints)
+        assert len(red.joints) >= 2
+        assert all(isinstance(j, str) for j in red.joints)
+
+
+def test_four_bar_redundancy_names_the_loop_joints():
+    model = planar_four_bar("spherical").compile()
+    (red,) = model.redundancies
+    assert red.count == 1
+    # the out-of-plane equations of all four joints take part in the dependency
+    assert set(red.joints) == {"pivot_O", "pin_A", "ball_B", "pivot_C"}
+
+
+def test_spatial_four_bar_moves_with_one_and_two_parameters():
+    """Tangent space check independent of the rank analysis: the null space of G(q0) has
+    dimension 1 (RSUR) or 2 (RSSR), and for the RSSR it contains the coupler spin about the
+    line through its ball centres."""
+    system = spatial_four_bar("spherical")
+    model = system.compile()
+    q0 = model.initial_state()[0]
+    jac = model.constraint_jacobian(q0).toarray()
+    a, b = np.array([0.0, 1.0, 0.0]), np.array([2.0, 0.8, 1.1])
+    line = (b - a) / np.linalg.norm(b - a)
+    spin = np.zeros(model.n)
+    s = model.coordinates("coupler").start
+    spin[s:s + 3] = np.cross(line, q0[s:s + 3] - a)
+    for i in range(1, 4):
+        spin[s + 3 * i:s + 3 * i + 3] = np.cross(line, q0[s + 3 * i:s + 3 * i + 3])
+    assert np.max(np.abs(jac @ spin)) < 1e-13
+
+
+def test_summary_reports_redundancy_loops_and_floating_bodies(capsys):
+    system = planar_four_bar("spherical")
+    free = system.add(mbs.PointMass(1.0, name="drifter"))
+    free.set_state(position=(5.0, 5.0, 5.0))
+    model = system.compile()
+    text = system.summary(model)
+    assert capsys.readouterr().out.strip() == text.strip()
+    assert "degrees of freedom = 4" in text  # 1 + the free particle's 3
+    assert "redundant: 1 equation(s)" in text
+    for joint in ("pivot_O", "pin_A", "ball_B", "pivot_C"):
+        assert joint in text
+    assert "kinematic loops: 1" in text
+    loop_line = next(line for line in text.splitlines() if "loop:" in line)
+    for body in ("ground", "crank", "coupler", "rocker"):
+        assert body in loop_line
+    assert "floating bodies (not jointed to ground): drifter" in text
+    quiet = system.summary(model, print_it=False)
+    assert capsys.readouterr().out == "" and quiet == text
+
+
+def test_summary_without_redundancy():
+    text = double_pendulum().summary(print_it=False)
+    assert "redundant constraints: none" in text
+    assert "kinematic loops: 0" in text
+    assert "floating bodies (not jointed to ground): none" in text
+    assert "degrees of freedom = 2" in text
+
+
+def test_kinematic_loops_and_floating_bodies():
+    system = mbs.System()
+    bodies = []
+    for k in range(5):
+        body = mbs.RigidBody(1.0, (1.0, 1.0, 1.5), name=f"b{k}")
+        body.set_state(position=(k, 0.0, 0.0),
+                       rotation=random_rotation(np.random.default_rng(k)))
+        bodies.append(system.add(body))
+    j = mbs.joints
+    system.add(j.Spherical(system.ground, bodies[0], point=(0.0, 0.0, 1.0)))
+    system.add(j.Spherical(bodies[0], bodies[1], point=(0.5, 0.0, 0.0)))
+    system.add(j.Distance(bodies[1], system.ground, point_b=(1.0, 2.0, 0.0)))  # a loop
+    system.add(j.Spherical(bodies[2], bodies[3], point=(2.5, 0.0, 0.0)))  # floating pair
+    system.add(j.Distance(bodies[2], bodies[3], point_a=(2.0, 0.3, 0.0)))  # parallel joint
+    system.add(mbs.forces.Spring(bodies[4], bodies[0], stiffness=1.0))  # not a joint
+    loops = system.kinematic_loops()
+    assert sorted(sorted(loop) for loop in loops) == [["b0", "b1", "ground"], ["b2", "b3"]]
+    assert system.floating_bodies() == ["b2", "b3", "b4"]
+    assert system.unconnected_bodies() == []
+    graph = system.graph
+    assert set(graph.nodes) == {"ground", "b0", "b1", "b2", "b3", "b4"}
+    assert graph.number_of_edges("b2", "b3") == 2
+    kinds = {key: data["kind"] for _, _, key, data in graph.edges(keys=True, data=True)}
+    assert sorted(kinds.values()).count("force") == 1
+    model = system.compile()
+    # 30 free - (3 + 3 + 1 + 3 + 1) equations; all independent at this pose
+    assert model.degrees_of_freedom == 30 - 11 == independent_dof(model)
+
+
+def test_field_forces_are_ground_edges():
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    a = system.add(mbs.PointMass(1.0, name="a")).set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.forces.CentralGravity(1.0, bodies=[a], name="sun"))
+    graph = system.graph
+    keys = {key for _, _, key in graph.edges(keys=True)}
+    assert keys == {"gravity", "sun"}
+    assert all(set(edge[:2]) == {"ground", "a"} for edge in graph.edges)
+    assert system.unconnected_bodies() == []
+
+
+def test_long_chain_dof_and_no_redundancy():
+    model = spherical_chain(30).compile()
+    assert model.degrees_of_freedom == 90 == independent_dof(model)
+    assert model.redundancies == []
+
+
+def test_singular_configuration_is_reported_as_redundant():
+    """Two bodies joined by a ball at the midpoint of their centres, plus a distance between
+    the centres: at the stretched (collinear) pose the distance cannot change to first order,
+    so its equation is dependent there (rank drop measured at the initial state)."""
+    system = mbs.System()
+    a = system.add(mbs.RigidBody(1.0, (1.0, 1.0, 1.5), name="a"))
+    b = system.add(mbs.RigidBody(1.0, (1.0, 1.0, 1.5), name="b"))
+    a.set_state(position=(0.0, 0.0, 0.0))
+    b.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.joints.Spherical(a, b, point=(0.5, 0.0, 0.0), name="ball"))
+    system.add(mbs.joints.Distance(a, b, name="stretch"))
+    model = system.compile()
+    assert model.degrees_of_freedom == 12 - 3 == independent_dof(model)
+    (red,) = model.redundancies
+    assert red.count == 1 and "stretch" in red.joints
+
+
+def _fixed_x_constraint(bodies, n_local):
+    def value(q):
+        return np.array([q[0] - 1.0])
+
+    def jacobian(q):
+        out = np.zeros((1, n_local))
+        out[0, 0] = 1.0
+        return out
+
+    return mbs.joints.UserConstraint(bodies, value, jacobian, name="user")
+
+
+@pytest.mark.parametrize("second_body", [False, True], ids=["one_body", "two_bodies"])
+def test_user_constraint_redundant_with_joints_elsewhere(second_body):
+    """A user constraint need not be invariant under rigid motions, so it can be dependent on
+    joints of another block of the joint graph: here it fixes phi_x of a body whose centre of
+    mass a ball joint to the ground already holds."""
+    system = mbs.System()
+    a = system.add(mbs.RigidBody(1.0, (1.0, 1.2, 1.4), name="a")).set_state(position=(1, 0, 0))
+    system.add(mbs.joints.Spherical(system.ground, a, point=(1, 0, 0), name="fix"))
+    bodies = [a]
+    if second_body:
+        b = system.add(mbs.RigidBody(1.0, (1.0, 1.2, 1.4), name="b"))
+        b.set_state(position=(2, 0, 0))
+        system.add(mbs.joints.Spherical(a, b, point=(1.5, 0, 0), name="ball"))
+        bodies.append(b)
+    system.add(_fixed_x_constraint(bodies, 12 * len(bodies)))
+    model = system.compile()
+    assert model.degrees_of_freedom == independent_dof(model) == 3 + 3 * second_body
+    (red,) = model.redundancies
+    assert red.count == 1 and {"fix", "user"} <= set(red.joints)
+
+
+def test_user_potential_edges_list_each_body_once():
+    system = mbs.System()
+    a = system.add(mbs.RigidBody(1.0, (1.0, 1.2, 1.4), name="a"))
+    p = system.add(mbs.PointMass(1.0, name="p")).set_state(position=(1, 0, 0))
+    system.add(mbs.forces.UserPotential(
+        [mbs.forces.SquaredDistance(a, p), mbs.forces.PointComponent(a, (0, 0, 1))],
+        energy=lambda pi: pi[0] + pi[1], name="u"))
+    edges = list(system.graph.edges(keys=True))
+    assert edges == [("a", "p", "u")]  # no self-loop a - a
+    assert system.compile().forces[0].bodies == ("a", "p")

@@ -1,0 +1,365 @@
+"""Potentials: values against hand formulas, derivatives against finite differences, and the
+momentum-conserving discrete gradient (directionality and orthogonality, seed 003 (85)-(86))."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from mechanisms import (
+    finite_difference,
+    random_inertia,
+    random_rotation,
+    relative_error,
+    rotation_generator,
+    second_difference,
+)
+
+import mbs
+from mbs.forces import AxisProduct, PointComponent, SquaredDistance, UserPotential
+
+
+@dataclass
+class Case:
+    """A small system with one kind of potential, the potential by hand, and its symmetries."""
+
+    system: mbs.System
+    truth: object  # callable q -> V on the manifold (orthonormal directors)
+    axes: list = field(default_factory=list)  # rotation axes under which V is invariant
+    center: tuple = (0.0, 0.0, 0.0)
+    hessian_from_energy: bool = False  # derivatives are approximated by the library
+    model: mbs.Model | None = None
+
+    def compile(self) -> mbs.Model:
+        if self.model is None:
+            self.model = self.system.compile()
+        return self.model
+
+
+def body_point(q_body, local):
+    """x = phi + X_i d_i, written out by hand."""
+    return q_body[:3] + sum(local[i] * q_body[3 + 3 * i:6 + 3 * i] for i in range(3))
+
+
+def two_bodies(rng, gravity=None):
+    system = mbs.System(gravity=gravity)
+    a = system.add(mbs.RigidBody(1.3, random_inertia(rng), name="a"))
+    a.set_state(position=(0.5, -0.2, 0.3), rotation=random_rotation(rng))
+    b = system.add(mbs.RigidBody(0.8, random_inertia(rng, principal=True), name="b"))
+    b.set_state(position=(-0.4, 0.6, 1.0), rotation=random_rotation(rng))
+    p = system.add(mbs.PointMass(0.6, name="p")).set_state(position=(1.0, 1.0, -0.5))
+    return system, a, b, p
+
+
+ANY_AXIS = list(np.eye(3)) + [np.array([1.0, -2.0, 0.5]) / np.linalg.norm([1.0, -2.0, 0.5])]
+
+
+def case_uniform_gravity(rng):
+    gravity = np.array([1.0, -2.0, -9.0])
+    system, a, b, p = two_bodies(rng, gravity=gravity)
+
+    def truth(q):
+        return -(1.3 * gravity @ q[0:3] + 0.8 * gravity @ q[12:15] + 0.6 * gravity @ q[24:27])
+
+    return Case(system, truth, axes=[gravity / np.linalg.norm(gravity)])
+
+
+def case_spring_bodies(rng):
+    system, a, b, p = two_bodies(rng)
+    pa, pb = np.array([0.7, -0.1, 0.2]), np.array([-0.3, 0.5, 1.2])
+    system.add(mbs.forces.Spring(a, b, stiffness=7.0, rest_length=0.4, point_a=pa, point_b=pb))
+    system.add(mbs.forces.Spring(b, p, stiffness=3.0, point_a=pb))  # rest = initial length
+    la, lb = a.rotation.T @ (pa - a.position), b.rotation.T @ (pb - b.position)
+    rest2 = np.linalg.norm(p.position - pb)
+
+    def truth(q):
+        xa, xb, xp = body_point(q[0:12], la), body_point(q[12:24], lb), q[24:27]
+        return (0.5 * 7.0 * (np.linalg.norm(xb - xa) - 0.4) ** 2
+                + 0.5 * 3.0 * (np.linalg.norm(xp - xb) - rest2) ** 2)
+
+    return Case(system, truth, axes=ANY_AXIS)
+
+
+def case_spring_ground(rng):
+    """Springs to ground points on the z axis: invariant under rotations about z only."""
+    system, a, b, p = two_bodies(rng)
+    pa = np.array([0.6, -0.1, 0.4])
+    system.add(mbs.forces.Spring(system.ground, a, stiffness=5.0, rest_length=0.2,
+                                 point_a=(0.0, 0.0, 2.0), point_b=pa))
+    system.add(mbs.forces.Spring(p, system.ground, stiffness=2.0, rest_length=0.0))
+    la = a.rotation.T @ (pa - a.position)
+
+    def truth(q):
+        xa = body_point(q[0:12], la)
+        return (0.5 * 5.0 * (np.linalg.norm(xa - (0.0, 0.0, 2.0)) - 0.2) ** 2
+                + 0.5 * 2.0 * q[24:27] @ q[24:27])
+
+    return Case(system, truth, axes=[np.array([0.0, 0.0, 1.0])])
+
+
+def case_quartic_spring(rng):
+    system, a, b, p = two_bodies(rng)
+    pb = np.array([-0.3, 0.5, 1.2])
+    system.add(mbs.forces.QuarticSpring(b, p, stiffness=50.0, length=1.0, point_a=pb))
+    system.add(mbs.forces.QuarticSpring(a, b, stiffness=5.0, length=0.5))
+    lb = b.rotation.T @ (pb - b.position)
+
+    def truth(q):
+        r1 = q[24:27] - body_point(q[12:24], lb)
+        r2 = q[12:15] - q[0:3]
+        return 0.5 * 50.0 * (r1 @ r1 - 1.0) ** 2 + 0.5 * 5.0 * (r2 @ r2 - 0.25) ** 2
+
+    return Case(system, truth, axes=ANY_AXIS)
+
+
+def central_truth(mu, center, mass, inertia_world, phi):
+    """MacCullagh: V = -mu m / r - mu / (2 r^3) (tr J - 3 n.J n), J in world axes."""
+    r_vec = phi - center
+    r = np.linalg.norm(r_vec)
+    n = r_vec / r
+    value = -mu * mass / r
+    if inertia_world is not None:
+        value -= mu / (2 * r**3) * (np.trace(inertia_world) - 3.0 * n @ inertia_world @ n)
+    return value
+
+
+def case_central_gravity(rng, center=(0.0, 0.0, 0.0)):
+    system, a, b, p = two_bodies(rng)
+    system.add(mbs.forces.CentralGravity(mu=4.0, center=center))  # every body
+    ja, jb = a.inertia, b.inertia
+
+    def truth(q):
+        def world(qb, inertia):
+            rotation = np.column_stack([qb[3:6], qb[6:9], qb[9:12]])
+            return rotation @ inertia @ rotation.T
+
+        c = np.asarray(center)
+        return (central_truth(4.0, c, 1.3, world(q[0:12], ja), q[0:3])
+                + central_truth(4.0, c, 0.8, world(q[12:24], jb), q[12:15])
+                + central_truth(4.0, c, 0.6, None, q[24:27]))
+
+    return Case(system, truth, axes=ANY_AXIS, center=center)
+
+
+def case_central_without_gradient_term(rng):
+    system, a, b, p = two_bodies(rng)
+    system.add(mbs.forces.CentralGravity(mu=2.0, center=(0.0, 0.0, -1.0), bodies=[a, p],
+                                         gravity_gradient=False))
+    c = np.array([0.0, 0.0, -1.0])
+
+    def truth(q):
+        return (central_truth(2.0, c, 1.3, None, q[0:3])
+                + central_truth(2.0, c, 0.6, None, q[24:27]))
+
+    return Case(system, truth, axes=ANY_AXIS, center=tuple(c))
+
+
+def user_case(rng, with_derivatives: bool, symmetric: bool):
+    system, a, b, p = two_bodies(rng)
+    pa = np.array([0.7, -0.1, 0.2])
+    la = a.rotation.T @ (pa - a.position)
+
+    def energy(pi):
+        return np.exp(0.3 * pi[0]) * np.cos(pi[1]) + pi[1] ** 3 + pi[0] * pi[1]
+
+    def gradient(pi):
+        return np.array([0.3 * np.exp(0.3 * pi[0]) * np.cos(pi[1]) + pi[1],
+                         -np.exp(0.3 * pi[0]) * np.sin(pi[1]) + 3 * pi[1] ** 2 + pi[0]])
+
+    def hessian(pi):
+        e = np.exp(0.3 * pi[0])
+        off = -0.3 * e * np.sin(pi[1]) + 1.0
+        return np.array([[0.09 * e * np.cos(pi[1]), off],
+                         [off, -e * np.cos(pi[1]) + 6 * pi[1]]])
+
+    if symmetric:
+        invariants = [SquaredDistance(a, p, point_a=pa), SquaredDistance(a, b)]
+
+        def invariant_values(q):
+            r1 = q[24:27] - body_point(q[0:12], la)
+            r2 = q[12:15] - q[0:3]
+            return np.array([r1 @ r1, r2 @ r2])
+    else:
+        direction = np.array([0.0, 0.6, 0.8])
+        axis_a, axis_b = np.array([1.0, 0.0, 0.0]), np.array([0.0, 1.0, 1.0]) / np.sqrt(2)
+        lb_axis = b.rotation.T @ axis_b
+        la_axis = a.rotation.T @ axis_a
+        invariants = [PointComponent(a, direction, point=pa),
+                      AxisProduct(a, axis_a, b, axis_b)]
+
+        def invariant_values(q):
+            u_a = sum(la_axis[i] * q[3 + 3 * i:6 + 3 * i] for i in range(3))
+            u_b = sum(lb_axis[i] * q[15 + 3 * i:18 + 3 * i] for i in range(3))
+            return np.array([direction @ body_point(q[0:12], la), u_a @ u_b])
+
+    kwargs = {"gradient": gradient, "hessian": hessian} if with_derivatives else {}
+    system.add(UserPotential(invariants, energy, name="user", **kwargs))
+    return Case(system, lambda q: energy(invariant_values(q)),
+                axes=ANY_AXIS if symmetric else [],
+                hessian_from_energy=not with_derivatives)
+
+
+CASES = {
+    "uniform_gravity": case_uniform_gravity,
+    "spring_bodies": case_spring_bodies,
+    "spring_ground": case_spring_ground,
+    "quartic_spring": case_quartic_spring,
+    "central_gravity": case_central_gravity,
+    "central_gravity_offset": lambda rng: case_central_gravity(rng, center=(0.5, -1.0, 2.0)),
+    "central_point_only": case_central_without_gradient_term,
+    "user_derivatives": lambda rng: user_case(rng, True, True),
+    "user_fd": lambda rng: user_case(rng, False, True),
+    "user_not_invariant": lambda rng: user_case(rng, True, False),
+}
+
+
+def on_manifold(rng, model: mbs.Model) -> np.ndarray:
+    """Random state with orthonormal directors (needed where the truth uses R)."""
+    q = rng.normal(0.0, 1.0, model.n)
+    for body in model.bodies:
+        if body.kind == "rigid":
+            start = body.coordinates.start
+            q[start + 3:start + 12] = random_rotation(rng).T.ravel()
+    return q
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_potential_matches_hand_formula(rng, name):
+    case = CASES[name](rng)
+    model = case.compile()
+    for _ in range(3):
+        q = on_manifold(rng, model)
+        assert model.potential(q) == pytest.approx(case.truth(q), rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradient_and_hessian_match_finite_differences(rng, name):
+    case = CASES[name](rng)
+    model = case.compile()
+    q = model.initial_state()[0] + 0.2 * rng.standard_normal(model.n)  # off the manifold
+    gradient = model.potential_gradient(q)
+    assert relative_error(gradient, finite_difference(model.potential, q)[0]) < 1e-6
+    hessian = model.potential_hessian(q)
+    assert hessian.shape == (model.n, model.n)
+    if case.hessian_from_energy:  # the gradient itself is a difference quotient
+        reference = second_difference(model.potential, q)
+    else:
+        reference = finite_difference(model.potential_gradient, q)
+    assert relative_error(hessian, reference) < 1e-6
+    assert relative_error(hessian, hessian.toarray().T) < 1e-14
+
+
+def directionality_error(model, q0, q1) -> float:
+    """|V1 - V0 - D.(q1 - q0)| relative to max(|V0|, |V1|, sum |D_i dq_i|)."""
+    v0, v1 = model.potential(q0), model.potential(q1)
+    discrete = model.potential_discrete_gradient(q0, q1)
+    terms = np.abs(discrete * (q1 - q0))
+    scale = max(abs(v0), abs(v1), terms.sum(), 1e-300)
+    return abs(v1 - v0 - discrete @ (q1 - q0)) / scale
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("size", [0.5, 1e-2, 1e-5, 1e-6, 3e-7, 1e-9])
+def test_discrete_gradient_directionality(rng, name, size):
+    case = CASES[name](rng)
+    model = case.compile()
+    q0 = model.initial_state()[0] + 0.2 * rng.standard_normal(model.n)
+    q1 = q0 + size * rng.standard_normal(model.n)
+    assert directionality_error(model, q0, q1) <= 1e-12
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n != "user_not_invariant"])
+def test_discrete_gradient_orthogonality(rng, name):
+    """D^G V(q0, q1) . (xi q_mid) = 0 for rotation-invariant potentials (seed 003 (85))."""
+    case = CASES[name](rng)
+    model = case.compile()
+    for size in (0.5, 1e-3, 1e-8):
+        q0 = model.initial_state()[0] + 0.2 * rng.standard_normal(model.n)
+        q1 = q0 + size * rng.standard_normal(model.n)
+        discrete = model.potential_discrete_gradient(q0, q1)
+        mid = 0.5 * (q0 + q1)
+        for axis in case.axes:
+            xi = rotation_generator(model, mid, axis, case.center)
+            terms = np.abs(discrete * xi).sum()
+            assert abs(discrete @ xi) <= 1e-12 * max(terms, 1e-300), (axis, size)
+
+
+def test_non_invariant_user_potential_is_not_orthogonal(rng):
+    """Sanity check of the orthogonality test itself: a potential of PointComponent and
+    AxisProduct invariants is not rotation invariant, and the test detects it."""
+    case = user_case(rng, True, False)
+    model = case.compile()
+    q0 = model.initial_state()[0] + 0.2 * rng.standard_normal(model.n)
+    q1 = q0 + 0.3 * rng.standard_normal(model.n)
+    discrete = model.potential_discrete_gradient(q0, q1)
+    xi = rotation_generator(model, 0.5 * (q0 + q1), (1.0, 0.0, 0.0))
+    assert abs(discrete @ xi) > 1e-3
+
+
+def test_discrete_gradient_of_equal_states_is_gradient(rng):
+    for name in ("spring_bodies", "central_gravity", "user_fd"):
+        model = CASES[name](rng).compile()
+        q = model.initial_state()[0] + 0.2 * rng.standard_normal(model.n)
+        assert relative_error(model.potential_discrete_gradient(q, q),
+                              model.potential_gradient(q)) < 1e-14
+
+
+def test_gravity_gradient_matches_point_cloud(rng):
+    """Far from the centre the MacCullagh term equals the exact potential of a symmetric cloud
+    of particles with the same mass and inertia, up to O((size / r)^2) of that term."""
+    half = rng.normal(0.0, 0.4, (4, 3))
+    positions = np.vstack([half, -half])  # centrally symmetric: odd moments vanish
+    masses = np.tile(rng.uniform(0.5, 1.0, 4), 2)
+    second = np.einsum("k,ki,kj->ij", masses, positions, positions)
+    inertia = np.trace(second) * np.eye(3) - second
+    mu, phi, rotation = 3.0, np.array([30.0, -20.0, 25.0]), random_rotation(rng)
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(masses.sum(), inertia, name="satellite"))
+    body.set_state(position=phi, rotation=rotation)
+    system.add(mbs.forces.CentralGravity(mu))
+    model = system.compile()
+    q0, _ = model.initial_state()
+    cloud = -np.sum(mu * masses / np.linalg.norm(phi + positions @ rotation.T, axis=1))
+    monopole = -mu * masses.sum() / np.linalg.norm(phi)
+    tidal_model = model.potential(q0) - monopole
+    tidal_cloud = cloud - monopole
+    assert abs(tidal_cloud) > 1e-9
+    assert tidal_model == pytest.approx(tidal_cloud, rel=1e-2)
+
+
+def test_uniform_gravity_acts_on_every_body_and_on_none_when_off(rng):
+    system, a, b, p = two_bodies(rng)
+    assert system.compile().potential(np.ones(27)) == 0.0
+    on = two_bodies(rng, gravity=(0, 0, -10.0))[0].compile()
+    np.testing.assert_allclose(on.potential_gradient(np.zeros(27)).reshape(-1, 3)[[0, 4, 8]],
+                               [[0, 0, 13.0], [0, 0, 8.0], [0, 0, 6.0]])
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_discrete_gradient_is_consistent_for_small_steps(rng, name):
+    """D^G V(q0, q1) -> grad V(q_mid) as q1 -> q0, without amplified round-off."""
+    model = CASES[name](rng).compile()
+    q0 = model.initial_state()[0] + 0.2 * rng.standard_normal(model.n)
+    for size in (1e-5, 1e-7, 1e-9, 1e-12):
+        q1 = q0 + size * rng.standard_normal(model.n)
+        gradient = model.potential_gradient(0.5 * (q0 + q1))
+        tolerance = 1e-5 if name == "user_fd" else 1e-7  # its gradient is a difference
+        assert relative_error(model.potential_discrete_gradient(q0, q1), gradient) < tolerance
+
+
+def test_discrete_gradient_independent_of_initial_invariant_scale(rng):
+    """A spring that starts almost collapsed (|x|^2 = 1e-10 at the initial state) later
+    stretched to length ~1: tiny steps must not divide round-off by a tiny pi1 - pi0."""
+    system = mbs.System()
+    a = system.add(mbs.PointMass(1.0, name="a"))
+    b = system.add(mbs.PointMass(1.0, name="b")).set_state(position=(1e-5, 0.0, 0.0))
+    system.add(mbs.forces.Spring(a, b, stiffness=100.0, rest_length=1.0))
+    system.add(mbs.forces.CentralGravity(1.0, center=(0.0, 0.0, -5.0)))
+    model = system.compile()
+    q0 = np.array([0.0, 0.0, 0.0, 1.3, 0.2, 0.1])
+    for size in (1e-6, 1e-8, 1e-10, 1e-12):
+        q1 = q0 + size * rng.standard_normal(6)
+        assert relative_error(model.potential_discrete_gradient(q0, q1),
+                              model.potential_gradient(0.5 * (q0 + q1))) < 1e-9
+        assert directionality_error(model, q0, q1) <= 1e-12
