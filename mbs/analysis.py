@@ -19,10 +19,11 @@ ground) with a user constraint is merged into one block with it.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
+import scipy.linalg as la
 import scipy.sparse as sp
 
 #: Singular values below this fraction of the largest one count as zero.
@@ -50,6 +51,8 @@ class BlockRank:
     equations: int
     rank: int
     involved: tuple[str, ...]
+    #: Rows (global indices) whose removal leaves an independent set of equations.
+    dependent_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
 
     @property
     def redundant(self) -> int:
@@ -128,9 +131,23 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
         rank_total = int(np.sum(s > RANK_TOLERANCE * max(s[0], 1e-300)))
         rank = rank_total - internal.size
         involved: tuple[str, ...] = ()
+        dependent = np.zeros(0, dtype=int)
         if rank < joint_rows.size:
             null = u[:joint_rows.size, rank_total:]
             weight = np.max(np.abs(null), axis=1) if null.size else np.zeros(0)
             involved = tuple(dict.fromkeys(str(name) for name in owner[weight > 1e-8]))
-        results.append(BlockRank(names, joint_rows.size, rank, involved))
+            dependent = joint_rows[_dependent_rows(dense[:joint_rows.size],
+                                                   dense[joint_rows.size:], rank)]
+        results.append(BlockRank(names, joint_rows.size, rank, involved, dependent))
     return results
+
+
+def _dependent_rows(joint: np.ndarray, internal: np.ndarray, rank: int) -> np.ndarray:
+    """Local indices of joint rows to drop so that the rest, together with the (always
+    independent) internal rows, has full row rank: pivoted QR of the joint rows projected onto
+    the complement of the internal rows' span keeps the ``rank`` best-conditioned rows."""
+    if internal.size:
+        basis = la.orth(internal.T)
+        joint = joint - (joint @ basis) @ basis.T
+    _, _, pivots = la.qr(joint.T, mode="economic", pivoting=True)
+    return np.sort(pivots[rank:])

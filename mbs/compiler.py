@@ -97,8 +97,30 @@ def compile_system(system: System) -> Model:
     else:
         ranks = []
     internal_count = sum(r.size for r in internal_rows.values())
-    model.degrees_of_freedom = n - internal_count - sum(r.rank for r in ranks)
-    model.redundancies = [Redundancy(r.redundant, r.involved) for r in ranks if r.redundant]
+    dof = n - internal_count - sum(r.rank for r in ranks)
+    redundancies = _describe_redundancies(ranks, constraint_rows, model, q0)
+    dependent = np.concatenate([r.dependent_rows for r in ranks] + [np.zeros(0, dtype=int)])
+    dependent = dependent[dependent < table.n_rows]  # user-constraint rows are kept
+    if dependent.size and system.redundant == "remove":
+        table, constraint_rows, joint_infos, user_blocks = _remove_rows(
+            table, dependent, constraint_rows, joint_infos, user_blocks)
+        model = Model(
+            n=n, mass_matrix=mass, inverse_mass_matrix=inverse, constraint_table=table,
+            user_constraints=user_blocks, potential_groups=potential_groups, bodies=body_infos,
+            joints=joint_infos, forces=force_infos, q0=q0, p0=p0,
+            point_blocks=model.point_blocks, director_blocks=model.director_blocks,
+            degrees_of_freedom=0, redundancies=[], gravity=system.gravity,
+            constraint_rows=constraint_rows)
+        removed = "; ".join(f"{red.count} among {', '.join(red.joints)} (dropped "
+                            f"{', '.join(f'{j}[{k}]' for j, k in red.removed)})"
+                            for red in redundancies)
+        warnings.warn(f"redundant constraints removed: {removed}. The remaining equations "
+                      f"define the same motion near the initial state"
+                      + ("" if all(r.consistent for r in redundancies) else
+                         "; some removed equations do NOT hold at the initial state "
+                         "(inconsistent redundancy)"), stacklevel=3)
+    model.degrees_of_freedom = dof
+    model.redundancies = redundancies
     g, gv = model.initial_residuals()
     if not model.is_consistent(model._q0, model._p0):
         warnings.warn(f"initial state is inconsistent with the constraints (max |g| = {g:.3e}, "
@@ -160,3 +182,40 @@ def _potential_groups(system: System, context: BuildContext, n: int, q0: np.ndar
         groups.append(PotentialGroup(term, table, params, names,
                                      term.invariant_scales(pi0, params)))
     return groups, force_infos
+
+
+def _describe_redundancies(ranks, constraint_rows: dict, model: Model, q0: np.ndarray):
+    owner = {}
+    for name, rows in constraint_rows.items():
+        for k, row in enumerate(rows):
+            owner[int(row)] = (name, k)
+    g0 = model.constraints(q0) if model.m else np.zeros(0)
+    out = []
+    for rank in ranks:
+        if not rank.redundant:
+            continue
+        removed = tuple(owner[int(r)] for r in rank.dependent_rows)
+        consistent = bool(np.all(np.abs(g0[rank.dependent_rows]) <= 1e-10))
+        out.append(Redundancy(rank.redundant, rank.involved, removed, consistent))
+    return out
+
+
+def _remove_rows(table, dependent, constraint_rows, joint_infos, user_blocks):
+    """Drop rows ``dependent`` from the constraint table and renumber every row map."""
+    keep = np.setdiff1d(np.arange(table.n_rows), dependent)
+    total = table.n_rows + sum(b.rows.size for b in user_blocks)
+    new_index = np.full(total, -1)
+    new_index[keep] = np.arange(keep.size)
+    shift = dependent.size
+    new_index[table.n_rows:] = np.arange(table.n_rows, total) - shift
+
+    def renumber(rows):
+        mapped = new_index[rows]
+        return mapped[mapped >= 0]
+
+    constraint_rows = {name: renumber(rows) for name, rows in constraint_rows.items()}
+    joint_infos = [ElementInfo(j.name, j.type, j.bodies, renumber(j.rows), j.data)
+                   for j in joint_infos]
+    user_blocks = [UserConstraintBlock(b.constraint, b.indices, b.rows - shift)
+                   for b in user_blocks]
+    return table.rows(keep), constraint_rows, joint_infos, user_blocks

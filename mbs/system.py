@@ -23,6 +23,12 @@ class System:
     gravity : array_like (3,) or None
         Uniform gravitational acceleration acting on every body, e.g. (0, 0, -9.81);
         None switches it off.
+    redundant : {"remove", "keep"}
+        What ``compile()`` does with redundant joint equations (a rank-deficient constraint
+        Jacobian at the initial state, e.g. a planar four-bar built from 3-D revolute joints):
+        "remove" (default) drops a dependent subset, chosen by pivoted QR, with a warning
+        naming them, so that the solvers' Newton matrices stay regular; "keep" keeps every
+        equation (the saddle-point matrices are then singular).
 
     Examples
     --------
@@ -35,8 +41,12 @@ class System:
     2
     """
 
-    def __init__(self, gravity=None):
+    def __init__(self, gravity=None, redundant: str = "remove"):
         self.gravity = None if gravity is None else as_vector(gravity, 3, "gravity", "System")
+        if redundant not in ("remove", "keep"):
+            raise ModelError(f"System: redundant must be 'remove' or 'keep', got "
+                             f"{redundant!r}")
+        self.redundant = redundant
         self.ground = Ground()
         self.ground.system = self
         self.bodies: list[Body] = []
@@ -200,8 +210,11 @@ class System:
                      f"freedom = {model.degrees_of_freedom} (n - rank G at the initial state)")
         if model.redundancies:
             for red in model.redundancies:
+                state = "consistent" if red.consistent else "INCONSISTENT"
+                dropped = (f", removed {', '.join(f'{j}[{k}]' for j, k in red.removed)}"
+                           if self.redundant == "remove" else ", kept")
                 lines.append(f"redundant: {red.count} equation(s) among joints "
-                             f"{', '.join(red.joints)}")
+                             f"{', '.join(red.joints)} ({state}{dropped})")
         else:
             lines.append("redundant constraints: none")
         floating = self.floating_bodies()
