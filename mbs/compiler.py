@@ -7,6 +7,7 @@ nowhere downstream.
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,6 +15,7 @@ import scipy.sparse as sp
 
 from mbs.analysis import ConstraintGroup, analyse_rank
 from mbs.bodies.rigid_body import RigidBody
+from mbs.errors import MbsError, ModelError
 from mbs.forces.base import TermInstance
 from mbs.joints.base import BuildContext
 from mbs.model import BodyInfo, ElementInfo, Model, Redundancy, UserConstraintBlock
@@ -60,7 +62,8 @@ def compile_system(system: System) -> Model:
             constraint_rows[body.name] = rows
     joint_infos, groups = [], []
     for joint in system.joints:
-        rows = np.array(joint.add_rows(builder, context), dtype=int)
+        with _blame(joint):
+            rows = np.array(joint.add_rows(builder, context), dtype=int)
         constraint_rows[joint.name] = rows
         names = tuple(b.name for b in joint.bodies)
         joint_infos.append(ElementInfo(joint.name, type(joint).__name__, names, rows,
@@ -121,6 +124,8 @@ def compile_system(system: System) -> Model:
                          "(inconsistent redundancy)"), stacklevel=3)
     model.degrees_of_freedom = dof
     model.redundancies = redundancies
+    model.notes = [f"body {name!r} is connected to nothing (no joint, no force): it moves "
+                   f"uniformly" for name in system.unconnected_bodies()]
     g, gv = model.initial_residuals()
     if not model.is_consistent(model._q0, model._p0):
         warnings.warn(f"initial state is inconsistent with the constraints (max |g| = {g:.3e}, "
@@ -153,7 +158,9 @@ def _potential_groups(system: System, context: BuildContext, n: int, q0: np.ndar
     instances: dict[type, list[tuple[str, TermInstance]]] = {}
     force_infos = []
     for force in system.forces:
-        for instance in force.terms(context):
+        with _blame(force):
+            terms = force.terms(context)
+        for instance in terms:
             instances.setdefault(instance.term, []).append((force.name, instance))
         data = {}
         if hasattr(force, "attachment_points"):
@@ -219,3 +226,16 @@ def _remove_rows(table, dependent, constraint_rows, joint_infos, user_blocks):
     user_blocks = [UserConstraintBlock(b.constraint, b.indices, b.rows - shift)
                    for b in user_blocks]
     return table.rows(keep), constraint_rows, joint_infos, user_blocks
+
+
+@contextmanager
+def _blame(element):
+    """Turn a numerical failure while compiling ``element`` into a ModelError naming it."""
+    try:
+        yield
+    except MbsError:
+        raise
+    except (ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:
+        raise ModelError(f"{type(element).__name__} {element.name!r} could not be compiled "
+                         f"({type(exc).__name__}: {exc}); check its parameters and the bodies' "
+                         f"initial states") from exc

@@ -111,6 +111,8 @@ class Model:
         self.gravity = gravity
         self._constraint_rows = constraint_rows
         self.constraints_are_quadratic = not user_constraints
+        #: Remarks from compile() that are not errors (e.g. bodies connected to nothing).
+        self.notes: list[str] = []
         self._body_by_name = {b.name: b for b in bodies}
         self._linear_rows = np.concatenate([
             constraint_table.is_linear_row(), np.zeros(self.m - constraint_table.n_rows, bool)])

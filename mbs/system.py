@@ -223,6 +223,7 @@ class System:
         loops = self.kinematic_loops()
         lines.append(f"kinematic loops: {len(loops)}"
                      + "".join(f"\n  loop: {' - '.join(loop)}" for loop in loops))
+        lines.extend(f"note: {note}" for note in model.notes)
         g, gv = model.initial_residuals()
         lines.append(f"initial residuals: max |g| = {g:.3e}, max |G M^-1 p| = {gv:.3e}")
         text = "\n".join(lines)

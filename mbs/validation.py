@@ -8,6 +8,12 @@ import numpy as np
 
 from mbs.errors import ModelError, ModelTypeError
 
+#: Largest magnitude accepted for any input number: squares and cubes of lengths, masses and
+#: stiffnesses must stay finite in double precision. Rescale units beyond it.
+MAX_MAGNITUDE = 1e100
+#: Smallest positive value accepted for quantities that must be positive.
+MIN_POSITIVE = 1e-100
+
 
 def as_vector(value, length: int, what: str, owner: str) -> np.ndarray:
     """Return ``value`` as a finite float array of shape (length,) or raise a clear error."""
@@ -20,6 +26,9 @@ def as_vector(value, length: int, what: str, owner: str) -> np.ndarray:
                          f"{array.shape} ({value!r})")
     if not np.all(np.isfinite(array)):
         raise ModelError(f"{owner}: {what} must be finite, got {value!r}")
+    if np.max(np.abs(array), initial=0.0) > MAX_MAGNITUDE:
+        raise ModelError(f"{owner}: {what} has a component beyond {MAX_MAGNITUDE:.0e}; rescale "
+                         f"the units")
     return array
 
 
@@ -46,6 +55,9 @@ def as_scalar(value, what: str, owner: str, *, positive: bool = False,
         raise ModelError(f"{owner}: {what} must be finite, got {value!r}")
     if positive and number <= 0.0:
         raise ModelError(f"{owner}: {what} must be positive, got {number!r}")
+    if abs(number) > MAX_MAGNITUDE or (positive and number < MIN_POSITIVE):
+        raise ModelError(f"{owner}: {what} = {number!r} is outside the supported range "
+                         f"[{MIN_POSITIVE:.0e}, {MAX_MAGNITUDE:.0e}]; rescale the units")
     if non_negative and number < 0.0:
         raise ModelError(f"{owner}: {what} must not be negative, got {number!r}")
     return number
