@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbs.errors import ModelError
+from mbs.bodies.base import Body
+from mbs.errors import ModelError, ModelTypeError
 from mbs.forces.base import Force, Invariant, InvariantTerm, TermInstance, dot, squared_distance
 from mbs.quadratic import AffineVector
 from mbs.validation import as_scalar, as_vector
@@ -40,7 +41,7 @@ class UniformGravity(Force):
         super().__init__(name)
         owner = f"UniformGravity {self.name!r}"
         self.acceleration = as_vector(acceleration, 3, "acceleration", owner)
-        self._bodies = None if bodies is None else list(bodies)
+        self._bodies = _check_bodies(bodies, owner)
 
     is_field = True
 
@@ -160,7 +161,7 @@ class CentralGravity(Force):
         owner = f"CentralGravity {self.name!r}"
         self.mu = as_scalar(mu, "mu", owner, positive=True)
         self.center = as_vector(center, 3, "center", owner)
-        self._bodies = None if bodies is None else list(bodies)
+        self._bodies = _check_bodies(bodies, owner)
         self.gravity_gradient = bool(gravity_gradient)
 
     is_field = True
@@ -191,6 +192,25 @@ class CentralGravity(Force):
                 out.append(TermInstance(CentralPointTerm, [squared_distance(relative)],
                                         {"mu_m": self.mu * body.mass}))
         return out
+
+
+def _check_bodies(bodies, owner: str) -> list | None:
+    """None (every body) or a list of distinct bodies that have coordinates."""
+    if bodies is None:
+        return None
+    try:
+        bodies = list(bodies)
+    except TypeError:
+        raise ModelTypeError(f"{owner}: bodies must be a list of bodies or None, got "
+                             f"{bodies!r}") from None
+    for body in bodies:
+        if not isinstance(body, Body):
+            raise ModelTypeError(f"{owner}: {body!r} is not a body")
+        if body.n_coordinates == 0:
+            raise ModelError(f"{owner}: the ground cannot be attracted; list moving bodies")
+    if len({id(b) for b in bodies}) != len(bodies):
+        raise ModelError(f"{owner}: a body is listed twice")
+    return bodies
 
 
 __all__ = ["CentralGravity", "UniformGravity", "Invariant"]
