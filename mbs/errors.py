@@ -38,14 +38,29 @@ class InconsistentInitialStateError(ModelError):
 
 
 class SolverError(MbsError, RuntimeError):
-    """A time integration failed; ``solution`` holds every step accepted before the failure."""
+    """A time integration failed.
+
+    Attributes
+    ----------
+    solution : Solution
+        Every step accepted before the failure.
+    step, time : int, float
+        Index and start time of the failed step.
+    residual_norm : float
+        Max-norm of the scheme's residual at the last Newton iterate.
+    hint : str
+        What to try (smaller step, check redundancies, ...).
+    """
 
     def __init__(self, message: str, solution: Any = None, step: int | None = None,
-                 time: float | None = None):
+                 time: float | None = None, residual_norm: float | None = None,
+                 hint: str = ""):
         super().__init__(message)
         self.solution = solution
         self.step = step
         self.time = time
+        self.residual_norm = residual_norm
+        self.hint = hint
 
 
 class SimulationInterrupted(MbsError, KeyboardInterrupt):  # noqa: N818 - reads as an event

@@ -222,7 +222,8 @@ class _Run:
         if not (np.all(np.isfinite(result.q)) and np.all(np.isfinite(result.p))):
             raise SolverError(
                 f"{self.solver.name}: step {k} produced non-finite values; reduce the step "
-                f"size", solution=self.solution(), step=k, time=self.t_start + k * self.h)
+                f"size", solution=self.solution(), step=k, time=self.t_start + k * self.h,
+                hint="reduce the step size")
         self.q[k + 1], self.p[k + 1] = result.q, result.p
         self.velocities[k], self.lam[k], self.gam[k] = (
             result.velocity, result.multiplier, result.velocity_multiplier)
@@ -244,7 +245,8 @@ class _Run:
                 f"{self.t_start + (k + 1) * self.h:.6g}) failed: {failure} (residual "
                 f"{failure.residual_norm:.3e}); hint: {failure.hint}. error.solution holds the "
                 f"{self.done} accepted steps", solution=self.solution(), step=k,
-                time=self.t_start + k * self.h) from failure
+                time=self.t_start + k * self.h, residual_norm=failure.residual_norm,
+                hint=failure.hint) from failure
 
     def _refine(self, q, p, k, failure) -> StepResult | None:
         """Retry step k as 2**depth sub-steps, depth = 1 .. max_refinements."""

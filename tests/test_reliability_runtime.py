@@ -32,6 +32,7 @@ def test_too_large_step_fails_then_refine_completes_and_conserves(pendulum):
     assert 0 < info.value.step < 100 and partial.t.size == info.value.step + 1
     assert info.value.time == pytest.approx(0.2 * info.value.step)
     assert np.all(np.isfinite(partial.q))
+    assert info.value.residual_norm > 0 and "step size" in info.value.hint
 
     solver = EnergyMomentum(newton=NewtonOptions(max_iterations=5))
     sol = mbs.simulate(pendulum, solver, h=0.2, t_end=20.0, on_failure="refine")
