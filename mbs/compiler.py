@@ -105,6 +105,7 @@ def compile_system(system: System) -> Model:
     dependent = np.concatenate([r.dependent_rows for r in ranks] + [np.zeros(0, dtype=int)])
     dependent = dependent[dependent < table.n_rows]  # user-constraint rows are kept
     if dependent.size and system.redundant == "remove":
+        removed_table = table.rows(np.sort(dependent))
         table, constraint_rows, joint_infos, user_blocks = _remove_rows(
             table, dependent, constraint_rows, joint_infos, user_blocks)
         model = Model(
@@ -113,7 +114,7 @@ def compile_system(system: System) -> Model:
             joints=joint_infos, forces=force_infos, q0=q0, p0=p0,
             point_blocks=model.point_blocks, director_blocks=model.director_blocks,
             degrees_of_freedom=0, redundancies=[], gravity=system.gravity,
-            constraint_rows=constraint_rows)
+            constraint_rows=constraint_rows, removed_constraints=removed_table)
         removed = "; ".join(f"{red.count} among {', '.join(red.joints)} (dropped "
                             f"{', '.join(f'{j}[{k}]' for j, k in red.removed)})"
                             for red in redundancies)
@@ -121,7 +122,8 @@ def compile_system(system: System) -> Model:
                       f"define the same motion near the initial state"
                       + ("" if all(r.consistent for r in redundancies) else
                          "; some removed equations do NOT hold at the initial state "
-                         "(inconsistent redundancy)"), stacklevel=3)
+                         "(inconsistent redundancy): initial_state() rejects that state and "
+                         "initial_state(project=True) must satisfy them too"), stacklevel=3)
     model.degrees_of_freedom = dof
     model.redundancies = redundancies
     model.notes = [f"body {name!r} is connected to nothing (no joint, no force): it moves "

@@ -91,7 +91,8 @@ class Model:
                  q0: np.ndarray, p0: np.ndarray, point_blocks: np.ndarray,
                  director_blocks: np.ndarray, degrees_of_freedom: int,
                  redundancies: list[Redundancy], gravity: np.ndarray | None,
-                 constraint_rows: dict[str, np.ndarray]):
+                 constraint_rows: dict[str, np.ndarray],
+                 removed_constraints: QuadraticTable | None = None):
         self.n = n
         self.mass_matrix = mass_matrix
         self.inverse_mass_matrix = inverse_mass_matrix
@@ -110,6 +111,10 @@ class Model:
         self.redundancies = redundancies
         self.gravity = gravity
         self._constraint_rows = constraint_rows
+        # Redundant equations dropped at compile time: still checked (and enforced by
+        # projection) for the initial state, so an inconsistent redundancy is caught.
+        self._removed = (removed_constraints if removed_constraints is not None
+                         else constraint_table.rows(np.zeros(0, dtype=int)))
         self.constraints_are_quadratic = not user_constraints
         #: Remarks from compile() that are not errors (e.g. bodies connected to nothing).
         self.notes: list[str] = []
@@ -352,18 +357,30 @@ class Model:
         """(max |g(q0)|, max |G(q0) M^-1 p0|) of the state set on the bodies."""
         return self._residuals(self._q0, self._p0)
 
+    def _all_constraints(self, q: np.ndarray) -> np.ndarray:
+        """g(q) including the redundant equations removed at compile time."""
+        if not self._removed.n_rows:
+            return self.constraints(q)
+        return np.concatenate([self.constraints(q), self._removed.value(q)])
+
+    def _all_jacobian(self, q: np.ndarray) -> sp.csr_matrix:
+        """G(q) including the redundant equations removed at compile time."""
+        if not self._removed.n_rows:
+            return self.constraint_jacobian(q)
+        return sp.vstack([self.constraint_jacobian(q), self._removed.jacobian(q)]).tocsr()
+
     def _residuals(self, q: np.ndarray, p: np.ndarray) -> tuple[float, float]:
-        if self.m == 0:
+        if self.m + self._removed.n_rows == 0:
             return 0.0, 0.0
-        jac = self.constraint_jacobian(q)
+        jac = self._all_jacobian(q)
         v = self.apply_inverse_mass(p)
-        return (float(np.max(np.abs(self.constraints(q)))),
+        return (float(np.max(np.abs(self._all_constraints(q)))),
                 float(np.max(np.abs(jac @ v))))
 
     def _velocity_scale(self, q: np.ndarray, p: np.ndarray) -> float:
-        if self.m == 0:
+        if self.m + self._removed.n_rows == 0:
             return 1.0
-        terms = abs(self.constraint_jacobian(q)) @ np.abs(self.apply_inverse_mass(p))
+        terms = abs(self._all_jacobian(q)) @ np.abs(self.apply_inverse_mass(p))
         return max(1.0, float(np.max(terms)))
 
     def is_consistent(self, q: np.ndarray, p: np.ndarray) -> bool:
@@ -412,12 +429,12 @@ class Model:
         """Project (q, p) onto {g = 0, G M^-1 p = 0} in the M-metric."""
         q = q.copy()
         for _ in range(max_iterations):
-            residual = self.constraints(q)
+            residual = self._all_constraints(q)
             if np.max(np.abs(residual)) <= 0.01 * POSITION_TOLERANCE:
                 break
-            jac = self.constraint_jacobian(q)
+            jac = self._all_jacobian(q)
             q -= self.apply_inverse_mass(jac.T @ self._solve_gram(jac, residual))
-        jac = self.constraint_jacobian(q)
+        jac = self._all_jacobian(q)
         p = p - jac.T @ self._solve_gram(jac, jac @ self.apply_inverse_mass(p))
         return q, p
 

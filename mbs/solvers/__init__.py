@@ -8,7 +8,11 @@ ggl-vi-s  1, 1        yes         bounded / exact      g(q^{n+1}); G M^-1 p^{n+1
 ggl-vi-a  2, 2        yes         bounded / exact      none (g, G v at q^{n+theta})
 ggl-vi-b  1, 1        yes         bounded / exact      g(q^{n+1}); G v^{n+1} at q^{n+theta}
 rattle    2, 2        yes         bounded / exact      g(q^{n+1}), G M^-1 p^{n+1}
+hbvm      2, 2 (1)    no          (2) / no             g(q^{n+1}) as energy (2); G M^-1 p O(h^2)
 ========  ==========  ==========  ===================  =======================================
+
+(1) 2s when the exact multiplier is constant. (2) HBVM(k, s), seed 004: exact when H (resp. g) is
+a polynomial of degree <= 2k/s, else O(h^{2k}).
 
 (see :func:`solver_table` for the table generated from the registered properties).
 """
@@ -19,6 +23,7 @@ from mbs.errors import ModelError, ModelTypeError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
 from mbs.solvers.energy_momentum import EnergyMomentum
 from mbs.solvers.ggl_vi import GGLVI
+from mbs.solvers.hbvm import HBVM
 from mbs.solvers.newton import NewtonOptions
 from mbs.solvers.rattle import Rattle
 
@@ -29,6 +34,7 @@ REGISTRY = {
     "ggl-vi-a": lambda **kw: GGLVI(variant="A", **kw),
     "ggl-vi-b": lambda **kw: GGLVI(variant="B", **kw),
     "rattle": Rattle,
+    "hbvm": HBVM,
 }
 
 
@@ -64,5 +70,5 @@ def solver_table() -> str:
     return "\n".join([header] + rows)
 
 
-__all__ = ["EnergyMomentum", "GGLVI", "NewtonOptions", "REGISTRY", "Rattle",
+__all__ = ["EnergyMomentum", "GGLVI", "HBVM", "NewtonOptions", "REGISTRY", "Rattle",
            "SchemeProperties", "Solver", "StepResult", "make_solver", "solver_table"]
