@@ -29,10 +29,18 @@ from mbs.system import System
 
 __version__ = "0.1.0"
 
+
+def load_solution(path, model=None):
+    """Read a solution saved with ``Solution.save`` (see :func:`mbs.io.load_solution`)."""
+    from mbs.io import load_solution as _load
+
+    return _load(path, model=model)
+
+
 __all__ = [
     "BodyTrajectory", "Ground", "InconsistentInitialStateError", "MbsError", "Model",
     "ModelError", "ModelTypeError", "PointMass", "RigidBody", "SimulationInterrupted",
     "Solution", "SolverError", "System", "bodies", "forces", "joints", "rotation_about_x",
     "rotation_about_y", "rotation_about_z", "rotation_from_axis_angle",
-    "load_system", "rotation_from_quaternion", "simulate", "solvers",
+    "load_system", "rotation_from_quaternion", "simulate", "solvers", "load_solution",
 ]

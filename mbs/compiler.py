@@ -94,11 +94,16 @@ def compile_system(system: System) -> Model:
         degrees_of_freedom=0, redundancies=[], gravity=system.gravity,
         constraint_rows=constraint_rows)
 
+    ranks = []
     if model.m:
-        ranks = analyse_rank(model.constraint_jacobian(q0), groups, columns, internal_rows,
-                             system.ground.name)
-    else:
-        ranks = []
+        jacobian = model.constraint_jacobian(q0)
+        _check_finite(model.constraints(q0), abs(jacobian).max(axis=1).toarray().ravel(),
+                      constraint_rows)
+        try:
+            ranks = analyse_rank(jacobian, groups, columns, internal_rows, system.ground.name)
+        except np.linalg.LinAlgError as exc:
+            raise ModelError(f"the rank analysis of the constraint Jacobian failed ({exc}); "
+                             f"check joint points, axes and lengths for extreme values") from exc
     internal_count = sum(r.size for r in internal_rows.values())
     dof = n - internal_count - sum(r.rank for r in ranks)
     redundancies = _describe_redundancies(ranks, constraint_rows, model, q0)
@@ -241,3 +246,14 @@ def _blame(element):
         raise ModelError(f"{type(element).__name__} {element.name!r} could not be compiled "
                          f"({type(exc).__name__}: {exc}); check its parameters and the bodies' "
                          f"initial states") from exc
+
+
+def _check_finite(values: np.ndarray, row_magnitudes: np.ndarray, constraint_rows: dict) -> None:
+    """Name the element whose equations are not finite at the initial state."""
+    bad = ~(np.isfinite(values) & np.isfinite(row_magnitudes))
+    if not np.any(bad):
+        return
+    rows = set(np.flatnonzero(bad).tolist())
+    names = [name for name, r in constraint_rows.items() if rows & set(r.tolist())]
+    raise ModelError(f"constraint equations of {', '.join(names)} are not finite at the initial "
+                     f"state (overflow from extreme lengths or coordinates); rescale the units")

@@ -1,0 +1,422 @@
+"""Solutions to and from files: NPZ round trip, CSV of observables, VTK time series.
+
+NPZ format (``solution.save("run.npz")`` / :func:`load_solution`)
+------------------------------------------------------------------
+One ``numpy.savez_compressed`` archive, readable with ``allow_pickle=False``:
+
+* the solution arrays ``t, q, p, scheme_velocities, multipliers, velocity_multipliers,
+  enforced_residuals`` bit for bit;
+* array-valued stats as ``stats.<name>`` (e.g. ``stats.newton_iterations``), the other stats
+  and the solver properties in a JSON header (``header``);
+* the model metadata needed to work with the result without the code that built it: body
+  records (name, kind, coordinate slice, mass, inertia, Euler tensor, shape), joint and force
+  records (type, bodies, rows, geometry), gravity, sizes, the reference configuration
+  ``reference_q`` in which joint/force geometry is given, point/director blocks, the constant
+  mass matrix and its inverse (CSR arrays);
+* observables that need the force and constraint code: the potential energy and the
+  constraint residuals at every node (computed once, when saving).
+
+No pickle: the potential and constraint functions are not stored (they are code). A loaded
+solution therefore carries a :class:`StoredModel`, which evaluates the kinetic energy,
+momenta, velocities and body trajectories from the stored matrices exactly as
+:class:`~mbs.model.Model` does, and returns the stored potential energy and residuals for the
+stored trajectory. ``energy()``, ``body()``, ``conservation_summary()``, the plots and the
+animation all work. For anything else (new states, continuing the run) rebuild the model from
+its script and pass it: ``load_solution(path, model=build().compile())`` returns an ordinary
+:class:`~mbs.solution.Solution` on that model after checking that it matches.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, fields, is_dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from mbs.errors import ModelError
+from mbs.model import BodyInfo, ElementInfo, Model
+from mbs.solution import Solution
+
+FORMAT = "mbs-solution"
+VERSION = 1
+_ARRAYS = ("t", "q", "p", "scheme_velocities", "multipliers", "velocity_multipliers",
+           "enforced_residuals")
+
+
+# -- JSON helpers (numpy arrays and tuples tagged, floats exact through repr) ------------------
+def _encode(value):
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": value.tolist(), "dtype": value.dtype.str}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v) for v in value]}
+    if isinstance(value, dict):
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if isinstance(value, slice):
+        return {"__slice__": [value.start, value.stop]}
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return {"__repr__": repr(value)}
+
+
+def _decode(value):
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            return np.array(value["__ndarray__"], dtype=np.dtype(value["dtype"]))
+        if "__tuple__" in value:
+            return tuple(_decode(v) for v in value["__tuple__"])
+        if "__slice__" in value:
+            return slice(*value["__slice__"])
+        if "__repr__" in value:
+            return value["__repr__"]
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+# -- the stored model ----------------------------------------------------------------------
+class StoredModel:
+    """Model metadata and constant matrices of a saved solution (see the module docstring).
+
+    Has the attributes and observables of :class:`~mbs.model.Model` that need no force or
+    constraint code: ``n, m, bodies, joints, forces, gravity, mass_matrix,
+    inverse_mass_matrix, point_blocks, director_blocks, degrees_of_freedom, reference_q``,
+    ``coordinates(), body(), kinetic_energy(), linear_momentum(), angular_momentum()``.
+    ``potential_energy(q)`` works for the stored trajectory only.
+    """
+
+    # Borrow the Model's own implementations: identical arithmetic, identical results.
+    coordinates = Model.coordinates
+    body = Model.body
+    apply_inverse_mass = Model.apply_inverse_mass
+    kinetic_energy = Model.kinetic_energy
+    linear_momentum = Model.linear_momentum
+    angular_momentum = Model.angular_momentum
+
+    def __init__(self, *, n: int, m: int, bodies: list[BodyInfo], joints: list[ElementInfo],
+                 forces: list[ElementInfo], gravity, mass_matrix, inverse_mass_matrix,
+                 point_blocks, director_blocks, degrees_of_freedom: int, reference_q,
+                 constraint_rows: dict, stored_q: np.ndarray, potential: np.ndarray):
+        self.n, self.m = n, m
+        self.bodies, self.joints, self.forces = bodies, joints, forces
+        self.gravity = gravity
+        self.mass_matrix, self.inverse_mass_matrix = mass_matrix, inverse_mass_matrix
+        self.point_blocks, self.director_blocks = point_blocks, director_blocks
+        self.degrees_of_freedom = degrees_of_freedom
+        self.reference_q = reference_q
+        self.constraint_rows = constraint_rows
+        self._body_by_name = {b.name: b for b in bodies}
+        self._stored_q = stored_q
+        self._potential = potential
+
+    def potential_energy(self, q: np.ndarray):
+        """Stored V(q_n) when ``q`` is (part of) the stored trajectory."""
+        q = np.asarray(q, dtype=float)
+        if q.shape == self._stored_q.shape and np.array_equal(q, self._stored_q):
+            return self._potential.copy()
+        if q.ndim == 1:
+            rows = np.flatnonzero(np.all(self._stored_q == q, axis=1))
+            if rows.size:
+                return float(self._potential[rows[0]])
+        raise ModelError("a loaded solution knows the potential energy of its own nodes only; "
+                         "rebuild the model and load with load_solution(path, model=...) to "
+                         "evaluate other states")
+
+    def energy(self, q, p):
+        return self.kinetic_energy(p) + self.potential_energy(q)
+
+    def __repr__(self) -> str:
+        return (f"StoredModel(n={self.n}, m={self.m}, bodies={len(self.bodies)}, "
+                f"joints={len(self.joints)})")
+
+
+class LoadedSolution(Solution):
+    """A :class:`~mbs.solution.Solution` read from an NPZ file (``source`` is its path)."""
+
+    source: str = ""
+    _residuals: dict | None = None
+
+    def constraint_residuals(self) -> dict[str, np.ndarray]:
+        if self._residuals is None:
+            return super().constraint_residuals()
+        return {k: v.copy() for k, v in self._residuals.items()}
+
+
+# -- save ---------------------------------------------------------------------------------
+def _csr_arrays(prefix: str, matrix) -> dict[str, np.ndarray]:
+    matrix = sp.csr_matrix(matrix)
+    return {f"{prefix}.data": matrix.data, f"{prefix}.indices": matrix.indices,
+            f"{prefix}.indptr": matrix.indptr, f"{prefix}.shape": np.array(matrix.shape)}
+
+
+def _csr(archive, prefix: str) -> sp.csr_matrix:
+    return sp.csr_matrix((archive[f"{prefix}.data"], archive[f"{prefix}.indices"],
+                          archive[f"{prefix}.indptr"]), shape=tuple(archive[f"{prefix}.shape"]))
+
+
+def _info_record(info) -> dict:
+    return {f.name: _encode(getattr(info, f.name)) for f in fields(info)}
+
+
+def _reference_q(solution) -> np.ndarray:
+    model = solution.model
+    for attribute in ("reference_q", "_q0"):
+        value = getattr(model, attribute, None)
+        if value is not None and np.shape(value) == (model.n,):
+            return np.asarray(value, dtype=float)
+    return np.asarray(solution.q[0], dtype=float)
+
+
+def save_solution(solution: Solution, path) -> Path:
+    """Write ``solution`` to ``path`` (.npz appended if missing); see the module docstring."""
+    path = Path(path)
+    if path.suffix != ".npz":
+        path = path.with_name(path.name + ".npz")
+    model = solution.model
+    arrays = {name: np.asarray(getattr(solution, name)) for name in _ARRAYS}
+    stats_json = {}
+    for key, value in (solution.stats or {}).items():
+        if isinstance(value, np.ndarray):
+            arrays[f"stats.{key}"] = value
+        else:
+            stats_json[key] = _encode(value)
+    residuals = solution.constraint_residuals()
+    for key, value in residuals.items():
+        arrays[f"residuals.{key}"] = np.asarray(value)
+    arrays["potential_energy"] = np.asarray(solution.potential_energy(), dtype=float)
+    arrays["reference_q"] = _reference_q(solution)
+    arrays["point_blocks"] = np.asarray(model.point_blocks)
+    arrays["director_blocks"] = np.asarray(model.director_blocks)
+    arrays.update(_csr_arrays("mass_matrix", model.mass_matrix))
+    arrays.update(_csr_arrays("inverse_mass_matrix", model.inverse_mass_matrix))
+    props = solution.solver_properties
+    header = {
+        "format": FORMAT, "version": VERSION, "stats": stats_json,
+        "solver_properties": _encode(asdict(props)) if is_dataclass(props) else None,
+        "model": {
+            "n": int(model.n), "m": int(model.m),
+            "degrees_of_freedom": int(getattr(model, "degrees_of_freedom", -1)),
+            "gravity": _encode(None if model.gravity is None else np.asarray(model.gravity)),
+            "bodies": [_info_record(b) for b in model.bodies],
+            "joints": [_info_record(j) for j in model.joints],
+            "forces": [_info_record(f) for f in model.forces],
+            "constraint_rows": _encode(dict(getattr(model, "constraint_rows", {}))),
+        },
+    }
+    arrays["header"] = np.array(json.dumps(header))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **arrays)
+    return path
+
+
+# -- load ---------------------------------------------------------------------------------
+def _check_model(model, header_model: dict, path) -> None:
+    names = [b["name"] for b in header_model["bodies"]]
+    problems = []
+    if model.n != header_model["n"]:
+        problems.append(f"n = {model.n} vs {header_model['n']} in the file")
+    if [b.name for b in model.bodies] != names:
+        problems.append(f"bodies {[b.name for b in model.bodies]} vs {names}")
+    else:
+        for info, record in zip(model.bodies, header_model["bodies"]):
+            stored = _decode(record["coordinates"])
+            if (info.coordinates.start, info.coordinates.stop) != (stored.start, stored.stop):
+                problems.append(f"coordinates of {info.name!r} differ")
+    if problems:
+        raise ModelError(f"{path}: the given model does not match the saved one: "
+                         + "; ".join(problems))
+
+
+def load_solution(path, model: Model | None = None) -> Solution:
+    """Read a solution written by :meth:`Solution.save` / :func:`save_solution`.
+
+    Parameters
+    ----------
+    path : str or Path
+    model : Model, optional
+        The compiled model of the run (e.g. ``build().compile()`` from the same script). If
+        given it is checked against the stored metadata and attached, giving a full
+        :class:`~mbs.solution.Solution`; otherwise a :class:`LoadedSolution` on a
+        :class:`StoredModel`.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such solution file: {path}")
+    with np.load(path, allow_pickle=False) as archive:
+        try:
+            header = json.loads(str(archive["header"]))
+        except KeyError:
+            raise ModelError(f"{path} is not an mbs solution file (no header)") from None
+        if header.get("format") != FORMAT:
+            raise ModelError(f"{path} is not an mbs solution file")
+        if header.get("version", 0) > VERSION:
+            raise ModelError(f"{path} was written by a newer mbs (format version "
+                             f"{header['version']}); upgrade mbs to read it")
+        data = {name: archive[name] for name in _ARRAYS}
+        stats = {k: _decode(v) for k, v in header["stats"].items()}
+        for key in archive.files:
+            if key.startswith("stats."):
+                stats[key[len("stats."):]] = archive[key]
+        residuals = {key[len("residuals."):]: archive[key] for key in archive.files
+                     if key.startswith("residuals.")}
+        props = header.get("solver_properties")
+        if props is not None:
+            from mbs.solvers.base import SchemeProperties
+
+            props = SchemeProperties(**_decode(props))
+        stored = header["model"]
+        if model is not None:
+            _check_model(model, stored, path)
+            return Solution(model=model, stats=stats, solver_properties=props, **data)
+        bodies = [BodyInfo(**_decode(b)) for b in stored["bodies"]]
+        joints = [ElementInfo(**_decode(j)) for j in stored["joints"]]
+        forces = [ElementInfo(**_decode(f)) for f in stored["forces"]]
+        gravity = _decode(stored["gravity"])
+        stored_model = StoredModel(
+            n=stored["n"], m=stored["m"], bodies=bodies, joints=joints, forces=forces,
+            gravity=gravity, mass_matrix=_csr(archive, "mass_matrix"),
+            inverse_mass_matrix=_csr(archive, "inverse_mass_matrix"),
+            point_blocks=archive["point_blocks"], director_blocks=archive["director_blocks"],
+            degrees_of_freedom=stored["degrees_of_freedom"],
+            reference_q=archive["reference_q"],
+            constraint_rows=_decode(stored["constraint_rows"]), stored_q=data["q"],
+            potential=archive["potential_energy"])
+    solution = LoadedSolution(model=stored_model, stats=stats, solver_properties=props, **data)
+    solution.source = str(path)
+    solution._residuals = residuals or None
+    return solution
+
+
+# -- CSV ------------------------------------------------------------------------------------
+OBSERVABLES = ("energy", "kinetic_energy", "potential_energy", "angular_momentum",
+               "linear_momentum", "constraints")
+
+
+def observable_columns(solution: Solution, columns=None, every: int = 1
+                       ) -> tuple[list[str], np.ndarray]:
+    """Column names and the (rows, columns) table used by :func:`save_csv`.
+
+    ``columns`` is a list of: "energy", "kinetic_energy", "potential_energy",
+    "angular_momentum" (3 columns), "linear_momentum" (3), "constraints" (|g| and |G v| max
+    norms), "position:BODY" (3), "velocity:BODY" (3), "angular_velocity:BODY" (3),
+    "directors:BODY" (9). Default: energies, momenta, constraints and every body's position.
+    """
+    if every < 1:
+        raise ModelError(f"every must be a positive integer, got {every!r}")
+    if columns is None:
+        columns = list(OBSERVABLES) + [f"position:{b.name}" for b in solution.model.bodies]
+    rows = slice(None, None, every)
+    names, values = ["t"], [np.asarray(solution.t)[rows]]
+    residuals = None
+    for column in columns:
+        kind, _, body = column.partition(":")
+        if kind in ("energy", "kinetic_energy", "potential_energy"):
+            names.append(kind)
+            values.append(np.asarray(getattr(solution, kind)())[rows])
+        elif kind in ("angular_momentum", "linear_momentum"):
+            data = np.asarray(getattr(solution, kind)())[rows]
+            names += [f"{kind}_{c}" for c in "xyz"]
+            values += list(data.T)
+        elif kind == "constraints":
+            residuals = residuals or solution.constraint_residuals()
+            names += ["constraint_position", "constraint_velocity"]
+            values += [np.asarray(residuals["position"])[rows],
+                       np.asarray(residuals["velocity"])[rows]]
+        elif kind in ("position", "velocity", "angular_velocity", "directors") and body:
+            trajectory = solution.body(body)
+            if kind == "directors":
+                if trajectory.rotation is None:
+                    raise ModelError(f"CSV column {column!r}: {body!r} is a point mass")
+                data = np.swapaxes(trajectory.rotation, 1, 2).reshape(-1, 9)[rows]
+                names += [f"{body}.d{i}_{c}" for i in (1, 2, 3) for c in "xyz"]
+            else:
+                data = getattr(trajectory, kind)
+                if data is None:
+                    raise ModelError(f"CSV column {column!r}: {body!r} is a point mass")
+                data = data[rows]
+                names += [f"{body}.{kind}_{c}" for c in "xyz"]
+            values += list(np.asarray(data).T)
+        else:
+            raise ModelError(f"unknown CSV column {column!r}; use {OBSERVABLES} or "
+                             f"position:/velocity:/angular_velocity:/directors:BODY")
+    return names, np.column_stack(values)
+
+
+def save_csv(solution: Solution, path, columns=None, every: int = 1) -> Path:
+    """Write selected observables as CSV (header row, one row per node, ``every``-th node).
+
+    See :func:`observable_columns` for the column names.
+    """
+    names, table = observable_columns(solution, columns, every)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savetxt(path, table, delimiter=",", header=",".join(names), comments="", fmt="%.17g")
+    return path
+
+
+# -- VTK time series --------------------------------------------------------------------------
+def save_vtk(solution: Solution, path, *, frames: int | None = None, fps: float = 30.0,
+             speed: float = 1.0, **scene_options) -> Path:
+    """ParaView time series: ``path`` (.pvd) plus one .vtp per frame in ``<stem>_frames/``.
+
+    Each frame is one PolyData with the body geometry (as drawn by :mod:`mbs.viz`: shapes,
+    joint glyphs, springs as lines) at that time, and cell arrays ``body_id`` (index into
+    the field-data array ``body_names``, -1 for joints/springs/ground) and ``part``. Frames
+    are chosen as for animations (``fps``/``speed``, or exactly ``frames``). Needs PyVista.
+    """
+    from mbs.viz.frames import select_frames
+    from mbs.viz.kinematics import GROUND
+    from mbs.viz.visuals import SceneOptions, describe
+
+    pv = __import__("mbs.viz.backend", fromlist=["import_pyvista"]).import_pyvista()
+    path = Path(path)
+    if path.suffix != ".pvd":
+        path = path.with_suffix(".pvd")
+    folder = path.with_name(path.stem + "_frames")
+    folder.mkdir(parents=True, exist_ok=True)
+    indices, _ = select_frames(solution.t, fps=fps, speed=speed, frames=frames)
+    options = SceneOptions(**{"directors": False, **scene_options})
+    description = describe(solution, indices, options)
+    poses = description.poses
+    names = list(poses.names)
+    entries = []
+    for k in range(poses.frames):
+        parts = []
+        for part, item in enumerate(description.items):
+            mesh = item.mesh.copy(deep=True)
+            local = np.asarray(mesh.points, dtype=float)
+            mesh.points = poses.transform(k, item.body, local)
+            parts.append(_tag(mesh, item.body if item.kind == "body" else GROUND, part))
+        for part, dyn in enumerate(description.dynamic, start=len(description.items)):
+            mesh = dyn.mesh.copy(deep=True)
+            mesh.points = dyn.points_at(k)
+            parts.append(_tag(mesh, GROUND, part))
+        frame = pv.merge(parts) if len(parts) > 1 else parts[0]
+        if not isinstance(frame, pv.PolyData):
+            frame = frame.extract_geometry()
+        frame.field_data["body_names"] = np.array(names if names else [""])
+        frame.field_data["time"] = np.array([poses.times[k]])
+        name = f"{path.stem}_{k:05d}.vtp"
+        frame.save(folder / name)
+        entries.append((float(poses.times[k]), f"{folder.name}/{name}"))
+    lines = ['<?xml version="1.0"?>',
+             '<VTKFile type="Collection" version="0.1" byte_order="LittleEndian">',
+             "  <Collection>"]
+    lines += [f'    <DataSet timestep="{t!r}" group="" part="0" file="{file}"/>'
+              for t, file in entries]
+    lines += ["  </Collection>", "</VTKFile>", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _tag(mesh, body: int, part: int):
+    mesh.clear_data()
+    mesh.cell_data["body_id"] = np.full(mesh.n_cells, body, dtype=np.int32)
+    mesh.cell_data["part"] = np.full(mesh.n_cells, part, dtype=np.int32)
+    return mesh

@@ -1,0 +1,346 @@
+"""Matplotlib plots of solutions: energy, momentum, constraints, and convergence studies.
+
+Every function returns a :class:`matplotlib.figure.Figure` (created without pyplot, so no GUI
+backend or global figure registry is involved; notebooks display it, ``path=`` saves it as
+PNG, PDF or SVG by suffix). Functions taking a solution also accept a list of solutions
+(e.g. one per solver) and overlay them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mbs.errors import MbsError, ModelError
+
+#: Exact zeros are drawn at this value on logarithmic axes.
+LOG_FLOOR = 1e-18
+
+
+def _figure(rows: int = 1, height: float = 3.2, width: float = 7.0):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ImportError("mbs.plots needs matplotlib: pip install 'mbs[viz]'") from exc
+    fig = Figure(figsize=(width, height * rows), layout="constrained")
+    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
+    return fig, list(axes)
+
+
+def _save(fig, path) -> None:
+    if path is None:
+        return
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise ModelError(f"cannot save a figure as {str(path)!r}: use .png, .pdf or .svg")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150)
+
+
+def _as_list(solutions) -> list:
+    if isinstance(solutions, (list, tuple)):
+        if not solutions:
+            raise ModelError("no solutions to plot")
+        return list(solutions)
+    return [solutions]
+
+
+def _label(solution, labels, i) -> str:
+    if labels is not None:
+        return labels[i]
+    stats = getattr(solution, "stats", {}) or {}
+    return f"{stats.get('solver', '?')}, h = {stats.get('h', '?')}"
+
+
+def energy_scale(solution) -> float:
+    """max(|E0|, max T): the scale of relative energy errors (as in conservation_summary)."""
+    energy = solution.energy()
+    return max(abs(float(energy[0])), float(np.max(np.abs(solution.kinetic_energy()))),
+               1e-300)
+
+
+def plot_energy(solutions, path=None, *, components: bool = False, labels=None,
+                title: str | None = None):
+    """Relative energy error (E(t) - E0) / max(|E0|, max T) over time.
+
+    ``components=True`` adds a panel with the kinetic, potential and total energy.
+    """
+    solutions = _as_list(solutions)
+    fig, axes = _figure(2 if components else 1)
+    ax = axes[0]
+    for i, sol in enumerate(solutions):
+        energy = sol.energy()
+        ax.plot(sol.t, (energy - energy[0]) / energy_scale(sol), label=_label(sol, labels, i))
+    ax.set_ylabel(r"$(E - E_0)\,/\,\max(|E_0|, \max T)$")
+    ax.axhline(0.0, color="0.6", lw=0.8)
+    ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3), useMathText=True)
+    ax.legend(loc="best", fontsize="small")
+    ax.set_title(title or "energy error")
+    if components:
+        sol = solutions[0]
+        kinetic, potential = sol.kinetic_energy(), sol.potential_energy()
+        axes[1].plot(sol.t, kinetic, label="kinetic T")
+        axes[1].plot(sol.t, potential, label="potential V")
+        axes[1].plot(sol.t, kinetic + potential, "k", label="total E")
+        axes[1].set_ylabel("energy")
+        axes[1].legend(loc="best", fontsize="small")
+    axes[-1].set_xlabel("t [s]")
+    _save(fig, path)
+    return fig
+
+
+def _field_forces(model) -> bool:
+    uniform = model.gravity is not None and float(np.linalg.norm(model.gravity)) > 0.0
+    return uniform or any("Gravity" in f.type for f in model.forces)
+
+
+def plot_momentum(solutions, path=None, *, about=(0.0, 0.0, 0.0), labels=None,
+                  title: str | None = None):
+    """Angular (and linear) momentum errors over time.
+
+    Angular momentum about ``about``: the component along the vertical under uniform gravity
+    (the only conserved one), otherwise |J - J0|, relative to max |J|. Linear momentum
+    |L - L0| / max |L| when no external field acts (otherwise it is not a first integral and
+    its components are shown instead).
+    """
+    solutions = _as_list(solutions)
+    fig, axes = _figure(2)
+    for i, sol in enumerate(solutions):
+        label = _label(sol, labels, i)
+        model = sol.model
+        angular = sol.angular_momentum(about)
+        gravity = model.gravity
+        if gravity is not None and float(np.linalg.norm(gravity)) > 0.0:
+            axis = -np.asarray(gravity) / np.linalg.norm(gravity)
+            vertical = angular @ axis
+            scale = max(float(np.max(np.abs(vertical))), 1e-300)
+            axes[0].plot(sol.t, (vertical - vertical[0]) / scale, label=label)
+            axes[0].set_ylabel(r"$(J_v - J_{v,0}) / \max|J_v|$" + "\n(vertical component)")
+        else:
+            scale = max(float(np.max(np.linalg.norm(angular, axis=1))), 1e-300)
+            axes[0].plot(sol.t, np.linalg.norm(angular - angular[0], axis=1) / scale,
+                         label=label)
+            axes[0].set_ylabel(r"$|J - J_0| / \max|J|$")
+        linear = sol.linear_momentum()
+        if _field_forces(model):
+            for c, name in enumerate("xyz"):
+                axes[1].plot(sol.t, linear[:, c], label=f"{label}: L{name}")
+            axes[1].set_ylabel("linear momentum\n(external field: not conserved)")
+        else:
+            scale = max(float(np.max(np.linalg.norm(linear, axis=1))), 1e-300)
+            axes[1].plot(sol.t, np.linalg.norm(linear - linear[0], axis=1) / scale,
+                         label=label)
+            axes[1].set_ylabel(r"$|L - L_0| / \max|L|$")
+    for ax in axes:
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3), useMathText=True)
+        ax.legend(loc="best", fontsize="small")
+    axes[0].set_title(title or "momentum error")
+    axes[-1].set_xlabel("t [s]")
+    _save(fig, path)
+    return fig
+
+
+def plot_constraints(solutions, path=None, *, labels=None, title: str | None = None):
+    """Constraint residuals on a log scale, one panel per solution.
+
+    Drawn: max |g(q_n)| and max |G(q_n) M^-1 p_n| at the nodes, and (dashed) the residuals
+    the scheme itself enforces in each step, labelled with the scheme's
+    ``solver_properties.constraints_at_step_end``. Exact zeros are drawn at LOG_FLOOR.
+    """
+    solutions = _as_list(solutions)
+    fig, axes = _figure(len(solutions), height=3.0)
+    for i, (sol, ax) in enumerate(zip(solutions, axes)):
+        res = sol.constraint_residuals()
+        props = getattr(sol, "solver_properties", None)
+        enforced = getattr(props, "constraints_at_step_end", "unknown")
+        ax.semilogy(sol.t, np.maximum(res["position"], LOG_FLOOR),
+                    label=r"$\max|g(q_n)|$ at the nodes")
+        ax.semilogy(sol.t, np.maximum(res["velocity"], LOG_FLOOR),
+                    label=r"$\max|G(q_n) M^{-1} p_n|$ at the nodes")
+        steps_t = sol.t[1:]
+        if len(res["enforced_position"]):
+            ax.semilogy(steps_t, np.maximum(res["enforced_position"], LOG_FLOOR), "--",
+                        label="position residual the scheme enforces")
+            ax.semilogy(steps_t, np.maximum(res["enforced_velocity"], LOG_FLOOR), ":",
+                        label="velocity residual the scheme enforces")
+        ax.set_ylabel("residual (max norm)")
+        ax.set_title(f"{_label(sol, labels, i)} - enforced at step ends: {enforced}",
+                     fontsize="medium")
+        ax.legend(loc="best", fontsize="x-small")
+    if title:
+        fig.suptitle(title)
+    axes[-1].set_xlabel("t [s]")
+    _save(fig, path)
+    return fig
+
+
+# -- convergence study -------------------------------------------------------------------------
+@dataclass
+class ConvergenceStudy:
+    """Errors at ``t_end`` of each solver at each step size, against a reference.
+
+    errors_q[solver], errors_p[solver] : (len(steps),) relative max-norm errors
+    |q_N - q_ref| / |q_ref| and |p_N - p_ref| / |p_ref| (NaN where a run failed);
+    slopes_q[solver], slopes_p[solver] : least-squares slopes of log error vs log h.
+    """
+
+    solvers: list[str]
+    steps: np.ndarray
+    t_end: float
+    reference: str
+    errors_q: dict[str, np.ndarray] = field(default_factory=dict)
+    errors_p: dict[str, np.ndarray] = field(default_factory=dict)
+    slopes_q: dict[str, float] = field(default_factory=dict)
+    slopes_p: dict[str, float] = field(default_factory=dict)
+    failures: dict[tuple[str, float], str] = field(default_factory=dict)
+    figure: object = None
+
+    @property
+    def table(self) -> str:
+        """The error / observed-order table as text."""
+        lines = [f"convergence at t = {self.t_end:g} against {self.reference}",
+                 f"{'solver':<10} {'h':>10} {'error q':>11} {'rate q':>7} {'error p':>11} "
+                 f"{'rate p':>7}"]
+        for solver in self.solvers:
+            eq, ep = self.errors_q[solver], self.errors_p[solver]
+            for k, h in enumerate(self.steps):
+                rates = []
+                for e in (eq, ep):
+                    pair = e[max(k - 1, 0):k + 1]
+                    if k == 0 or not np.all(np.isfinite(pair) & (pair > 0)):
+                        rates.append("")
+                    else:
+                        rate = np.log(e[k - 1] / e[k]) / np.log(self.steps[k - 1] / h)
+                        rates.append(f"{rate:.2f}")
+                lines.append(f"{solver:<10} {h:>10.4g} {eq[k]:>11.3e} {rates[0]:>7} "
+                             f"{ep[k]:>11.3e} {rates[1]:>7}")
+            lines.append(f"{solver:<10} {'fitted slope':>10} {'':>11} "
+                         f"{self.slopes_q[solver]:>7.2f} {'':>11} {self.slopes_p[solver]:>7.2f}")
+        for (solver, h), message in self.failures.items():
+            lines.append(f"failed: {solver} h = {h:g}: {message}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table
+
+
+def _model_of(build_or_model):
+    from mbs.model import Model
+    from mbs.system import System
+
+    value = build_or_model() if callable(build_or_model) and not isinstance(
+        build_or_model, (Model, System)) else build_or_model
+    if isinstance(value, System):
+        value = value.compile()
+    if not isinstance(value, Model):
+        raise ModelError(f"convergence_study needs a Model, a System, or a function returning "
+                         f"one; got {type(value).__name__}")
+    return value
+
+
+def fitted_slope(steps: np.ndarray, errors: np.ndarray) -> float:
+    """Least-squares slope of log(error) against log(h) over the finite positive errors."""
+    mask = np.isfinite(errors) & (errors > 0.0)
+    if mask.sum() < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(steps[mask]), np.log(errors[mask]), 1)[0])
+
+
+def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
+                      steps: Sequence[float] = (0.004, 0.002, 0.001), t_end: float = 1.0, *,
+                      reference=None, reference_solver: str = "em",
+                      reference_factor: int = 8, path=None, print_table: bool = True,
+                      **simulate_options) -> ConvergenceStudy:
+    """Run ``model`` at several step sizes with several solvers; errors at ``t_end``.
+
+    Parameters
+    ----------
+    build_or_model : Model, System, or callable returning either (e.g. an example's build)
+    solvers : names from :data:`mbs.solvers.REGISTRY`
+    steps : step sizes h; each must divide t_end
+    reference : None, Solution, or callable
+        None: a fine run of ``reference_solver`` with h = min(steps) / reference_factor.
+        A Solution: its final node (must end at t_end). A callable: the exact solution,
+        ``reference(t_end)`` returning q or (q, p) at t_end (p may be omitted: no p errors).
+    path : save the log-log figure (errors of q solid, p dashed, fitted slopes in the legend)
+    print_table : print :attr:`ConvergenceStudy.table`
+
+    Returns
+    -------
+    ConvergenceStudy (with ``figure`` and ``table``)
+    """
+    from mbs.simulate import simulate
+    from mbs.solution import Solution
+
+    model = _model_of(build_or_model)
+    solvers = list(solvers)
+    if not solvers:
+        raise ModelError("convergence_study: give at least one solver")
+    steps = np.array(sorted((float(h) for h in steps), reverse=True))
+    if steps.size < 2 or np.any(steps <= 0):
+        raise ModelError(f"convergence_study: give at least two positive step sizes, got "
+                         f"{steps.tolist()}")
+    for h in steps:
+        count = t_end / h
+        if abs(count - round(count)) > 1e-9 * max(1.0, count):
+            raise ModelError(f"convergence_study: h = {h:g} does not divide t_end = {t_end:g}")
+    if reference is None:
+        h_ref = steps.min() / reference_factor
+        ref_solution = simulate(model, reference_solver, h=h_ref, t_end=t_end,
+                                **simulate_options)
+        q_ref, p_ref = ref_solution.q[-1], ref_solution.p[-1]
+        described = f"{reference_solver} with h = {h_ref:g}"
+    elif isinstance(reference, Solution):
+        if abs(reference.t[-1] - t_end) > 1e-9 * max(1.0, t_end):
+            raise ModelError(f"reference solution ends at t = {reference.t[-1]:g}, not at "
+                             f"t_end = {t_end:g}")
+        q_ref, p_ref = reference.q[-1], reference.p[-1]
+        described = f"the given {reference.stats.get('solver', '')} reference solution"
+    elif isinstance(reference, Callable):
+        value = reference(t_end)
+        q_ref, p_ref = (value if isinstance(value, tuple) else (value, None))
+        described = "the exact solution"
+    else:
+        raise ModelError("reference must be None, a Solution or a callable exact solution")
+    q_ref = np.asarray(q_ref, dtype=float)
+    p_ref = None if p_ref is None else np.asarray(p_ref, dtype=float)
+
+    study = ConvergenceStudy(solvers, steps, float(t_end), described)
+    q_scale = max(float(np.max(np.abs(q_ref))), 1e-300)
+    p_scale = None if p_ref is None else max(float(np.max(np.abs(p_ref))), 1e-300)
+    for solver in solvers:
+        eq, ep = np.full(steps.size, np.nan), np.full(steps.size, np.nan)
+        for k, h in enumerate(steps):
+            try:
+                run = simulate(model, solver, h=float(h), t_end=t_end, **simulate_options)
+            except MbsError as exc:
+                study.failures[(solver, float(h))] = str(exc).splitlines()[0][:120]
+                continue
+            eq[k] = float(np.max(np.abs(run.q[-1] - q_ref))) / q_scale
+            if p_ref is not None:
+                ep[k] = float(np.max(np.abs(run.p[-1] - p_ref))) / p_scale
+        study.errors_q[solver], study.errors_p[solver] = eq, ep
+        study.slopes_q[solver] = fitted_slope(steps, eq)
+        study.slopes_p[solver] = fitted_slope(steps, ep)
+
+    fig, (ax,) = _figure(1, height=4.2, width=6.4)
+    for i, solver in enumerate(solvers):
+        color = f"C{i}"
+        ax.loglog(steps, study.errors_q[solver], "o-", color=color,
+                  label=f"{solver} q (slope {study.slopes_q[solver]:.2f})")
+        if p_ref is not None:
+            ax.loglog(steps, study.errors_p[solver], "s--", color=color, mfc="none",
+                      label=f"{solver} p (slope {study.slopes_p[solver]:.2f})")
+    ax.set_xlabel("step size h")
+    ax.set_ylabel(r"relative error at $t_{end}$ (max norm)")
+    ax.set_title(f"convergence at t = {t_end:g} (reference: {described})", fontsize="medium")
+    ax.grid(True, which="both", color="0.9")
+    ax.legend(loc="best", fontsize="small")
+    study.figure = fig
+    _save(fig, path)
+    if print_table:
+        print(study.table)
+    return study

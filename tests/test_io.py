@@ -1,0 +1,96 @@
+"""NPZ round trip, CSV of observables and the ParaView VTK time series."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mbs
+from mbs import io
+
+
+@pytest.fixture(scope="module")
+def top():
+    import heavy_top
+
+    model = heavy_top.build().compile()
+    return model, mbs.simulate(model, "em", h=0.01, t_end=0.1)
+
+
+def test_npz_round_trip_is_exact(tmp_path, top):
+    model, solution = top
+    path = solution.save(tmp_path / "run.npz")
+    loaded = mbs.load_solution(path)
+    for name in ("t", "q", "p", "scheme_velocities", "multipliers", "velocity_multipliers",
+                 "enforced_residuals"):
+        assert np.array_equal(getattr(loaded, name), getattr(solution, name)), name
+    assert np.array_equal(loaded.energy(), solution.energy())
+    assert np.array_equal(loaded.angular_momentum(), solution.angular_momentum())
+    assert np.array_equal(loaded.linear_momentum(), solution.linear_momentum())
+    assert np.array_equal(loaded.stats["newton_iterations"], solution.stats["newton_iterations"])
+    assert loaded.stats["solver"] == "em" and loaded.stats["h"] == 0.01
+    assert loaded.solver_properties == solution.solver_properties
+    for key, value in solution.constraint_residuals().items():
+        assert np.array_equal(loaded.constraint_residuals()[key], value)
+    original, again = solution.body("top"), loaded.body("top")
+    assert np.array_equal(original.rotation, again.rotation)
+    assert np.array_equal(original.angular_velocity, again.angular_velocity)
+    assert [b.name for b in loaded.model.bodies] == ["top"]
+    assert loaded.model.coordinates("top") == slice(0, 12)
+    assert loaded.model.joints[0].type == "Spherical"
+    assert loaded.conservation_summary() == solution.conservation_summary()
+
+
+def test_load_with_the_model_and_errors(tmp_path, top):
+    model, solution = top
+    path = io.save_solution(solution, tmp_path / "run")  # suffix added
+    assert path.suffix == ".npz"
+    full = io.load_solution(path, model=model)
+    assert type(full) is mbs.Solution and full.model is model
+    assert np.array_equal(full.energy(), solution.energy())
+    import pendulum_3d
+
+    with pytest.raises(mbs.ModelError, match="does not match"):
+        io.load_solution(path, model=pendulum_3d.build().compile())
+    loaded = io.load_solution(path)
+    with pytest.raises(mbs.ModelError, match="own nodes"):
+        loaded.model.potential_energy(solution.q[0] + 1.0)
+    with pytest.raises(FileNotFoundError):
+        io.load_solution(tmp_path / "missing.npz")
+    np.savez(tmp_path / "other.npz", a=np.zeros(2))
+    with pytest.raises(mbs.ModelError, match="not an mbs solution"):
+        io.load_solution(tmp_path / "other.npz")
+
+
+def test_csv_of_observables(tmp_path, top):
+    _, solution = top
+    path = io.save_csv(solution, tmp_path / "run.csv",
+                       columns=["energy", "angular_momentum", "position:top", "directors:top"],
+                       every=2)
+    header = path.read_text().splitlines()[0].split(",")
+    assert header[:5] == ["t", "energy", "angular_momentum_x", "angular_momentum_y",
+                          "angular_momentum_z"]
+    table = np.loadtxt(path, delimiter=",", skiprows=1)
+    assert table.shape == (6, 1 + 1 + 3 + 3 + 9)
+    assert np.array_equal(table[:, 0], solution.t[::2])
+    assert np.array_equal(table[:, 1], solution.energy()[::2])  # %.17g is exact
+    with pytest.raises(mbs.ModelError, match="unknown CSV column"):
+        io.save_csv(solution, tmp_path / "bad.csv", columns=["nonsense"])
+
+
+def test_vtk_time_series_opens_in_pyvista(tmp_path, top):
+    pv = pytest.importorskip("pyvista")
+    _, solution = top
+    path = io.save_vtk(mbs.load_solution(solution.save(tmp_path / "r.npz")),
+                       tmp_path / "vtk" / "top.pvd", frames=3)
+    assert path.suffix == ".pvd" and len(list((tmp_path / "vtk" / "top_frames").glob("*.vtp"))) == 3
+    dataset = pv.read(path)
+    assert dataset.n_points > 0 if not isinstance(dataset, pv.MultiBlock) else \
+        dataset[0].n_points > 0
+    reader = pv.get_reader(path)
+    assert np.allclose(reader.time_values, [0.0, 0.05, 0.1])
+    reader.set_active_time_value(reader.time_values[-1])
+    last = reader.read()[0]
+    assert "body_id" in last.cell_data and 0 in np.unique(last.cell_data["body_id"])
+    first = pv.read(tmp_path / "vtk" / "top_frames" / "top_00000.vtp")
+    assert not np.allclose(first.bounds, last.bounds)  # the top moved

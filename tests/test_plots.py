@@ -1,0 +1,73 @@
+"""Matplotlib plots and the convergence-study helper."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mbs
+
+pytest.importorskip("matplotlib")
+from mbs import plots  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pendulum_runs():
+    import pendulum_3d
+
+    model = pendulum_3d.build().compile()
+    return [mbs.simulate(model, solver, h=0.02, t_end=0.4) for solver in ("em", "ggl-vi-a")]
+
+
+def png_ok(path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_solution_plot_methods_save_pngs(tmp_path, pendulum_runs):
+    em = pendulum_runs[0]
+    for name in ("energy", "momentum", "constraints"):
+        path = tmp_path / f"{name}.png"
+        figure = getattr(em, f"plot_{name}")(path)
+        assert png_ok(path)
+        assert figure.axes
+
+
+def test_overlay_and_pdf(tmp_path, pendulum_runs):
+    figure = plots.plot_energy(pendulum_runs, tmp_path / "energy.pdf", components=True)
+    assert (tmp_path / "energy.pdf").read_bytes()[:4] == b"%PDF"
+    labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert labels == ["em, h = 0.02", "ggl-vi-a, h = 0.02"]
+    figure = plots.plot_constraints(pendulum_runs, tmp_path / "c.png")
+    titles = [ax.get_title() for ax in figure.axes]
+    for run, title in zip(pendulum_runs, titles):
+        assert run.solver_properties.constraints_at_step_end in title
+    assert figure.axes[0].get_yscale() == "log"
+    with pytest.raises(mbs.ModelError, match="cannot save"):
+        plots.plot_momentum(pendulum_runs, tmp_path / "m.jpg2")
+
+
+def test_convergence_study_slopes_and_table(tmp_path, capsys):
+    import pendulum_3d
+
+    study = plots.convergence_study(pendulum_3d.build, ["em", "rattle"], [0.02, 0.01, 0.005],
+                                    0.2, path=tmp_path / "conv.png")
+    assert png_ok(tmp_path / "conv.png")
+    printed = capsys.readouterr().out
+    assert "fitted slope" in printed and "rattle" in printed
+    for solver in ("em", "rattle"):
+        assert 1.7 < study.slopes_q[solver] < 2.5
+        assert np.all(np.diff(study.errors_q[solver]) < 0)
+    assert study.table == str(study)
+
+
+def test_convergence_against_an_exact_solution():
+    """A free particle: q(t) = q0 + v t exactly; every scheme reproduces it."""
+    system = mbs.System()
+    particle = system.add(mbs.PointMass(2.0, name="p"))
+    particle.set_state(position=(0.0, 0.0, 0.0), velocity=(1.0, 2.0, 3.0))
+    exact = lambda t: (np.array([1.0, 2.0, 3.0]) * t, np.array([2.0, 4.0, 6.0]))  # noqa: E731
+    study = plots.convergence_study(system, ["em"], [0.1, 0.05], 0.5, reference=exact,
+                                    print_table=False)
+    assert np.all(study.errors_q["em"] < 1e-12)
+    with pytest.raises(mbs.ModelError, match="does not divide"):
+        plots.convergence_study(system, ["em"], [0.3, 0.2], 0.5, reference=exact)

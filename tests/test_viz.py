@@ -1,0 +1,186 @@
+"""Off-screen rendering with PyVista: snapshots, GIF/MP4 frame counts, subsampling cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mbs
+
+pytest.importorskip("pyvista")
+imageio = pytest.importorskip("imageio.v2")
+from PIL import Image  # noqa: E402
+
+from mbs import viz  # noqa: E402
+from mbs.viz.frames import frame_count, select_frames  # noqa: E402
+from mbs.viz.kinematics import poses  # noqa: E402
+from mbs.viz.visuals import SceneOptions, describe  # noqa: E402
+
+SMALL = (160, 120)
+
+
+@pytest.fixture(scope="module")
+def top_solution():
+    import heavy_top
+
+    return mbs.simulate(heavy_top.build().compile(), "em", h=0.01, t_end=0.3)
+
+
+def stretched(solution, steps: int):
+    """A solution with ``steps`` steps over the same interval (interpolated nodes)."""
+    t = np.linspace(solution.t[0], solution.t[-1], steps + 1)
+    q = np.column_stack([np.interp(t, solution.t, col) for col in solution.q.T])
+    p = np.column_stack([np.interp(t, solution.t, col) for col in solution.p.T])
+    m = solution.model.m
+    return mbs.Solution(model=solution.model, t=t, q=q, p=p,
+                        scheme_velocities=np.zeros((steps, q.shape[1])),
+                        multipliers=np.zeros((steps, m)), velocity_multipliers=np.zeros((steps, m)),
+                        enforced_residuals=np.zeros((steps, 2)),
+                        stats={"solver": "em", "h": float(t[1] - t[0])},
+                        solver_properties=solution.solver_properties)
+
+
+def test_frame_selection_depends_on_playback_not_steps():
+    t_short, t_long = np.linspace(0.0, 2.0, 11), np.linspace(0.0, 2.0, 10001)
+    for t in (t_short, t_long):
+        indices, times = select_frames(t, fps=30, speed=1.0)
+        assert indices.size == 60 == frame_count(0.0, 2.0, 30, 1.0)
+        assert times[0] == 0.0 and times[-1] == 2.0
+        assert np.all(np.abs(t[indices] - times) <= 0.5 * (t[1] - t[0]) + 1e-12)
+    assert select_frames(t_long, fps=30, speed=2.0)[0].size == 30
+    assert select_frames(t_long, frames=7)[0].size == 7
+    with pytest.raises(mbs.ModelError):
+        select_frames(t_long, fps=0.0)
+
+
+def test_snapshot_is_not_blank_and_the_top_moves(tmp_path, top_solution):
+    first = viz.snapshot(top_solution, tmp_path / "t0.png", time=0.0, resolution=SMALL)
+    later = viz.snapshot(top_solution, tmp_path / "t1.png", time=0.15, resolution=SMALL)
+    image = np.asarray(Image.open(tmp_path / "t0.png"))
+    assert image.shape[:2] == (SMALL[1], SMALL[0])
+    assert np.array_equal(image[..., :3], first)
+    assert first.std() > 10.0  # not a blank image
+    assert len(np.unique(first.reshape(-1, 3), axis=0)) > 50
+    changed = np.any(np.abs(first.astype(int) - later.astype(int)) > 30, axis=-1)
+    assert changed.mean() > 0.002  # the top has moved between t = 0 and t = 0.15
+
+
+def test_gif_has_the_requested_frames(tmp_path, top_solution):
+    report = viz.animate(top_solution, tmp_path / "top.gif", frames=4, fps=10,
+                         resolution=(96, 72), progress=False)
+    frames = imageio.mimread(tmp_path / "top.gif")
+    assert len(frames) == report.frames == report.render_calls == 4
+    assert frames[0].shape[:2] == (72, 96)
+
+
+def test_mp4_has_the_requested_frames_and_duration(tmp_path, top_solution):
+    report = viz.animate(top_solution, tmp_path / "top.mp4", fps=20, speed=0.5,
+                         resolution=(96, 72), progress=False)
+    expected = frame_count(0.0, 0.3, 20, 0.5)  # 0.3 s in slow motion: 0.6 s of video
+    assert report.frames == expected == 12
+    reader = imageio.get_reader(tmp_path / "top.mp4")
+    try:
+        assert reader.count_frames() == expected
+        meta = reader.get_meta_data()
+        assert meta["fps"] == pytest.approx(20.0)
+        assert meta["duration"] == pytest.approx(expected / 20.0, abs=0.06)
+    finally:
+        reader.close()
+
+
+def test_render_calls_do_not_grow_with_simulation_length(tmp_path, top_solution):
+    reports = [viz.animate(stretched(top_solution, steps), tmp_path / f"s{steps}.gif",
+                           frames=2, resolution=(64, 48), progress=False, directors=False)
+               for steps in (10, 10000)]
+    assert [r.steps for r in reports] == [10, 10000]
+    assert reports[0].render_calls == reports[1].render_calls == 2
+
+
+def test_poses_are_taken_at_the_frames_only(top_solution):
+    long = stretched(top_solution, 10000)
+    indices, _ = select_frames(long.t, frames=5)
+    frame_poses = poses(long, indices)
+    assert frame_poses.position.shape == (5, 1, 3)
+    trajectory = long.body("top")
+    assert np.allclose(frame_poses.rotation[:, 0], trajectory.rotation[indices])
+    assert np.allclose(frame_poses.position[:, 0], trajectory.position[indices])
+
+
+def shapes_system() -> mbs.System:
+    """One body of each shape plus a particle, joints of each kind and a spring."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    kinds = [("box", dict(lx=0.2, ly=0.1, lz=0.05)), ("cylinder", dict(radius=0.05, length=0.3)),
+             ("tube", dict(radius=0.05, length=0.3)), ("cone", dict(radius=0.1, height=0.2)),
+             ("sphere", dict(radius=0.1)), ("spherical_shell", dict(radius=0.1))]
+    bodies = []
+    for k, (kind, dims) in enumerate(kinds):
+        body = system.add(mbs.RigidBody.from_shape(kind, mass=1.0, name=kind, **dims))
+        body.set_state(position=(0.5 * k, 0.0, 1.0))
+        bodies.append(body)
+    bead = system.add(mbs.PointMass(1.0, name="bead"))
+    bead.set_state(position=(0.0, 0.0, 0.0))
+    ground = system.ground
+    y = (0.0, 1.0, 0.0)
+    system.add(mbs.joints.Revolute(ground, bodies[0], point=(0.0, 0.0, 1.2), axis=y))
+    system.add(mbs.joints.Prismatic(bodies[0], bodies[1], point=(0.25, 0.0, 1.0),
+                                    axis=(1.0, 0.0, 0.0)))
+    system.add(mbs.joints.Universal(bodies[1], bodies[2], point=(0.75, 0.0, 1.0),
+                                    axis_a=y, axis_b=(0.0, 0.0, 1.0)))
+    system.add(mbs.joints.Rigid(bodies[2], bodies[3]))
+    system.add(mbs.joints.Spherical(bodies[3], bodies[4], point=(1.75, 0.0, 1.0)))
+    system.add(mbs.joints.Cylindrical(bodies[4], bodies[5], point=(2.25, 0.0, 1.0), axis=y))
+    system.add(mbs.joints.Distance(ground, bead, length=1.0, point_a=(0.0, 0.0, 1.0)))
+    system.add(mbs.forces.Spring(bodies[5], bead, stiffness=10.0))
+    return system
+
+
+def test_every_shape_joint_and_spring_gets_a_visual():
+    model = shapes_system().compile()
+    q0, p0 = model.initial_state(project=True)
+    solution = mbs.simulate(model, "em", h=0.01, t_end=0.02, initial_state=(q0, p0))
+    scene = describe(solution, np.array([0, 1, 2]), SceneOptions(trails=["bead"]))
+    names = {item.name for item in scene.items}
+    for body in model.bodies:
+        assert body.name in names
+    kinds = {item.kind for item in scene.items}
+    assert {"body", "director", "joint", "support", "ground"} <= kinds
+    dynamic = {d.kind for d in scene.dynamic}
+    assert dynamic == {"rod", "spring", "trail"}
+    for dyn in scene.dynamic:
+        assert np.all(np.isfinite(dyn.points_at(2)))
+
+
+def test_explicit_visuals_and_bad_options(top_solution, tmp_path):
+    pv = pytest.importorskip("pyvista")
+    image = viz.snapshot(top_solution, resolution=(64, 48),
+                         visuals={"top": viz.Visual(mesh=pv.Cube(x_length=0.05, y_length=0.05,
+                                                                 z_length=0.15), color="red")})
+    assert image.shape == (48, 64, 3)
+    with pytest.raises(mbs.ModelError, match="unknown visualisation options"):
+        viz.snapshot(top_solution, resolution=(64, 48), bogus=True)
+    with pytest.raises(mbs.ModelError, match="unknown bodies"):
+        viz.snapshot(top_solution, resolution=(64, 48), visuals={"nope": "red"})
+    with pytest.raises(mbs.ModelError, match="cannot write an animation"):
+        viz.animate(top_solution, tmp_path / "top.avi2", frames=2)
+    with pytest.raises(mbs.ModelError, match="outside the solution"):
+        viz.snapshot(top_solution, time=5.0)
+
+
+def test_follow_camera_tracks_the_body(top_solution):
+    indices, _ = select_frames(top_solution.t, frames=3)
+    scene = describe(top_solution, indices)
+    rig = viz.CameraRig(scene, "follow", follow="top", view="front")
+    for k in range(3):
+        position, focal, _ = rig.placement(k)
+        assert np.allclose(focal, scene.poses.position[k, 0])
+        assert np.allclose(position - focal, rig.distance * rig.direction)
+    with pytest.raises(mbs.ModelError):
+        viz.CameraRig(scene, "follow", follow="nobody")
+
+
+def test_headless_detection_and_show(monkeypatch, top_solution):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert viz.is_headless()
+    with pytest.raises(RuntimeError, match="needs a display"):
+        viz.show(top_solution)
