@@ -172,6 +172,10 @@ def _potential_groups(system: System, context: BuildContext, n: int, q0: np.ndar
         data = {}
         if hasattr(force, "attachment_points"):
             data["points"] = force.attachment_points()
+        for key in ("center", "mu", "acceleration", "stiffness", "rest_length", "length"):
+            value = getattr(force, key, None)
+            if value is not None:
+                data[key] = value
         force_infos.append(ElementInfo(force.name, type(force).__name__,
                                        tuple(b.name for b in force.bodies_acted_on()),
                                        data=data))

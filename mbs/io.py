@@ -115,6 +115,11 @@ class StoredModel:
         self._stored_q = stored_q
         self._potential = potential
 
+    @property
+    def q0(self) -> np.ndarray:
+        """The pose in which joint and force geometry is given (as Model.q0)."""
+        return self.reference_q
+
     def potential_energy(self, q: np.ndarray):
         """Stored V(q_n) when ``q`` is (part of) the stored trajectory."""
         q = np.asarray(q, dtype=float)
@@ -164,15 +169,6 @@ def _info_record(info) -> dict:
     return {f.name: _encode(getattr(info, f.name)) for f in fields(info)}
 
 
-def _reference_q(solution) -> np.ndarray:
-    model = solution.model
-    for attribute in ("reference_q", "_q0"):
-        value = getattr(model, attribute, None)
-        if value is not None and np.shape(value) == (model.n,):
-            return np.asarray(value, dtype=float)
-    return np.asarray(solution.q[0], dtype=float)
-
-
 def save_solution(solution: Solution, path) -> Path:
     """Write ``solution`` to ``path`` (.npz appended if missing); see the module docstring."""
     path = Path(path)
@@ -190,7 +186,7 @@ def save_solution(solution: Solution, path) -> Path:
     for key, value in residuals.items():
         arrays[f"residuals.{key}"] = np.asarray(value)
     arrays["potential_energy"] = np.asarray(solution.potential_energy(), dtype=float)
-    arrays["reference_q"] = _reference_q(solution)
+    arrays["reference_q"] = np.asarray(solution.model.q0, dtype=float)
     arrays["point_blocks"] = np.asarray(model.point_blocks)
     arrays["director_blocks"] = np.asarray(model.director_blocks)
     arrays.update(_csr_arrays("mass_matrix", model.mass_matrix))

@@ -352,6 +352,17 @@ class Model:
         q_blocks[..., self.point_blocks, :] -= np.asarray(about, dtype=float)
         return np.cross(q_blocks, p_blocks).sum(axis=-2)
 
+    @property
+    def q0(self) -> np.ndarray:
+        """Coordinates of the state set on the bodies at compile time (the pose at which joint
+        and force geometry was given); unprojected."""
+        return self._q0.copy()
+
+    @property
+    def p0(self) -> np.ndarray:
+        """Momenta M v0 of the state set on the bodies at compile time; unprojected."""
+        return self._p0.copy()
+
     # -- initial state --------------------------------------------------------------------
     def initial_residuals(self) -> tuple[float, float]:
         """(max |g(q0)|, max |G(q0) M^-1 p0|) of the state set on the bodies."""

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from mbs.errors import ModelError, SimulationInterrupted, SolverError
 from mbs.model import Model
@@ -113,7 +115,11 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         writer = None if output is None else StreamWriter(
             output, {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n,
                      "m": model.m}, q0, p0)
-    return run.execute(writer, flush_every, progress)
+    # Multithreaded BLAS only adds synchronisation cost to the tiny dense solves of small
+    # models, and under load it was measured 100x slower; large (sparse) models keep threads.
+    limits = threadpool_limits(limits=1, user_api="blas") if model.dense else nullcontext()
+    with limits:
+        return run.execute(writer, flush_every, progress)
 
 
 def _check_resume(manifest: dict, model: Model, solver: Solver, h: float, t_start: float):

@@ -18,15 +18,10 @@ GROUND = -1  #: body index of the ground (static world frame)
 def reference_coordinates(solution) -> np.ndarray:
     """q of the pose in which the model's joint and force data are given.
 
-    That is the compiled model's initial state (``model.reference_q`` for a loaded solution,
-    the private ``model._q0`` for a compiled one), falling back to the first node.
+    That is ``model.q0``: the state set on the bodies when the model was compiled (stored
+    with a saved solution as well).
     """
-    model = solution.model
-    for attribute in ("reference_q", "_q0"):
-        q_ref = getattr(model, attribute, None)
-        if q_ref is not None and np.shape(q_ref) == (model.n,):
-            return np.asarray(q_ref, dtype=float)
-    return np.asarray(solution.q[0], dtype=float)
+    return np.asarray(solution.model.q0, dtype=float)
 
 
 def pose_from_coordinates(info, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
