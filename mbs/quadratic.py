@@ -71,6 +71,8 @@ class QuadraticTableBuilder:
         self._quad: list[np.ndarray] = []  # rows of (row, i, j, a)
         self._lin: list[np.ndarray] = []  # rows of (row, i, b)
         self._const: list[tuple[int, float]] = []
+        self._explicit: list[tuple[int, float]] = []  # constants not from dot products
+        self._dots: list[tuple[int, float, AffineVector, AffineVector]] = []
 
     def new_row(self) -> int:
         """Reserve one row and return its index."""
@@ -80,9 +82,11 @@ class QuadraticTableBuilder:
     def add_constant(self, row: int, value: float) -> None:
         """Add the constant ``value`` to row ``row``."""
         self._const.append((row, float(value)))
+        self._explicit.append((row, float(value)))
 
     def add_dot(self, row: int, a: AffineVector, b: AffineVector, scale: float = 1.0) -> None:
         """Add ``scale * (a . b)`` to row ``row``."""
+        self._dots.append((row, float(scale), a, b))
         comp = np.arange(3)
         for ca, sa in a.terms:
             for cb, sb in b.terms:
@@ -96,7 +100,7 @@ class QuadraticTableBuilder:
             self._add_linear(row, sb, scale * cb * a.constant)
         const = scale * float(a.constant @ b.constant)
         if const != 0.0:
-            self.add_constant(row, const)
+            self._const.append((row, const))
 
     def add_linear_component(self, row: int, a: AffineVector, direction: np.ndarray,
                              scale: float = 1.0) -> None:
@@ -121,7 +125,79 @@ class QuadraticTableBuilder:
             self.n, self.n_rows,
             quad[:, 0].astype(np.int64), quad[:, 1].astype(np.int64),
             quad[:, 2].astype(np.int64), quad[:, 3],
-            lin[:, 0].astype(np.int64), lin[:, 1].astype(np.int64), lin[:, 2], const)
+            lin[:, 0].astype(np.int64), lin[:, 1].astype(np.int64), lin[:, 2], const,
+            factored=self._factored())
+
+    def _factored(self) -> FactoredTerms:
+        count = len(self._dots)
+        explicit = np.zeros(self.n_rows)
+        for row, value in self._explicit:
+            explicit[row] += value
+
+        def affine_map(vectors: list[AffineVector]) -> tuple[sp.csr_matrix, np.ndarray]:
+            rows, cols, vals = [], [], []
+            for t, vector in enumerate(vectors):
+                for coef, start in vector.terms:
+                    rows.extend(3 * t + np.arange(3))
+                    cols.extend(start + np.arange(3))
+                    vals.extend([coef] * 3)
+            matrix = sp.csr_matrix((vals, (rows, cols)), shape=(3 * count, self.n))
+            constant = (np.array([v.constant for v in vectors], dtype=float)
+                        if count else np.zeros((0, 3)))
+            return matrix, constant
+
+        u_map, u_const = affine_map([d[2] for d in self._dots])
+        v_map, v_const = affine_map([d[3] for d in self._dots])
+        return FactoredTerms(np.array([d[0] for d in self._dots], dtype=np.int64),
+                             np.array([d[1] for d in self._dots], dtype=float),
+                             u_map, u_const, v_map, v_const, explicit)
+
+
+@dataclass
+class FactoredTerms:
+    """The rows as sums of products scale_t (u_t . v_t) of affine 3-vectors plus constants.
+
+    Values are evaluated from this form: differences such as x_b - x_a are formed before
+    they are multiplied, so a spring length or a distance constraint far from the origin
+    keeps its precision (the expanded sum of a_ij q_i q_j loses ~|q|^2 eps to cancellation).
+    """
+
+    row: np.ndarray
+    scale: np.ndarray
+    u_map: sp.csr_matrix
+    u_const: np.ndarray
+    v_map: sp.csr_matrix
+    v_const: np.ndarray
+    explicit_constant: np.ndarray
+
+    def __post_init__(self):
+        self.u_map = _maybe_dense(self.u_map)
+        self.v_map = _maybe_dense(self.v_map)
+
+    def value(self, q: np.ndarray, n_rows: int) -> np.ndarray:
+        u = (self.u_map @ q).reshape(-1, 3) + self.u_const
+        v = (self.v_map @ q).reshape(-1, 3) + self.v_const
+        products = self.scale * np.einsum("ti,ti->t", u, v)
+        return np.bincount(self.row, weights=products, minlength=n_rows) + self.explicit_constant
+
+    def select(self, selection: np.ndarray, new_index: np.ndarray) -> FactoredTerms:
+        keep = np.flatnonzero(new_index[self.row] >= 0)
+        triples = (3 * keep[:, None] + np.arange(3)).ravel()
+        return FactoredTerms(new_index[self.row[keep]], self.scale[keep],
+                             sp.csr_matrix(self.u_map)[triples], self.u_const[keep],
+                             sp.csr_matrix(self.v_map)[triples], self.v_const[keep],
+                             self.explicit_constant[selection])
+
+    @staticmethod
+    def stack(parts: list[FactoredTerms], offsets: np.ndarray) -> FactoredTerms:
+        return FactoredTerms(
+            np.concatenate([p.row + o for p, o in zip(parts, offsets)]),
+            np.concatenate([p.scale for p in parts]),
+            sp.vstack([sp.csr_matrix(p.u_map) for p in parts]).tocsr(),
+            np.concatenate([p.u_const for p in parts]),
+            sp.vstack([sp.csr_matrix(p.v_map) for p in parts]).tocsr(),
+            np.concatenate([p.v_const for p in parts]),
+            np.concatenate([p.explicit_constant for p in parts]))
 
 
 class QuadraticTable:
@@ -143,13 +219,15 @@ class QuadraticTable:
 
     def __init__(self, n: int, n_rows: int, quad_row: np.ndarray, quad_i: np.ndarray,
                  quad_j: np.ndarray, quad_coef: np.ndarray, lin_row: np.ndarray,
-                 lin_i: np.ndarray, lin_coef: np.ndarray, constant: np.ndarray):
+                 lin_i: np.ndarray, lin_coef: np.ndarray, constant: np.ndarray,
+                 factored: FactoredTerms | None = None):
         self.n = n
         self.n_rows = n_rows
         self.quad_row, self.quad_i, self.quad_j, self.quad_coef = (
             quad_row, quad_i, quad_j, quad_coef)
         self.lin_row, self.lin_i, self.lin_coef = lin_row, lin_i, lin_coef
         self.constant = np.asarray(constant, dtype=float)
+        self.factored = factored
         self._build_jacobian_map()
         self._build_hessian_map()
 
@@ -200,7 +278,9 @@ class QuadraticTable:
 
     # -- evaluation -----------------------------------------------------------------------
     def value(self, q: np.ndarray) -> np.ndarray:
-        """c(q), shape (n_rows,)."""
+        """c(q), shape (n_rows,); from the factored form when the table has one."""
+        if self.factored is not None:
+            return self.factored.value(q, self.n_rows)
         quad = self.quad_coef * q[self.quad_i] * q[self.quad_j]
         lin = self.lin_coef * q[self.lin_i]
         return (np.bincount(self.quad_row, weights=quad, minlength=self.n_rows)
@@ -264,7 +344,9 @@ class QuadraticTable:
         return QuadraticTable(
             self.n, selection.size, new_index[self.quad_row[qmask]], self.quad_i[qmask],
             self.quad_j[qmask], self.quad_coef[qmask], new_index[self.lin_row[lmask]],
-            self.lin_i[lmask], self.lin_coef[lmask], self.constant[selection])
+            self.lin_i[lmask], self.lin_coef[lmask], self.constant[selection],
+            factored=None if self.factored is None else self.factored.select(selection,
+                                                                              new_index))
 
 
 #: Maps with at most this many entries (dense) are stored as dense arrays.
@@ -293,4 +375,6 @@ def concatenate_tables(tables: list[QuadraticTable], n: int) -> QuadraticTable:
         np.concatenate([t.lin_row + o for t, o in zip(tables, offsets)]),
         np.concatenate([t.lin_i for t in tables]),
         np.concatenate([t.lin_coef for t in tables]),
-        np.concatenate([t.constant for t in tables]))
+        np.concatenate([t.constant for t in tables]),
+        factored=(FactoredTerms.stack([t.factored for t in tables], offsets[:-1])
+                  if all(t.factored is not None for t in tables) else None))

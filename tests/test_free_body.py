@@ -1,0 +1,131 @@
+"""Torque-free asymmetric rigid body (acceptance item 4 of the solver issue).
+
+Director formulation with only the 6 internal constraints. Truth: Euler's equations
+I w' + w x I w = 0 for the body-frame angular velocity together with R' = R [w]x, integrated
+by SciPy (DOP853, rtol = atol = 1e-12), and the first integrals energy and the angular-momentum
+vector J = phi x m v + R I w.
+
+Body: principal inertia (2, 3, 4) (E = (2.5, 1.5, 0.5) > 0, not flat), initial body spin
+w0 = (1, 0.5, 2): |L|^2 / 2T = 3.75 lies between I2 = 3 and I3 = 4, well away from the
+separatrix of the intermediate axis, and all three components vary with time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import mbs
+
+INERTIA = np.array([2.0, 3.0, 4.0])
+MASS = 1.5
+OMEGA0 = np.array([1.0, 0.5, 2.0])  # body frame
+AXIS = np.array([1.0, 2.0, 3.0]) / np.sqrt(14.0)
+ROTATION0 = mbs.rotation_from_axis_angle(AXIS, 0.7)
+POSITION0 = np.array([0.1, -0.2, 0.3])
+VELOCITY0 = np.array([0.2, -0.1, 0.05])
+T_END = 2.0
+STEPS = (0.04, 0.02, 0.01, 0.005)
+
+
+def build() -> mbs.System:
+    system = mbs.System(gravity=None)
+    body = system.add(mbs.RigidBody(mass=MASS, inertia=tuple(INERTIA), name="body"))
+    body.set_state(position=POSITION0, rotation=ROTATION0, velocity=VELOCITY0,
+                   angular_velocity=ROTATION0 @ OMEGA0)
+    return system
+
+
+def euler_rhs(_t, y):
+    w, rotation = y[:3], y[3:].reshape(3, 3)
+    w_hat = np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
+    return np.concatenate([-np.cross(w, INERTIA * w) / INERTIA, (rotation @ w_hat).ravel()])
+
+
+def euler_reference(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Body angular velocity (N, 3) and rotation (N, 3, 3) at the times t."""
+    result = solve_ivp(euler_rhs, (0.0, t[-1]), np.concatenate([OMEGA0, ROTATION0.ravel()]),
+                       method="DOP853", rtol=1e-12, atol=1e-12, t_eval=t)
+    assert result.success
+    return result.y[:3].T, result.y[3:].T.reshape(-1, 3, 3)
+
+
+@pytest.fixture(scope="module")
+def model() -> mbs.Model:
+    return build().compile()
+
+
+def slope(steps, errors) -> float:
+    return float(np.polyfit(np.log(steps), np.log(errors), 1)[0])
+
+
+def errors_against_euler(model, solver) -> np.ndarray:
+    """Rows (h): max over the grid of |w_body - w_ref| / |w0| and of |R - R_ref|_F."""
+    out = []
+    for h in STEPS:
+        sol = mbs.simulate(model, solver, h=h, t_end=T_END)
+        omega_ref, rotation_ref = euler_reference(sol.t)
+        body = sol.body("body")
+        out.append((np.max(np.linalg.norm(body.angular_velocity_body - omega_ref, axis=1))
+                    / np.linalg.norm(OMEGA0),
+                    np.max(np.linalg.norm(body.rotation - rotation_ref, axis=(1, 2)))))
+    return np.array(out)
+
+
+def test_model_is_one_free_body(model):
+    assert (model.n, model.m, model.degrees_of_freedom) == (12, 6, 6)
+
+
+def test_reference_is_a_nontrivial_motion():
+    """All components of w vary (not a steady spin) and the reference conserves T and |L|."""
+    t = np.linspace(0.0, T_END, 201)
+    omega, _ = euler_reference(t)
+    assert np.all(np.ptp(omega, axis=0) > 0.05)
+    energy = 0.5 * np.sum(INERTIA * omega**2, axis=1)
+    momentum = np.linalg.norm(INERTIA * omega, axis=1)
+    assert np.ptp(energy) < 1e-10 and np.ptp(momentum) < 1e-10
+
+
+def test_initial_angular_velocity_from_directors(model):
+    """w_body at t = 0 recovered from the directors and their rates equals the input."""
+    sol = mbs.simulate(model, "em", h=0.01, t_end=0.01)
+    np.testing.assert_allclose(sol.body("body").angular_velocity_body[0], OMEGA0, atol=1e-14)
+
+
+@pytest.mark.parametrize("solver", ["em", "ggl-vi-a", "rattle"])
+def test_second_order_schemes_match_euler(model, solver):
+    errors = errors_against_euler(model, solver)
+    assert errors[-1, 0] < 1e-3
+    assert slope(STEPS, errors[:, 0]) == pytest.approx(2.0, abs=0.15)
+    assert slope(STEPS, errors[:, 1]) == pytest.approx(2.0, abs=0.15)
+
+
+@pytest.mark.parametrize("solver", ["ggl-vi-s", "ggl-vi-b"])
+def test_first_order_schemes_match_euler(model, solver):
+    """Advertised order 1 in p (so in w). Their q-sequence is Stormer-Verlet-like and shows
+    order 2 here. VI-S also shows order 2 in w for this force-free body: its p^{n+1} differs
+    from a half-step momentum by an O(h) constraint force, which is normal to the constraint
+    manifold and removed by G(q_bar) M^-1 p^{n+1} = 0; with potential forces the O(h) part is
+    tangential and the order drops to 1. The test therefore asks for at least order 1 in w."""
+    errors = errors_against_euler(model, solver)
+    assert errors[-1, 0] < 1e-2
+    assert slope(STEPS, errors[:, 0]) >= 0.85
+    assert slope(STEPS, errors[:, 1]) == pytest.approx(2.0, abs=0.15)
+
+
+def test_em_conserves_energy_and_angular_momentum_vector(model):
+    sol = mbs.simulate(model, "em", h=0.01, t_end=T_END)
+    energy = sol.energy()
+    expected_energy = 0.5 * MASS * VELOCITY0 @ VELOCITY0 + 0.5 * np.sum(INERTIA * OMEGA0**2)
+    assert energy[0] == pytest.approx(expected_energy, rel=1e-14)
+    assert np.max(np.abs(energy - expected_energy)) / expected_energy <= 1e-12
+    momentum = sol.angular_momentum()
+    expected = np.cross(POSITION0, MASS * VELOCITY0) + ROTATION0 @ (INERTIA * OMEGA0)
+    np.testing.assert_allclose(momentum[0], expected, atol=1e-14)
+    assert (np.max(np.linalg.norm(momentum - expected, axis=1)) / np.linalg.norm(expected)
+            <= 1e-12)
+    linear = sol.linear_momentum()
+    assert np.max(np.abs(linear - MASS * VELOCITY0)) <= 1e-12 * MASS * np.linalg.norm(VELOCITY0)
+    res = sol.constraint_residuals()
+    assert max(np.max(res["position"]), np.max(res["velocity"])) <= 1e-10
