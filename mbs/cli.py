@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Simulate a gallery example (see 'mbs examples') or a "
                          "Python file defining build(); print the model and conservation "
                          "summaries; optionally animate, plot and save.")
-    run.add_argument("target", metavar="NAME|script.py")
+    run.add_argument("target", metavar="NAME|script.py|model.json")
     run.add_argument("--solver", type=_solver_name, help="time integrator (default: the "
                      "example's recommendation)")
     run.add_argument("--h", type=_positive_float, help="step size [s]")

@@ -113,10 +113,24 @@ def load_example(name_or_path) -> tuple[ModuleType, dict, dict, str]:
                        **getattr(module, "RECOMMENDED", {})}
         viz = {**entry.viz, **getattr(module, "VIZ", {})}
         return module, recommended, viz, entry.title
+    if text.endswith(".json"):
+        return _json_model(text)
     if text.endswith(".py") or Path(text).is_file():
         module = load_module(text)
         recommended = {**DEFAULT_SETTINGS, **getattr(module, "RECOMMENDED", {})}
         title = (module.__doc__ or Path(text).stem).strip().splitlines()[0]
         return module, recommended, dict(getattr(module, "VIZ", {})), title
     raise ModelError(f"unknown example {text!r}; available: {', '.join(EXAMPLES)} (or give "
-                     f"the path of a script defining build())")
+                     f"the path of a script defining build() or of a model.json)")
+
+
+def _json_model(path: str) -> tuple[ModuleType, dict, dict, str]:
+    """A model saved with System.save(), wrapped like an example module."""
+    from mbs.serialization import load_system
+
+    if not Path(path).is_file():
+        raise ModelError(f"model file {path!r} does not exist")
+    load_system(path)  # validate now, with a clear error for a malformed file
+    module = ModuleType(Path(path).stem)
+    module.build = lambda: load_system(path)
+    return module, dict(DEFAULT_SETTINGS), {}, f"model {Path(path).name}"

@@ -123,3 +123,16 @@ def test_console_script_through_subprocess():
     bad = run_cli("run", "pendulum-3d", "--t-end", "zero")
     assert bad.returncode == 2 and "expected a number" in bad.stderr
     assert np.isfinite(float(ran.stdout.split("E0 = ")[1].split(",")[0]))
+
+
+def test_run_accepts_a_saved_model_json(tmp_path, capsys):
+    import heavy_top
+
+    from mbs.cli import main
+
+    path = tmp_path / "top.json"
+    heavy_top.build().save(path)
+    assert main(["run", str(path), "--t-end", "0.02", "--h", "0.002"]) == 0
+    assert "energy" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text('{"format": "mbs-model", "version": 7}')
+    assert main(["run", str(tmp_path / "bad.json")]) != 0
