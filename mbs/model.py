@@ -421,8 +421,16 @@ class Model:
                 f"{POSITION_TOLERANCE:.0e}), max |G M^-1 p0| = {gv:.3e} (tolerance "
                 f"{VELOCITY_TOLERANCE:.0e} relative); fix the bodies' set_state calls or use "
                 f"model.initial_state(project=True)", g, gv)
-        q_new, p_new = self.project(q, p)
-        if not self.is_consistent(q_new, p_new):
+        try:
+            with np.errstate(all="ignore"):
+                q_new, p_new = self.project(q, p)
+        except (np.linalg.LinAlgError, ArithmeticError, RuntimeError) as exc:
+            raise InconsistentInitialStateError(
+                f"projecting the initial state failed ({exc}); the constraints may be "
+                f"degenerate or badly scaled at the initial state (before: max |g| = {g:.3e}, "
+                f"max |G M^-1 p| = {gv:.3e})", g, gv) from exc
+        if not (np.all(np.isfinite(q_new)) and np.all(np.isfinite(p_new))
+                and self.is_consistent(q_new, p_new)):
             g_new, gv_new = self._residuals(q_new, p_new)
             raise InconsistentInitialStateError(
                 f"projecting the initial state failed: max |g| = {g_new:.3e}, max "
@@ -452,6 +460,8 @@ class Model:
     def _solve_gram(self, jac: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray:
         """Least-squares solution of (G M^-1 G^T) x = rhs (redundant constraints allowed)."""
         gram = (jac @ self.inverse_mass_matrix @ jac.T)
+        if not (np.all(np.isfinite(gram.data)) and np.all(np.isfinite(rhs))):
+            raise ArithmeticError("non-finite constraint values or Jacobian")
         if not self.is_large:
             return np.linalg.lstsq(gram.toarray(), rhs, rcond=1e-12)[0]
         rhs_norm = np.linalg.norm(rhs)
