@@ -27,7 +27,8 @@ class Rattle(Solver):
     ============================  ==========================================================
 
     The position step is Newton's method on lambda (m unknowns) with the exact Jacobian
-    -h^2/2 G(q1) M^-1 G(q0)^T; mu follows from one linear solve. The step is explicit in the
+    -h^2/2 G(q1) M^-1 G(q0)^T, started from the previous step's lambda (``initial_guess`` has
+    no effect); mu follows from one linear solve. The step is explicit in the
     potential force, so stiff springs limit h as for Stormer-Verlet.
     """
 
