@@ -11,7 +11,8 @@ import pytest
 import mbs
 from mbs.serialization import system_from_dict, system_to_dict
 
-EXAMPLES = ["heavy_top", "pendulum_3d", "four_particle", "tethered_satellites"]
+EXAMPLES = ["heavy_top", "pendulum_3d", "four_particle", "tethered_satellites", "dzhanibekov",
+            "satellite_libration", "double_pendulum", "four_bar", "slider_crank", "chain"]
 
 
 def example_systems():

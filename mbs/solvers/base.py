@@ -8,7 +8,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.model import Model
-from mbs.solvers.newton import NewtonOptions
+from mbs.solvers.newton import NewtonOptions, NewtonState, newton
+
+#: Models with more coordinates use simplified Newton by default (measured: equal cost at
+#: n = 36, 1.7x faster at n = 60, 5x at n = 120 and 4x at n = 12000 for EM on chains).
+SIMPLIFIED_NEWTON_ABOVE = 48
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,9 @@ class Solver:
         self._identity = model.identity_operator()
         self._lam = np.zeros(model.m)
         self._gam = np.zeros(model.m)
+        self._newton_state = NewtonState()
+        self._simplified = (self.newton.simplified if self.newton.simplified is not None
+                            else model.n > SIMPLIFIED_NEWTON_ABOVE)
 
     def step(self, q: np.ndarray, p: np.ndarray) -> StepResult:
         raise NotImplementedError
@@ -98,7 +105,10 @@ class Solver:
 
     def checkpoint(self) -> dict:
         """Warm-start state carried between steps (restored by :meth:`restore` on resume,
-        so that a resumed run repeats the uninterrupted one bitwise)."""
+        so that a resumed run repeats the uninterrupted one bitwise). A Jacobian kept by
+        simplified Newton is dropped here, so a resumed run refactors at the same step."""
+        if hasattr(self, "_newton_state"):
+            self._newton_state.factorization = None
         return {"lam": self._lam.copy(), "gam": self._gam.copy()}
 
     def restore(self, state: dict) -> None:
@@ -107,6 +117,17 @@ class Solver:
         self._gam = np.asarray(state["gam"], dtype=float).copy()
 
     # helpers ------------------------------------------------------------------------------
+    def _solve(self, system, x0: np.ndarray, q0: np.ndarray, p0: np.ndarray):
+        """Newton on ``system`` with convergence judged on the q and p blocks."""
+        n = self.model.n
+        return newton(system, x0, [slice(0, n), slice(n, 2 * n)], list(self._scales(q0, p0)),
+                      self.newton, self._newton_state, self._simplified)
+
+    @property
+    def newton_factorizations(self) -> int:
+        """Newton-matrix factorisations so far (simplified Newton reuses them)."""
+        return self._newton_state.factorizations
+
     def _predict(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
         if self.initial_guess == "advanced":
             return q + self.h * self.model.apply_inverse_mass(p)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
-from mbs.solvers.newton import newton
 
 
 @dataclass
@@ -53,7 +52,7 @@ class EnergyMomentum(Solver):
         model, h, n, m = self.model, self.h, self.model.n, self.model.m
         mass, minv, eye, dense = self._mass, self._minv, self._identity, model.dense
 
-        def residual_and_jacobian(x):
+        def residual_and_jacobian(x, jacobian=True):
             q1, p1 = x[:n], x[n:2 * n]
             lam, gam = x[2 * n:2 * n + m], x[2 * n + m:]
             q_mid, p_mid = 0.5 * (q0 + q1), 0.5 * (p0 + p1)
@@ -67,6 +66,8 @@ class EnergyMomentum(Solver):
             r_b = ((p1 - p0) / h + model.potential_discrete_gradient(q0, q1)
                    + g_mid.T @ lam + h_gam @ v_mid)
             residual = np.concatenate([r_a, r_b, model.constraints(q1), g1 @ v1])
+            if not jacobian:
+                return residual, None
             d_force = model.potential_discrete_gradient_jacobian_matrix(q0, q1)
             if m == 0:
                 return residual, assemble([[mass / h, -0.5 * eye],
@@ -86,8 +87,7 @@ class EnergyMomentum(Solver):
     def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         model, n, m = self.model, self.model.n, self.model.m
         residual_and_jacobian, x0 = self.newton_system(q0, p0)
-        x, iterations, _ = newton(residual_and_jacobian, x0, [slice(0, n), slice(n, 2 * n)],
-                                  list(self._scales(q0, p0)), self.newton)
+        x, iterations, _ = self._solve(residual_and_jacobian, x0, q0, p0)
         q1, p1 = x[:n], x[n:2 * n]
         self._lam = x[2 * n:2 * n + m]
         gam = x[2 * n + m:]

@@ -22,7 +22,6 @@ import numpy as np
 
 from mbs.errors import ModelError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
-from mbs.solvers.newton import newton
 
 _PROPERTIES = {
     "S": SchemeProperties(
@@ -122,8 +121,7 @@ class GGLVI(Solver):
     def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         model, h, n, m = self.model, self.h, self.model.n, self.model.m
         residual_and_jacobian, x0 = self.newton_system(q0, p0)
-        x, iterations, _ = newton(residual_and_jacobian, x0, [slice(0, n), slice(n, 2 * n)],
-                                  list(self._scales(q0, p0)), self.newton)
+        x, iterations, _ = self._solve(residual_and_jacobian, x0, q0, p0)
         q1, p1, v = x[:n], x[n:2 * n], x[2 * n:3 * n]
         self._lam, self._gam = x[3 * n:3 * n + m], x[3 * n + m:]
         if self.variant == "S":
@@ -145,7 +143,7 @@ class GGLVI(Solver):
         jac0 = model.jacobian_matrix(q0)
         # unknowns x = (q1, p1, v, lambda^n, gamma^{n+1})
 
-        def residual_and_jacobian(x):
+        def residual_and_jacobian(x, jacobian=True):
             q1, p1, v = x[:n], x[n:2 * n], x[2 * n:3 * n]
             lam, gam = x[3 * n:3 * n + m], x[3 * n + m:]
             q_bar = q0 + h * v
@@ -160,6 +158,8 @@ class GGLVI(Solver):
                 model.constraints(q1),                                   # (55d)
                 g_bar @ w,                                               # (55e)
             ])
+            if not jacobian:
+                return residual, None
             jac = assemble([
                 [mass / h, None, -mass - h * h_gam, None, -g_bar.T],
                 [None, eye / h + h_gam @ minv, None, jac0.T, k_w.T],
@@ -182,7 +182,7 @@ class GGLVI(Solver):
         jac0 = model.jacobian_matrix(q0)
         # unknowns x = (q1, p1, v1, lambda^n, gamma^n)
 
-        def residual_and_jacobian(x):
+        def residual_and_jacobian(x, jacobian=True):
             q1, p1, v1 = x[:n], x[n:2 * n], x[2 * n:3 * n]
             lam, gam = x[3 * n:3 * n + m], x[3 * n + m:]
             q_th = (1.0 - theta) * q0 + theta * q1
@@ -214,6 +214,8 @@ class GGLVI(Solver):
                 d_rd_dq = theta * g_th
                 d_rb_dlam, d_rc_dlam = g_th.T, None
             residual = np.concatenate([r_a, r_b, r_c, r_d, g_th @ v1])
+            if not jacobian:
+                return residual, None
             jac = assemble([
                 [mass / h - theta * h_gam, None, -mass, None, -g_th.T],
                 [d_rb_dq, eye / h, h_gam, d_rb_dlam, k_v.T],

@@ -1,0 +1,46 @@
+"""Simplified Newton (Jacobian reused across iterations and steps) solves the same equations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mbs
+from benchmarks.chain_compile import build_chain
+from mbs.solvers import GGLVI, EnergyMomentum, NewtonOptions
+
+
+@pytest.fixture(scope="module")
+def chain():
+    system = build_chain(6)
+    system["link0"].set_state(angular_velocity=(0.0, 0.0, 2.0))
+    system["link0"].set_state(velocity=(0.0, 0.5, 0.0))
+    with pytest.warns(UserWarning):
+        model = system.compile()
+    return model
+
+
+@pytest.mark.filterwarnings("ignore:initial state projected")
+@pytest.mark.parametrize("make", [EnergyMomentum, lambda **kw: GGLVI(variant="A", **kw)],
+                         ids=["em", "ggl-vi-a"])
+def test_simplified_and_exact_newton_agree(chain, make):
+    exact = make(newton=NewtonOptions(simplified=False))
+    simplified = make(newton=NewtonOptions(simplified=True))
+    a = mbs.simulate(chain, exact, h=0.005, t_end=0.25, project=True)
+    b = mbs.simulate(chain, simplified, h=0.005, t_end=0.25, project=True)
+    np.testing.assert_allclose(b.q, a.q, atol=1e-10)
+    assert simplified.newton_factorizations < exact.newton_factorizations / 3
+    if make is EnergyMomentum:
+        energy = b.energy()
+        scale = np.max(b.kinetic_energy())
+        assert np.max(np.abs(energy - energy[0])) <= 1e-12 * scale
+
+
+def test_default_is_simplified_only_for_larger_models(chain):
+    import heavy_top
+
+    small = EnergyMomentum()
+    small.start(heavy_top.build().compile(), *heavy_top.build().compile().initial_state(), 0.01)
+    large = EnergyMomentum()
+    large.start(chain, chain.q0, chain.p0, 0.01)
+    assert small._simplified is False and large._simplified is True
