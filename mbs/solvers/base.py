@@ -130,7 +130,7 @@ class Solver:
 
     def _predict(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
         if self.initial_guess == "advanced":
-            return q + self.h * self.model.apply_inverse_mass(p)
+            return q + self.h * (self._minv @ p)
         return q.copy()
 
     def _scales(self, q: np.ndarray, p: np.ndarray) -> tuple[float, float]:
@@ -142,19 +142,32 @@ class Solver:
         return float(np.max(np.abs(values))) if values.size else 0.0
 
 
+_LAYOUTS: dict[tuple, tuple[np.ndarray, np.ndarray, list]] = {}
+
+
 def assemble(blocks: list[list], dense: bool):
-    """Block matrix from a grid of blocks (None = zero): dense ndarray or sparse CSC."""
+    """Block matrix from a grid of blocks (None = zero): dense ndarray or sparse CSC.
+
+    The dense layout (block offsets and the list of filled slots) is computed once per grid
+    shape and cached, since the hot path assembles the same grid at every Newton iteration.
+    """
     if not dense:
         return sp.bmat(blocks, format="csc")
-    rows = [next(b.shape[0] for b in row if b is not None) for row in blocks]
-    cols = [next(blocks[i][j].shape[1] for i in range(len(blocks)) if blocks[i][j] is not None)
-            for j in range(len(blocks[0]))]
-    row_start = np.concatenate([[0], np.cumsum(rows)])
-    col_start = np.concatenate([[0], np.cumsum(cols)])
-    out = np.zeros((row_start[-1], col_start[-1]))
-    for i, row in enumerate(blocks):
-        for j, block in enumerate(row):
-            if block is not None:
-                out[row_start[i]:row_start[i + 1], col_start[j]:col_start[j + 1]] = (
-                    block.toarray() if sp.issparse(block) else block)
+    key = tuple(tuple(None if b is None else b.shape for b in row) for row in blocks)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        rows = [next(b.shape[0] for b in row if b is not None) for row in blocks]
+        cols = [next(blocks[i][j].shape[1] for i in range(len(blocks))
+                     if blocks[i][j] is not None) for j in range(len(blocks[0]))]
+        row_start = np.concatenate([[0], np.cumsum(rows)])
+        col_start = np.concatenate([[0], np.cumsum(cols)])
+        slots = [(i, j, slice(row_start[i], row_start[i + 1]),
+                  slice(col_start[j], col_start[j + 1]))
+                 for i, row in enumerate(blocks) for j, b in enumerate(row) if b is not None]
+        layout = _LAYOUTS[key] = (int(row_start[-1]), int(col_start[-1]), slots)
+    n_rows, n_cols, slots = layout
+    out = np.zeros((n_rows, n_cols))
+    for i, j, rows_slice, cols_slice in slots:
+        block = blocks[i][j]
+        out[rows_slice, cols_slice] = block.toarray() if sp.issparse(block) else block
     return out

@@ -92,6 +92,6 @@ class EnergyMomentum(Solver):
         self._lam = x[2 * n:2 * n + m]
         gam = x[2 * n + m:]
         enforced = (self._max(model.constraints(q1)),
-                    self._max(model.velocity_constraints(q1, p1)))
-        return StepResult(q1, p1, model.apply_inverse_mass(0.5 * (p0 + p1)), self._lam.copy(), gam,
+                    self._max(model.jacobian_matrix(q1) @ (self._minv @ p1)))
+        return StepResult(q1, p1, self._minv @ (0.5 * (p0 + p1)), self._lam.copy(), gam,
                           iterations, enforced)

@@ -127,11 +127,11 @@ class GGLVI(Solver):
         if self.variant == "S":
             q_bar = q0 + h * v
             position = model.constraints(q1)
-            velocity = model.velocity_constraints(q_bar, p1)
+            velocity = model.jacobian_matrix(q_bar) @ (self._minv @ p1)
         else:
             q_th = (1.0 - self.theta) * q0 + self.theta * q1
             position = model.constraints(q1 if self.variant == "B" else q_th)
-            velocity = model.constraint_jacobian(q_th) @ v
+            velocity = model.jacobian_matrix(q_th) @ v
         return StepResult(q1, p1, v, self._lam.copy(), self._gam.copy(), iterations,
                           (self._max(position), self._max(velocity)))
 

@@ -74,5 +74,5 @@ class Rattle(Solver):
             mu, p1 = np.zeros(0), p_unconstrained
         self._lam = lam
         enforced = (self._max(model.constraints(q1)),
-                    self._max(model.velocity_constraints(q1, p1)))
+                    self._max(model.jacobian_matrix(q1) @ (self._minv @ p1)))
         return StepResult(q1, p1, minv @ p_half, lam.copy(), mu, iterations, enforced)
