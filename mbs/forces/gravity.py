@@ -30,7 +30,21 @@ class UniformGravityTerm(InvariantTerm):
         return np.zeros((pi.shape[0], 1, 1))
 
 
-class UniformGravity(Force):
+class FieldForce(Force):
+    """A force field acting on a list of bodies (None = every body of the system)."""
+
+    is_field = True
+    _bodies: list | None = None
+
+    def bodies_acted_on(self):
+        return self._bodies if self._bodies is not None else [
+            b for b in self.system.bodies if b.n_coordinates > 0]
+
+    def referenced_bodies(self):
+        return self._bodies or []
+
+
+class UniformGravity(FieldForce):
     """Uniform gravitational field ``acceleration`` acting on ``bodies`` (None = all bodies).
 
     ``mbs.System(gravity=...)`` adds one automatically. V = -m g . phi per body, phi being the
@@ -43,14 +57,6 @@ class UniformGravity(Force):
         self.acceleration = as_vector(acceleration, 3, "acceleration", owner)
         self._bodies = _check_bodies(bodies, owner)
 
-    is_field = True
-
-    def bodies_acted_on(self):
-        return self._bodies if self._bodies is not None else [
-            b for b in self.system.bodies if b.n_coordinates > 0]
-
-    def referenced_bodies(self):
-        return self._bodies or []
 
     def terms(self, context):
         g = np.linalg.norm(self.acceleration)
@@ -137,7 +143,7 @@ class CentralRigidTerm(InvariantTerm):
         return np.column_stack([pi0[:, 0], r, r, r])
 
 
-class CentralGravity(Force):
+class CentralGravity(FieldForce):
     """Newtonian gravity of a point mass at ``center``: V = -mu m / |phi - c| per body.
 
     For rigid bodies the gravity-gradient term -mu/(2 r^3) sum_i E_i (3 (n.d_i)^2 - 1) is
@@ -164,14 +170,6 @@ class CentralGravity(Force):
         self._bodies = _check_bodies(bodies, owner)
         self.gravity_gradient = bool(gravity_gradient)
 
-    is_field = True
-
-    def bodies_acted_on(self):
-        return self._bodies if self._bodies is not None else [
-            b for b in self.system.bodies if b.n_coordinates > 0]
-
-    def referenced_bodies(self):
-        return self._bodies or []
 
     def terms(self, context):
         out = []
