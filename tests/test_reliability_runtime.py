@@ -129,3 +129,13 @@ def test_kill_test_sigkill_mid_run_then_resume(pendulum, tmp_path):
     reference = mbs.simulate(pendulum, "em", h=0.01, t_end=t_end)
     np.testing.assert_array_equal(resumed.q, reference.q)
     np.testing.assert_array_equal(resumed.p, reference.p)
+
+
+@pytest.mark.parametrize("solver", ["ggl-vi-a", "ggl-vi-s", "rattle", "hbvm"])
+def test_resume_is_bitwise_for_every_solver(pendulum, tmp_path, solver):
+    reference = mbs.simulate(pendulum, solver, h=0.05, t_end=2.0)
+    path = tmp_path / "part"
+    mbs.simulate(pendulum, solver, h=0.05, t_end=1.0, output=str(path), flush_every=5)
+    resumed = mbs.simulate(pendulum, solver, h=0.05, t_end=2.0, resume=str(path))
+    np.testing.assert_array_equal(resumed.q, reference.q)
+    np.testing.assert_array_equal(resumed.p, reference.p)
