@@ -174,10 +174,15 @@ class Model:
 
     def jacobian_matrix(self, q: np.ndarray):
         """G(q), dense when :attr:`dense`, else sparse."""
-        if self.dense and not self._user:
+        if not self.dense:
+            return self.constraint_jacobian(q)
+        if not self._user:
             return self._table.jacobian_dense(q)
-        jac = self.constraint_jacobian(q)
-        return jac.toarray() if self.dense else jac
+        out = np.zeros((self.m, self.n))
+        out[:self._table.n_rows] = self._table.jacobian_dense(q)
+        for block in self._user:
+            out[np.ix_(block.rows, block.indices)] = block.constraint.jacobian(q[block.indices])
+        return out
 
     def hessian_product_matrix(self, q: np.ndarray, multipliers: np.ndarray):
         """sum_k mult_k d2 g_k, dense when :attr:`dense`."""
@@ -232,6 +237,14 @@ class Model:
         out = np.zeros(self.n)
         for group in self.potential_groups:
             out += group.gradient(q)
+        return out
+
+    def potential_gradients(self, Q: np.ndarray) -> np.ndarray:
+        """grad V at each row of Q (K, n) -> (K, n), vectorised over the K configurations
+        (quadrature nodes of HBVM, ensembles)."""
+        out = np.zeros(Q.shape)
+        for group in self.potential_groups:
+            out += group.gradients(Q)
         return out
 
     def potential_hessian(self, q: np.ndarray) -> sp.csr_matrix:

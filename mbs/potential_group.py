@@ -58,6 +58,23 @@ class PotentialGroup:
         dv = self.term.gradient(self.invariants(q), self.params).ravel()
         return self.table.jacobian_transpose_product(q, dv)
 
+    def gradients(self, Q: np.ndarray) -> np.ndarray:
+        """grad V at each configuration of Q (K, n) -> (K, n), vectorised over K."""
+        if self.linear_in_q:
+            return np.broadcast_to(self._constant_gradient, Q.shape).copy()
+        count = Q.shape[0]
+        pi = self.table.values(Q).reshape(count * self.n_elements, self.n_invariants)
+        params = self._tiled_params(count)
+        dv = self.term.gradient(pi, params).reshape(count, -1)
+        return self.table.jacobian_transpose_products(Q, dv)
+
+    def _tiled_params(self, count: int) -> dict:
+        cache = self.__dict__.setdefault("_tiled", {})
+        if count not in cache:
+            cache[count] = {key: np.tile(np.asarray(value), (count,) + (1,) * (np.ndim(value) - 1))
+                            for key, value in self.params.items()}
+        return cache[count]
+
     def hessian(self, q: np.ndarray) -> sp.csr_matrix:
         """sum_k dV~/dpi_k d^2 pi_k + (dpi/dq)^T d^2V~/dpi^2 (dpi/dq)."""
         pi = self.invariants(q)

@@ -180,6 +180,17 @@ class FactoredTerms:
         products = self.scale * np.einsum("ti,ti->t", u, v)
         return np.bincount(self.row, weights=products, minlength=n_rows) + self.explicit_constant
 
+    def values(self, Q: np.ndarray, n_rows: int) -> np.ndarray:
+        """Rows at each configuration of Q (K, n) -> (K, n_rows)."""
+        count = self.row.size
+        u = (self.u_map @ Q.T).T.reshape(Q.shape[0], count, 3) + self.u_const
+        v = (self.v_map @ Q.T).T.reshape(Q.shape[0], count, 3) + self.v_const
+        products = self.scale * np.einsum("kti,kti->kt", u, v)
+        if not hasattr(self, "_row_sum"):
+            self._row_sum = _maybe_dense(sp.csr_matrix(
+                (np.ones(count), (self.row, np.arange(count))), shape=(n_rows, count)))
+        return (self._row_sum @ products.T).T + self.explicit_constant
+
     def select(self, selection: np.ndarray, new_index: np.ndarray) -> FactoredTerms:
         keep = np.flatnonzero(new_index[self.row] >= 0)
         triples = (3 * keep[:, None] + np.arange(3)).ravel()
@@ -298,6 +309,22 @@ class QuadraticTable:
         data = self._jac_map @ q + self._jac_offset
         return np.bincount(self._jac_indices, weights=data * y[self._jac_rows],
                            minlength=self.n)
+
+    def values(self, Q: np.ndarray) -> np.ndarray:
+        """c at each configuration of Q (K, n) -> (K, n_rows), vectorised over K."""
+        if self.factored is not None:
+            return self.factored.values(Q, self.n_rows)
+        return np.array([self.value(q) for q in Q]).reshape(Q.shape[0], self.n_rows)
+
+    def jacobian_transpose_products(self, Q: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """Dc(Q_l)^T Y_l for each row l: (K, n), (K, n_rows) -> (K, n), vectorised over K."""
+        data = (self._jac_map @ Q.T) + self._jac_offset[:, None]          # (nnz, K)
+        weighted = data * Y[:, self._jac_rows].T
+        if not hasattr(self, "_jac_scatter"):
+            nnz = self._jac_indices.size
+            self._jac_scatter = _maybe_dense(sp.csr_matrix(
+                (np.ones(nnz), (self._jac_indices, np.arange(nnz))), shape=(self.n, nnz)))
+        return (self._jac_scatter @ weighted).T
 
     def jacobian_dense(self, q: np.ndarray) -> np.ndarray:
         """Dc(q) as a dense array (fast path for small models)."""

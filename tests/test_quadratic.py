@@ -203,3 +203,20 @@ def test_dense_and_matrix_free_evaluations_match_dense_reference(rng):
     # consistency of the two Hessian forms: (sum_k mult_k H_k) w = (D_q[J w])^T mult
     np.testing.assert_allclose(table.hessian_product(mult) @ w, expected_hv.T @ mult,
                                atol=1e-12)
+
+
+def test_batched_values_and_gradients_match_single_point_evaluation():
+    """QuadraticTable.values / jacobian_transpose_products and Model.potential_gradients,
+    vectorised over configurations, equal the one-configuration methods."""
+    import four_particle
+
+    model = four_particle.build().compile()
+    rng = np.random.default_rng(11)
+    Q = model.q0 + 0.2 * rng.standard_normal((4, model.n))
+    table = model._table
+    np.testing.assert_allclose(table.values(Q), [table.value(q) for q in Q], atol=1e-14)
+    Y = rng.standard_normal((4, table.n_rows))
+    np.testing.assert_allclose(table.jacobian_transpose_products(Q, Y),
+                               [table.jacobian(q).T @ y for q, y in zip(Q, Y)], atol=1e-13)
+    np.testing.assert_allclose(model.potential_gradients(Q),
+                               [model.potential_gradient(q) for q in Q], rtol=1e-13, atol=1e-12)

@@ -49,8 +49,6 @@ from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
 from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, solve_linear
 
 _TINY = 1e-300
-#: Tables with max(n, rows) * entries below this use dense scatter matrices.
-DENSE_BATCH_LIMIT = 200_000
 #: Multiplier systems up to this size are solved with numpy.linalg.solve.
 SMALL_SYSTEM = 64
 #: Newton: refactor when an iteration reduced the increment by less than this factor.
@@ -117,144 +115,28 @@ def tableau(k: int, s: int) -> HBVMTableau:
 
 
 # -- stage-wise evaluation of grad V and G, vectorised over the k nodes ------------------------
-class _BatchedQuadratic:
-    """Rows c_r(q) = q.A_r.q + b_r.q + e_r of a :class:`mbs.quadratic.QuadraticTable` evaluated
-    at K points at once (the table's own methods take one q)."""
-
-    def __init__(self, table):
-        n, rows = table.n, table.n_rows
-        self.qi, self.qj, self.qc = table.quad_i, table.quad_j, table.quad_coef
-        self.qr, self.li, self.lr, self.lc = (table.quad_row, table.lin_i, table.lin_row,
-                                              table.lin_coef)
-        self.constant = table.constant
-        nq, nl = self.qi.size, self.li.size
-        ones_q, ones_l = np.ones(nq), np.ones(nl)
-        self.sum_q = sp.csr_matrix((ones_q, (self.qr, np.arange(nq))), shape=(rows, nq))
-        self.sum_l = sp.csr_matrix((ones_l, (self.lr, np.arange(nl))), shape=(rows, nl))
-        self.to_i = sp.csr_matrix((ones_q, (self.qi, np.arange(nq))), shape=(n, nq))
-        self.to_j = sp.csr_matrix((ones_q, (self.qj, np.arange(nq))), shape=(n, nq))
-        self.to_l = sp.csr_matrix((ones_l, (self.li, np.arange(nl))), shape=(n, nl))
-        if max(n, rows) * max(nq, nl, 1) <= DENSE_BATCH_LIMIT:  # small: dense matmul is faster
-            for name in ("sum_q", "sum_l", "to_i", "to_j", "to_l"):
-                setattr(self, name, getattr(self, name).toarray())
-
-    def value(self, Q: np.ndarray) -> np.ndarray:
-        """c(Q_l) for each row of Q (K, n) -> (K, n_rows)."""
-        out = np.broadcast_to(self.constant, (Q.shape[0], self.constant.size))
-        if self.qi.size:
-            out = out + (self.sum_q @ (self.qc * Q[:, self.qi] * Q[:, self.qj]).T).T
-        if self.li.size:
-            out = out + (self.sum_l @ (self.lc * Q[:, self.li]).T).T
-        return out
-
-    def jacobian_transpose_product(self, Q: np.ndarray, Y: np.ndarray) -> np.ndarray:
-        """Dc(Q_l)^T Y_l for each l: (K, n), (K, n_rows) -> (K, n)."""
-        out = np.zeros((self.to_i.shape[0], Q.shape[0]))
-        if self.qi.size:
-            yq = Y[:, self.qr] * self.qc
-            out += self.to_i @ (yq * Q[:, self.qj]).T + self.to_j @ (yq * Q[:, self.qi]).T
-        if self.li.size:
-            out += self.to_l @ (Y[:, self.lr] * self.lc).T
-        return out.T
-
-
-class _BatchedPotential:
-    """grad V at K points for one :class:`mbs.potential_group.PotentialGroup`.
-
-    A group that is linear in q (a linear V~ of invariants without quadratic part, e.g. uniform
-    gravity) has a constant gradient, evaluated once.
-    """
-
-    def __init__(self, group, K: int, q_test: np.ndarray):
-        self.term = group.term
-        self.constant = None
-        if group.term.polynomial_degree == 1 and group.table.quad_coef.size == 0:
-            self.constant = np.asarray(group.gradient(q_test), dtype=float).copy()
-            return
-        self.table = _BatchedQuadratic(group.table)
-        self.n_elements, self.n_invariants = group.n_elements, group.n_invariants
-        self.K = K
-        self.params = {key: np.tile(np.asarray(value), (K,) + (1,) * (np.ndim(value) - 1))
-                       for key, value in group.params.items()}
-
-    def gradient(self, Q: np.ndarray) -> np.ndarray:
-        if self.constant is not None:
-            return np.broadcast_to(self.constant, Q.shape)
-        pi = self.table.value(Q).reshape(self.K * self.n_elements, self.n_invariants)
-        dv = np.asarray(self.term.gradient(pi, self.params), dtype=float)
-        return self.table.jacobian_transpose_product(
-            Q, dv.reshape(self.K, self.n_elements * self.n_invariants))
-
-
 class _StageFunctions:
     """Psi = P_hat^T Omega grad V(Y) and the projected Jacobians rho_j^T of (50).
 
-    grad V is evaluated at all k stages in one call per potential group (falling back to a
-    loop over the stages if a group cannot be batched). For quadratic constraints G is affine
-    in q, so rho_j^T = sum_l (P_hat^T Omega)_{jl} G(Y_l) equals G(y_0) for j = 0 and
-    G(y_j) - G(0) for j >= 1, with y = P_hat^T Omega Y (the rows of P_hat^T Omega sum to
-    delta_j0): s Jacobian evaluations instead of k, exact for any k, and no second derivatives.
+    grad V is evaluated at all k stages in one call (``Model.potential_gradients``). For
+    quadratic constraints G is affine in q, so rho_j^T = sum_l (P_hat^T Omega)_{jl} G(Y_l)
+    equals G(y_0) for j = 0 and G(y_j) - G(0) for j >= 1, with y = P_hat^T Omega Y (the rows
+    of P_hat^T Omega sum to delta_j0): s Jacobian evaluations instead of k, exact for any k,
+    and no second derivatives.
     User (non-quadratic) constraints are evaluated at each stage.
     """
 
-    def __init__(self, model: Model, tab: HBVMTableau, dense: bool, q_test: np.ndarray):
+    def __init__(self, model: Model, tab: HBVMTableau, dense: bool):
         self.model, self.tab, self.dense = model, tab, dense
         self.quadratic = model.constraints_are_quadratic
-        self.batched = None
-        try:
-            batched = [_BatchedPotential(g, tab.k, q_test) for g in model.potential_groups]
-            stack = np.tile(q_test, (tab.k, 1))
-            got = sum((b.gradient(stack) for b in batched), np.zeros_like(stack))
-            want = model.potential_gradient(q_test)
-            if np.allclose(got, want[None, :], rtol=1e-12,
-                           atol=1e-12 * max(1.0, float(np.max(np.abs(want), initial=0.0)))):
-                self.batched = batched
-        except Exception:  # noqa: BLE001 - any failure selects the per-stage loop
-            self.batched = None
-        self.dense_jacobian = model.jacobian_matrix
         if self.quadratic and model.m:
             zero = np.zeros(model.n)
             self.jacobian_at_zero = (model.jacobian_matrix(zero) if dense
                                      else model.constraint_jacobian(zero))
-        if dense and not self.quadratic:
-            self._use_direct_user_jacobian(q_test)
-
-    def _use_direct_user_jacobian(self, q_test: np.ndarray) -> None:
-        """Dense G(q) assembled directly from the quadratic rows and the user blocks.
-
-        ``Model.jacobian_matrix`` builds a sparse matrix when user constraints are present
-        (~1 ms per call); this dense assembly is used instead when it reproduces it at
-        ``q_test`` (it reads the model's constraint table and user blocks).
-        """
-        model = self.model
-        table, blocks = getattr(model, "_table", None), getattr(model, "_user", None)
-        if table is None or blocks is None:
-            return
-
-        where = [(np.ix_(b.rows, b.indices), b.indices, b.constraint) for b in blocks]
-
-        def direct(q: np.ndarray) -> np.ndarray:
-            out = np.zeros((model.m, model.n))
-            out[:table.n_rows] = table.jacobian_dense(q)
-            for index, columns, constraint in where:
-                out[index] = constraint.jacobian(q[columns])
-            return out
-
-        try:
-            if np.array_equal(direct(q_test), model.jacobian_matrix(q_test)):
-                self.dense_jacobian = direct
-        except Exception:  # noqa: BLE001 - keep the model's own method
-            pass
 
     def potential(self, Y: np.ndarray) -> np.ndarray:
         """Psi (s, n)."""
-        if self.batched is not None:
-            grad = self.batched[0].gradient(Y) if self.batched else np.zeros_like(Y)
-            for group in self.batched[1:]:
-                grad = grad + group.gradient(Y)
-        else:
-            grad = np.stack([self.model.potential_gradient(y) for y in Y])
-        return self.tab.PtO @ grad
+        return self.tab.PtO @ self.model.potential_gradients(Y)
 
     def jacobians(self, Y: np.ndarray):
         """rho_j^T, j = 0..s-1: ndarray (s, m, n) when dense, else a list of CSR matrices."""
@@ -271,7 +153,7 @@ class _StageFunctions:
                     + [(model.constraint_jacobian(ybar[j]) - self.jacobian_at_zero).tocsr()
                        for j in range(1, self.tab.s)])
         if self.dense:
-            stages = np.stack([self.dense_jacobian(y) for y in Y])
+            stages = np.stack([model.jacobian_matrix(y) for y in Y])
             return np.einsum("jl,lab->jab", pto, stages)
         stages = [model.constraint_jacobian(y) for y in Y]
         return [sum(pto[j, i] * stages[i] for i in range(self.tab.k)).tocsr()
@@ -398,7 +280,7 @@ class HBVM(Solver):
         self._dense = model.dense if self.sparse is None else not self.sparse
         self._minv = (model.inverse_mass_operator() if self._dense
                       else model.inverse_mass_matrix.tocsr())
-        self._stages = _StageFunctions(model, self.tab, self._dense, np.asarray(q0, float))
+        self._stages = _StageFunctions(model, self.tab, self._dense)
         #: LU factorisations done by the "newton" iteration since :meth:`start`.
         self.factorizations = 0
 
@@ -477,7 +359,7 @@ class HBVM(Solver):
         p1 = p0 - self.h * force[0]
         self._lam = lam
         if model.m:
-            jacobian = (self._stages.dense_jacobian(q1) if self._dense
+            jacobian = (self.model.jacobian_matrix(q1) if self._dense
                         else model.constraint_jacobian(q1))
             enforced = (self._max(model.constraints(q1)),
                         self._max(jacobian @ model.apply_inverse_mass(p1)))
@@ -546,7 +428,7 @@ class HBVM(Solver):
             if self._dense:
                 mrho_t = np.stack([self._minv @ r.T for r in rho0])  # (s, n, m)
                 j12 = h * np.tensordot(tab.X, mrho_t, axes=(1, 0)).reshape(s * n, m)
-                g1 = self._stages.dense_jacobian(q0 + h * gamma0)
+                g1 = self.model.jacobian_matrix(q0 + h * gamma0)
                 j21 = np.hstack([g1, np.zeros((m, (s - 1) * n))])
             else:
                 mrho_t = [self._minv @ r.T for r in rho0]
