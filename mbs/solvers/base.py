@@ -169,5 +169,5 @@ def assemble(blocks: list[list], dense: bool):
     out = np.zeros((n_rows, n_cols))
     for i, j, rows_slice, cols_slice in slots:
         block = blocks[i][j]
-        out[rows_slice, cols_slice] = block.toarray() if sp.issparse(block) else block
+        out[rows_slice, cols_slice] = block if isinstance(block, np.ndarray) else block.toarray()
     return out

@@ -83,6 +83,12 @@ class Factorization:
     """LU factors of a Newton matrix: dense LAPACK or SuperLU."""
 
     def __init__(self, matrix):
+        if isinstance(matrix, np.ndarray):  # hot path of small models: straight to LAPACK
+            self._sparse = None
+            self._lu, self._piv, info = _getrf(matrix)
+            if info != 0:
+                raise np.linalg.LinAlgError(f"singular matrix (getrf info = {info})")
+            return
         if sp.issparse(matrix) and matrix.shape[0] > SPARSE_THRESHOLD:
             self._sparse = spla.splu(matrix.tocsc(), permc_spec="COLAMD")
             return
@@ -146,7 +152,7 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
             residual, jacobian = system(x)
         else:
             residual, _ = system(x, False)
-        residual_norm = float(np.max(np.abs(residual))) if residual.size else 0.0
+        residual_norm = float(abs(residual).max()) if residual.size else 0.0
         if not np.isfinite(residual_norm):
             raise NewtonConvergenceError("residual is not finite", residual_norm, np.inf,
                                          iteration, "the state blew up: reduce the step size")
@@ -166,7 +172,7 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
                                          "configuration, redundant constraints, or a too large "
                                          "step")
         x += delta
-        increment = max((float(np.max(np.abs(delta[b]))) / max(s, float(np.max(np.abs(x[b]))))
+        increment = max((float(abs(delta[b]).max()) / max(s, float(abs(x[b]).max()))
                          if delta[b].size else 0.0) for b, s in zip(blocks, scales))
         if increment <= options.tolerance:
             state.factorization = factorization if simplified else None
