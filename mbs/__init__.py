@@ -6,6 +6,7 @@ and integrate it with the solvers of :mod:`mbs.solvers`.
 
 from mbs import bodies, forces, joints, solvers
 from mbs.bodies import Ground, PointMass, RigidBody
+from mbs.ensemble import EnsembleSolution, simulate_ensemble, simulate_many
 from mbs.errors import (
     InconsistentInitialStateError,
     MbsError,
@@ -42,5 +43,6 @@ __all__ = [
     "ModelError", "ModelTypeError", "PointMass", "RigidBody", "SimulationInterrupted",
     "Solution", "SolverError", "System", "bodies", "forces", "joints", "rotation_about_x",
     "rotation_about_y", "rotation_about_z", "rotation_from_axis_angle",
-    "load_system", "rotation_from_quaternion", "simulate", "solvers", "load_solution",
+    "load_system", "rotation_from_quaternion", "simulate", "solvers", "EnsembleSolution",
+    "simulate_ensemble", "simulate_many", "load_solution",
 ]

@@ -247,6 +247,13 @@ class Model:
             out += group.gradients(Q)
         return out
 
+    def potential_energies(self, Q: np.ndarray) -> np.ndarray:
+        """V at each row of Q (K, n) -> (K,), vectorised over the configurations."""
+        out = np.zeros(Q.shape[0])
+        for group in self.potential_groups:
+            out += group.energies(Q)
+        return out
+
     def potential_hessian(self, q: np.ndarray) -> sp.csr_matrix:
         """Hessian of V, sparse (n, n)."""
         out = sp.csr_matrix((self.n, self.n))

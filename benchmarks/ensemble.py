@@ -1,0 +1,51 @@
+"""Ensemble of heavy tops: one vectorised EM run against a single run of the same length.
+
+Usage: python -m benchmarks.ensemble [K] [steps]   (default 1000 members, 100 steps)
+Issue 7 target: total time <= 20x a single run of the same length.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+import mbs
+from benchmarks.cases import heavy_top
+
+
+def states(model: mbs.Model, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The initial state rotated about the vertical, momenta scaled by 1 +- 10 %."""
+    q0, p0 = model.initial_state()
+    rng = np.random.default_rng(1)
+    qs, ps = [], []
+    for _ in range(count):
+        rotation = mbs.rotation_about_z(rng.uniform(0.0, 2.0 * np.pi))
+        qs.append((q0.reshape(4, 3) @ rotation.T).ravel())
+        ps.append(((1 + 0.1 * rng.standard_normal()) * p0.reshape(4, 3) @ rotation.T).ravel())
+    return np.array(qs), np.array(ps)
+
+
+def main(count: int = 1000, steps: int = 100) -> None:
+    model = heavy_top().compile()
+    q0, p0 = states(model, count)
+    h = 0.002
+    mbs.simulate(model, "em", h=h, t_end=h * 5)  # warm-up
+    start = time.perf_counter()
+    mbs.simulate(model, "em", h=h, t_end=h * steps, initial_state=(q0[0], p0[0]))
+    single = time.perf_counter() - start
+    start = time.perf_counter()
+    ensemble = mbs.simulate_ensemble(model, (q0, p0), h=h, t_end=h * steps)
+    total = time.perf_counter() - start
+    energy = ensemble.energy()
+    drift = np.max(np.abs(energy - energy[:, :1]) / np.abs(energy[:, :1]))
+    print(f"{count} heavy tops x {steps} EM steps: ensemble {total:.2f} s, single run "
+          f"{single:.3f} s, ratio {total / single:.1f} (target <= 20); per member and step "
+          f"{1e6 * total / (count * steps):.0f} us (single run {1e6 * single / steps:.0f} us); "
+          f"max energy drift {drift:.1e}; Newton it. "
+          f"{np.mean(ensemble.stats['newton_iterations']):.2f}")
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:3]))

@@ -1,0 +1,68 @@
+"""Vectorised ensembles and parameter sweeps through an executor."""
+
+from __future__ import annotations
+
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+
+import heavy_top
+import numpy as np
+import pytest
+
+import mbs
+
+
+@pytest.fixture(scope="module")
+def top():
+    return heavy_top.build().compile()
+
+
+def rotated_states(model, count, seed=1):
+    """Consistent states: the initial state rotated about the vertical (a symmetry of the top)
+    with scaled momenta (the velocity constraint is linear in p)."""
+    q0, p0 = model.initial_state()
+    rng = np.random.default_rng(seed)
+    states_q, states_p = [], []
+    for _ in range(count):
+        rotation = mbs.rotation_about_z(rng.uniform(0.0, 2.0 * np.pi))
+        states_q.append((q0.reshape(4, 3) @ rotation.T).ravel())
+        states_p.append(((1.0 + 0.1 * rng.standard_normal()) * p0.reshape(4, 3)
+                         @ rotation.T).ravel())
+    return np.array(states_q), np.array(states_p)
+
+
+def test_ensemble_members_equal_separate_em_runs_and_conserve(top):
+    q0, p0 = rotated_states(top, 6)
+    ensemble = mbs.simulate_ensemble(top, (q0, p0), h=0.002, t_end=0.1)
+    assert ensemble.q.shape == (6, 51, 12)
+    for k in (0, 3, 5):
+        single = mbs.simulate(top, "em", h=0.002, t_end=0.1, initial_state=(q0[k], p0[k]))
+        np.testing.assert_allclose(ensemble.q[k], single.q, atol=1e-12)
+        np.testing.assert_allclose(ensemble.p[k], single.p, atol=1e-12 * np.abs(p0).max())
+    energy = ensemble.energy()
+    assert np.max(np.abs(energy - energy[:, :1]) / np.abs(energy[:, :1])) <= 1e-12
+    j3 = ensemble.angular_momentum()[..., 2]
+    assert np.max(np.abs(j3 - j3[:, :1])) <= 1e-12 * np.max(np.abs(j3))
+    np.testing.assert_allclose(ensemble.potential_energy()[:, 0],
+                               [top.potential(q) for q in q0], rtol=1e-14)
+
+
+def test_ensemble_rejects_bad_input(top):
+    q0, p0 = rotated_states(top, 2)
+    with pytest.raises(mbs.ModelError, match="shape"):
+        mbs.simulate_ensemble(top, (q0[:, :5], p0[:, :5]), h=0.01, t_end=0.1)
+    with pytest.raises(mbs.ModelError, match="violate"):
+        mbs.simulate_ensemble(top, (q0 + 0.1, p0), h=0.01, t_end=0.1)
+    with pytest.raises(mbs.ModelError):
+        mbs.simulate_ensemble(top, (q0, p0), h=-0.01, t_end=0.1)
+
+
+def test_simulate_many_serial_and_through_a_process_pool(top):
+    assert pickle.loads(pickle.dumps(top)).n == top.n  # models travel to worker processes
+    runs = [(top, {"solver": "em", "h": 0.002, "t_end": 0.02}),
+            (top, {"solver": "rattle", "h": 0.002, "t_end": 0.02})]
+    serial = mbs.simulate_many(runs)
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        parallel = mbs.simulate_many(runs, executor=pool)
+    for a, b in zip(serial, parallel):
+        np.testing.assert_array_equal(a.q, b.q)
