@@ -43,7 +43,12 @@ def write_animation(solution: mbs.Solution, path: str) -> None:
         print(f"animation skipped ({exc}); install with pip install -e '.[viz]'")
         return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    viz.animate(solution, path)
+    try:
+        viz.animate(solution, path)
+    except Exception as exc:  # noqa: BLE001 - the summary above is the main result
+        print(f"animation failed ({type(exc).__name__}: {exc}); off-screen rendering needs "
+              f"EGL or OSMesa: apt-get install -y libegl1 libgl1 libgl1-mesa-dri libosmesa6")
+        return
     print(f"animation written to {path}")
 
 
