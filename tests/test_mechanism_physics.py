@@ -61,3 +61,40 @@ def test_cylindrical_joint_keeps_spin_and_axial_velocity():
     np.testing.assert_allclose(trajectory.angular_velocity, np.tile([0.0, 0.0, 5.0],
                                                                     (solution.t.size, 1)),
                                atol=1e-12)
+
+
+def test_two_welded_boxes_tumble_like_one_rigid_body():
+    """A Rigid joint between two boxes: the pair must move as one body whose inertia follows
+    from the parallel-axis theorem (Euler's equations integrated by SciPy as reference)."""
+    from scipy.integrate import solve_ivp
+
+    system = mbs.System()
+    a = system.add(mbs.RigidBody.from_shape("box", lx=0.4, ly=0.2, lz=0.1, mass=1.0, name="a"))
+    b = system.add(mbs.RigidBody.from_shape("box", lx=0.2, ly=0.3, lz=0.2, mass=2.0, name="b"))
+    omega = np.array([0.3, 2.0, 0.5])
+    offsets = {"a": np.array([-0.2, 0.0, 0.0]), "b": np.array([0.1, 0.0, 0.0])}  # COM at 0
+    for body in (a, b):
+        r = offsets[body.name]
+        body.set_state(position=r, velocity=np.cross(omega, r), angular_velocity=omega)
+    system.add(mbs.joints.Rigid(a, b, point=(0.0, 0.0, 0.0)))
+    model = system.compile()
+    assert model.degrees_of_freedom == 6
+    inertia = sum(body.inertia + body.mass * (offsets[body.name] @ offsets[body.name] * np.eye(3)
+                                              - np.outer(offsets[body.name],
+                                                         offsets[body.name]))
+                  for body in (a, b))
+
+    def euler(_, w):
+        return np.linalg.solve(inertia, np.cross(inertia @ w, w))
+
+    solution = mbs.simulate(model, "em", h=0.0025, t_end=2.0)
+    reference = solve_ivp(euler, (0.0, 2.0), omega, t_eval=solution.t, rtol=1e-12, atol=1e-12,
+                          method="DOP853")
+    for name in ("a", "b"):
+        measured = solution.body(name).angular_velocity_body
+        error = np.max(np.abs(measured - reference.y.T))
+        assert error <= 2e-5 * np.linalg.norm(omega), error  # measured 3.5e-6 (O(h^2))
+    energy = solution.energy()
+    assert np.max(np.abs(energy - energy[0])) <= 1e-12 * energy[0]
+    angular = solution.angular_momentum()
+    assert np.max(np.abs(angular - angular[0])) <= 1e-12 * np.linalg.norm(angular[0])
