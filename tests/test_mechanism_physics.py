@@ -98,3 +98,39 @@ def test_two_welded_boxes_tumble_like_one_rigid_body():
     assert np.max(np.abs(energy - energy[0])) <= 1e-12 * energy[0]
     angular = solution.angular_momentum()
     assert np.max(np.abs(angular - angular[0])) <= 1e-12 * np.linalg.norm(angular[0])
+
+
+def test_mass_on_a_hookean_spring_oscillates_with_sqrt_k_over_m():
+    system = mbs.System()
+    bob = system.add(mbs.PointMass(mass=2.0, name="bob"))
+    bob.set_state(position=(1.2, 0.0, 0.0))
+    system.add(mbs.forces.Spring(system.ground, bob, stiffness=50.0, rest_length=1.0))
+    model = system.compile()
+    h = 0.0005
+    solution = mbs.simulate(model, "em", h=h, t_end=2.0)
+    omega = np.sqrt(50.0 / 2.0)
+    exact = 1.0 + 0.2 * np.cos(omega * solution.t)
+    # second-order phase error: amplitude * omega t * (omega h)^2 / 12, with a factor 1.5 margin
+    tolerance = 1.5 * 0.2 * omega * 2.0 * (omega * h) ** 2 / 12
+    assert np.max(np.abs(solution.q[:, 0] - exact)) <= tolerance
+    energy = solution.energy()
+    assert np.max(np.abs(energy - energy[0])) <= 1e-12 * energy[0]
+
+
+def test_circular_kepler_orbit_period_and_invariants():
+    mu, radius = 1.0, 2.0
+    system = mbs.System()
+    planet = system.add(mbs.PointMass(mass=0.1, name="planet"))
+    speed = np.sqrt(mu / radius)
+    planet.set_state(position=(radius, 0.0, 0.0), velocity=(0.0, speed, 0.0))
+    system.add(mbs.forces.CentralGravity(mu))
+    model = system.compile()
+    period = 2 * np.pi * np.sqrt(radius**3 / mu)
+    h = period / 2000
+    solution = mbs.simulate(model, "em", h=h, t_end=period)
+    position = solution.body("planet").position
+    assert np.max(np.abs(np.linalg.norm(position, axis=1) - radius)) <= 1e-4 * radius
+    assert np.linalg.norm(position[-1] - position[0]) <= 1e-4 * radius
+    energy, angular = solution.energy(), solution.angular_momentum()
+    assert np.max(np.abs(energy - energy[0])) <= 1e-12 * abs(energy[0])
+    assert np.max(np.abs(angular - angular[0])) <= 1e-12 * np.linalg.norm(angular[0])
