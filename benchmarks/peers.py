@@ -215,6 +215,22 @@ def exudyn_per_step(case: str, config: str, h: float, steps: int, repeats: int,
             "note": EXUDYN_CONFIGS[config][3]}
 
 
+def _build_and_solve(config: str, h: float, steps: int, record: bool = False):
+    """(model, CPU seconds of the solve, None) or (None, 0, failure row) for an Exudyn top."""
+    try:
+        model = exudyn_heavy_top(config, h, steps, record=record)
+    except Exception as exc:
+        return None, 0.0, {"cpu_s": 0.0, "steps": steps, "error": None,
+                           "crash": f"Exudyn model build failed: {type(exc).__name__}: {exc}"}
+    started = time.process_time()
+    try:
+        model.solve()
+    except Exception as exc:
+        return None, 0.0, {"cpu_s": time.process_time() - started, "error": None,
+                           "steps": steps, "failure": f"{type(exc).__name__}: {exc}"}
+    return model, time.process_time() - started, None
+
+
 def exudyn_heavy_top_energy(config: str, h: float, t_end: float) -> dict:
     """CPU time and max relative energy error of an Exudyn heavy-top run over [0, t_end].
 
@@ -223,18 +239,9 @@ def exudyn_heavy_top_energy(config: str, h: float, t_end: float) -> dict:
     """
     c = cases.heavy_top_constants()
     steps = int(round(t_end / h))
-    try:
-        model = exudyn_heavy_top(config, h, steps, record=True)
-    except Exception as exc:
-        return {"cpu_s": 0.0, "steps": steps, "error": None,
-                "crash": f"Exudyn model build failed: {type(exc).__name__}: {exc}"}
-    started = time.process_time()
-    try:
-        model.solve()
-    except Exception as exc:
-        return {"cpu_s": time.process_time() - started, "error": None, "steps": steps,
-                "failure": f"{type(exc).__name__}: {exc}"}
-    cpu = time.process_time() - started
+    model, cpu, failed = _build_and_solve(config, h, steps, record=True)
+    if failed:
+        return failed
     data = [model.mbs.GetSensorStoredData(s)[:, 1:] for s in model.sensors]
     position, velocity, omega = data
     energy = (0.5 * c["mass"] * np.sum(velocity**2, axis=1)
@@ -249,18 +256,9 @@ def exudyn_heavy_top_energy(config: str, h: float, t_end: float) -> dict:
 def exudyn_heavy_top_com(config: str, h: float, t_end: float) -> dict:
     """CPU time and centre-of-mass error |phi - phi_exact| / l at t_end of an Exudyn run."""
     steps = int(round(t_end / h))
-    try:
-        model = exudyn_heavy_top(config, h, steps)
-    except Exception as exc:
-        return {"cpu_s": 0.0, "steps": steps, "error": None,
-                "crash": f"Exudyn model build failed: {type(exc).__name__}: {exc}"}
-    started = time.process_time()
-    try:
-        model.solve()
-    except Exception as exc:
-        return {"cpu_s": time.process_time() - started, "error": None, "steps": steps,
-                "failure": f"{type(exc).__name__}: {exc}"}
-    cpu = time.process_time() - started
+    model, cpu, failed = _build_and_solve(config, h, steps)
+    if failed:
+        return failed
     position = model.mbs.GetNodeOutput(model.node, model.exu.OutputVariableType.Position)
     its, _ = model.newton_iterations()
     return {"cpu_s": cpu, "steps": steps, "newton_per_step": its / steps,

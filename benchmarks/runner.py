@@ -235,14 +235,15 @@ def extrapolate(good: list[dict], tol: float, t_end: float) -> dict | None:
             "cpu_s": b["cpu_s"] * b["h"] / h_needed}
 
 
-def mbs_energy_run(model, solver: str):
+def _mbs_heavy_top_run(model, solver: str, t_end: float, measure):
+    """Search callback: CPU time of an mbs run of length t_end and ``measure(solution)``."""
     def run(h: float) -> dict:
-        steps = int(round(ENERGY_T / h))
+        steps = int(round(t_end / h))
         started = time.process_time()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                sol = mbs.simulate(model, solver, h=h, t_end=ENERGY_T)
+                sol = mbs.simulate(model, solver, h=h, t_end=t_end)
         except mbs.SolverError as exc:
             return {"cpu_s": time.process_time() - started, "steps": steps, "error": None,
                     "failure": f"step {exc.step}: {str(exc.__cause__ or exc)[:100]}"}
@@ -250,33 +251,24 @@ def mbs_energy_run(model, solver: str):
             return {"cpu_s": time.process_time() - started, "steps": steps, "error": None,
                     "crash": f"{type(exc).__name__}: {str(exc)[:160]}"}
         cpu = time.process_time() - started
-        energy = sol.energy()
         return {"cpu_s": cpu, "steps": steps,
                 "newton_per_step": float(np.mean(sol.stats["newton_iterations"])),
-                "error": float(np.max(np.abs(energy - energy[0])) / abs(energy[0])),
-                "com_error_end": cases.com_error(sol.body("top").position[-1], ENERGY_T)}
+                **measure(sol)}
     return run
+
+
+def mbs_energy_run(model, solver: str):
+    def measure(sol) -> dict:
+        energy = sol.energy()
+        return {"error": float(np.max(np.abs(energy - energy[0])) / abs(energy[0])),
+                "com_error_end": cases.com_error(sol.body("top").position[-1], ENERGY_T)}
+    return _mbs_heavy_top_run(model, solver, ENERGY_T, measure)
 
 
 def mbs_com_run(model, solver: str):
-    def run(h: float) -> dict:
-        steps = int(round(COM_T / h))
-        started = time.process_time()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                sol = mbs.simulate(model, solver, h=h, t_end=COM_T)
-        except mbs.SolverError as exc:
-            return {"cpu_s": time.process_time() - started, "steps": steps, "error": None,
-                    "failure": f"step {exc.step}: {str(exc.__cause__ or exc)[:100]}"}
-        except Exception as exc:
-            return {"cpu_s": time.process_time() - started, "steps": steps, "error": None,
-                    "crash": f"{type(exc).__name__}: {str(exc)[:160]}"}
-        cpu = time.process_time() - started
-        return {"cpu_s": cpu, "steps": steps,
-                "newton_per_step": float(np.mean(sol.stats["newton_iterations"])),
-                "error": cases.com_error(sol.body("top").position[-1], COM_T)}
-    return run
+    def measure(sol) -> dict:
+        return {"error": cases.com_error(sol.body("top").position[-1], COM_T)}
+    return _mbs_heavy_top_run(model, solver, COM_T, measure)
 
 
 def accuracy(solvers, exudyn_energy, exudyn_com, budget: float, use_exudyn: bool,
