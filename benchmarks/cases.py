@@ -78,7 +78,8 @@ class Case:
     n_links: int | None = None
 
 
-HEAVY_TOP_SOLVERS = ("em", "ggl-vi-a", "ggl-vi-s", "rattle", "hbvm")
+HEAVY_TOP_SOLVERS = ("em", "ggl-vi-a", "ggl-vi-s", "rattle", "hbvm", "em:compiled",
+                     "ggl-vi-a:compiled", "em:assembled")
 
 CASES: dict[str, Case] = {
     "heavy_top": Case("heavy_top", "heavy top", heavy_top, h=1e-3, steps=300, repeats=5,
@@ -99,7 +100,7 @@ CASES: dict[str, Case] = {
 
 #: The smoke-test subset of ``--quick`` (case name -> solvers, steps, repeats).
 QUICK = {
-    "heavy_top": (("em", "ggl-vi-a"), 100, 3),
+    "heavy_top": (("em", "ggl-vi-a", "em:compiled"), 100, 3),
     "four_particle": (("em",), 100, 3),
     "chain10": (("em",), 30, 2),
 }

@@ -1,6 +1,7 @@
 """Ensemble of heavy tops: one vectorised EM run against a single run of the same length.
 
-Usage: python -m benchmarks.ensemble [K] [steps]   (default 1000 members, 100 steps)
+Usage: python -m benchmarks.ensemble [K] [steps] [h in us]   (default 1000 members, 100 steps,
+h = 2000 us)
 Issue 7 target: total time <= 20x a single run of the same length.
 """
 
@@ -27,11 +28,12 @@ def states(model: mbs.Model, count: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(qs), np.array(ps)
 
 
-def main(count: int = 1000, steps: int = 100) -> None:
+def main(count: int = 1000, steps: int = 100, h_us: int = 2000) -> None:
     model = heavy_top().compile()
     q0, p0 = states(model, count)
-    h = 0.002
+    h = 1e-6 * h_us
     mbs.simulate(model, "em", h=h, t_end=h * 5)  # warm-up
+    mbs.simulate_ensemble(model, (q0[:2], p0[:2]), h=h, t_end=h * 2)  # loads compiled kernels
     start = time.perf_counter()
     mbs.simulate(model, "em", h=h, t_end=h * steps, initial_state=(q0[0], p0[0]))
     single = time.perf_counter() - start
@@ -44,8 +46,10 @@ def main(count: int = 1000, steps: int = 100) -> None:
           f"{single:.3f} s, ratio {total / single:.1f} (target <= 20); per member and step "
           f"{1e6 * total / (count * steps):.0f} us (single run {1e6 * single / steps:.0f} us); "
           f"max energy drift {drift:.1e}; Newton it. "
-          f"{np.mean(ensemble.stats['newton_iterations']):.2f}")
+          f"{np.mean(ensemble.stats['newton_iterations']):.2f} (slowest member), "
+          f"{ensemble.stats['factorizations'] / (count * steps):.2f} factorisations per member "
+          f"and step, backend {ensemble.stats['backend']}")
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    main(*(int(a) for a in sys.argv[1:4]))

@@ -2,9 +2,10 @@
 
 :func:`simulate_ensemble` advances K copies of a small model at once with the energy-momentum
 scheme (seed 003, (84)): residuals and Jacobians of all members are evaluated with batched
-kernels of the model (``QuadraticTable.values / jacobians_dense``, ``PotentialGroup
-.discrete_gradients``, ...) and the K Newton systems are solved as one stacked LAPACK call, so
-the cost per member is a fraction of a separate run (e.g. Monte Carlo studies of tops).
+kernels (compiled with numba when it is installed, :mod:`mbs.ensemble_numba`, else numpy);
+each member runs simplified Newton on a condensed system (p^{n+1} eliminated exactly) and
+stops as soon as it converges, so the cost per member is a fraction of a separate run (e.g.
+Monte Carlo studies of tops).
 
 Parameter sweeps (different masses, stiffnesses, geometry) are different models: run them with
 :func:`simulate_many`, which maps :func:`mbs.simulate` over (model, options) pairs with any
@@ -14,12 +15,14 @@ executor of a Dask cluster (``distributed.Client(...).get_executor()``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
 from mbs.errors import ModelError, SolverError
 from mbs.model import Model
@@ -60,7 +63,8 @@ class EnsembleSolution:
 
 
 def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
-                      tolerance: float = 1e-12, max_iterations: int = 25) -> EnsembleSolution:
+                      tolerance: float = 1e-12, max_iterations: int = 25,
+                      backend: str = "auto") -> EnsembleSolution:
     """Integrate K members of ``model`` with the EM scheme, vectorised over the members.
 
     Parameters
@@ -74,6 +78,9 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     tolerance, max_iterations
         Newton stopping rule, as :class:`mbs.solvers.NewtonOptions` (relative increment of q
         and p of every member).
+    backend : {"auto", "numba", "numpy"}
+        Compiled kernels (parallel over the members; needs numba) or batched numpy; "auto"
+        takes numba when it can be imported. Both compute the same iteration.
 
     Returns
     -------
@@ -89,26 +96,28 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     t_end = as_scalar(t_end, "t_end", "simulate_ensemble", positive=True)
     q0, p0 = _initial_arrays(model, initial_states)
     steps = max(1, int(round(t_end / h)))
-    kernel = _BatchedEnergyMomentum(model, h, tolerance, max_iterations)
     count, n = q0.shape
+    kernel = _BatchedEnergyMomentum(model, h, tolerance, max_iterations, count, backend)
     q = np.empty((count, steps + 1, n))
     p = np.empty((count, steps + 1, n))
     q[:, 0], p[:, 0] = q0, p0
     lam = np.zeros((count, model.m))
     iterations = np.zeros(steps, dtype=int)
     started = time.perf_counter()
-    for step in range(steps):
-        try:
-            q[:, step + 1], p[:, step + 1], lam, iterations[step] = kernel.step(
-                q[:, step], p[:, step], lam)
-        except SolverError as error:
-            error.solution = EnsembleSolution(model, h * np.arange(step + 1), q[:, :step + 1],
-                                              p[:, :step + 1])
-            error.step, error.time = step, step * h
-            raise
+    with _single_threaded_blas():
+        for step in range(steps):
+            try:
+                q[:, step + 1], p[:, step + 1], lam, iterations[step] = kernel.step(
+                    q[:, step], p[:, step], lam)
+            except SolverError as error:
+                error.solution = EnsembleSolution(model, h * np.arange(step + 1),
+                                                  q[:, :step + 1], p[:, :step + 1])
+                error.step, error.time = step, step * h
+                raise
     return EnsembleSolution(model, h * np.arange(steps + 1), q, p,
                             {"solver": "em (ensemble)", "h": h, "members": count,
-                             "newton_iterations": iterations,
+                             "backend": kernel.backend, "newton_iterations": iterations,
+                             "factorizations": kernel.factorizations,
                              "wall_time": time.perf_counter() - started})
 
 
@@ -151,98 +160,287 @@ def _initial_arrays(model: Model, initial_states) -> tuple[np.ndarray, np.ndarra
     return q0.copy(), p0.copy()
 
 
-class _BatchedEnergyMomentum:
-    """The EM residual (84) and its Jacobian for K members at once (cf. EnergyMomentum)."""
+def _single_threaded_blas():
+    """BLAS limited to one thread while the ensemble runs: its operands are small, and idle
+    BLAS threads spinning on the cores slow the numba threads (and numpy) down several fold.
+    A no-op without threadpoolctl."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
 
-    def __init__(self, model: Model, h: float, tolerance: float, max_iterations: int):
+
+def _numba_kernels():
+    """The compiled kernels (:mod:`mbs.ensemble_numba`), or None without numba."""
+    try:
+        from mbs import ensemble_numba
+    except ImportError:  # numba not installed (or not importable): numpy kernels
+        return None
+    return ensemble_numba
+
+
+def _csr(matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    csr = sp.csr_matrix(matrix)
+    csr.eliminate_zeros()
+    return (csr.indptr.astype(np.int64), csr.indices.astype(np.int64),
+            csr.data.astype(float))
+
+
+class _BatchedEnergyMomentum:
+    """The EM step (84) for K members at once (cf. :class:`mbs.solvers.EnergyMomentum`).
+
+    Newton's linear systems are condensed exactly: the first block row of EM's Jacobian has
+    the p-block -1/2 I, so dp = 2 (J_qq dq + J_qgamma dgamma + r_a) is substituted into the
+    other rows, leaving n + 2m unknowns (q1, lambda, gamma) per member. Each member runs
+    simplified Newton on its own: its factorised matrix is kept across iterations and steps
+    and rebuilt only when its increments contract slower than ``contraction`` (or it has none
+    yet); members stop iterating as soon as they converge (tolerance on the relative
+    increments of q and p as in :func:`mbs.solvers.newton.newton`, including its stagnation
+    rule for fresh matrices), so converged members cost nothing.
+
+    ``backend``: "numba" (compiled kernels, parallel over members), "numpy" (batched array
+    operations) or "auto" (numba when importable).
+    """
+
+    contraction = 0.25
+    lookahead = 4
+    stagnation_level = 1e-8
+
+    def __init__(self, model: Model, h: float, tolerance: float, max_iterations: int,
+                 count: int, backend: str = "auto", refresh_each_step: bool = False):
         self.model, self.h = model, h
         self.tolerance, self.max_iterations = tolerance, max_iterations
-        self.mass = model.mass_operator()
-        self.minv = model.inverse_mass_operator()
-        self.table = model._table
+        self.refresh_each_step = refresh_each_step
         n, m = model.n, model.m
-        self.n, self.m, self.size = n, m, 2 * n + 2 * m
-        self.eye = np.eye(n)
-        self.inverse = None  # stacked inverse Newton matrices, reused (simplified Newton)
+        self.n, self.m, self.count = n, m, count
+        self.mass = np.ascontiguousarray(model.mass_operator())
+        self.minv = np.ascontiguousarray(model.inverse_mass_operator())
+        table = self.table = model._table
+        self.qr, self.qi, self.qj = (table.quad_row.astype(np.int64),
+                                     table.quad_i.astype(np.int64),
+                                     table.quad_j.astype(np.int64))
+        self.qc = table.quad_coef.astype(float)
+        self.lr, self.li = table.lin_row.astype(np.int64), table.lin_i.astype(np.int64)
+        self.lc = table.lin_coef.astype(float)
+        # G(q) = T q + B with T[k, i, l] (dense: small models), H(mu) = sum_k mu_k T[k]
+        t = np.zeros((m, n, n))
+        np.add.at(t, (self.qr, self.qi, self.qj), self.qc)
+        np.add.at(t, (self.qr, self.qj, self.qi), self.qc)
+        self.t_flat = np.ascontiguousarray(t.reshape(m * n, n).T)     # (n, m n)
+        self.h_flat = np.ascontiguousarray(t.reshape(m, n * n))       # (m, n n)
+        b = np.zeros((m, n))
+        np.add.at(b, (self.lr, self.li), self.lc)
+        self.b = b
+        groups = model.potential_groups
+        self.linear_potential = all(g.linear_in_q for g in groups)
+        self.constant_force = (sum((g._constant_gradient for g in groups), np.zeros(n))
+                               if self.linear_potential else None)
+        if backend == "auto":
+            backend = "numba" if _numba_kernels() is not None else "numpy"
+        if backend not in ("numba", "numpy"):
+            raise ModelError(f"simulate_ensemble: backend must be 'auto', 'numba' or 'numpy', "
+                             f"got {backend!r}")
+        if backend == "numba" and _numba_kernels() is None:
+            raise ModelError("simulate_ensemble: backend='numba' needs numba; use 'numpy'")
+        self.backend = backend
+        size = n + 2 * m
+        self.refresh = np.ones(count, dtype=bool)
+        self.factorizations = 0
+        if backend == "numba":
+            self.lu = np.zeros((count, size, size))
+            self.piv = np.zeros((count, size), dtype=np.int64)
+            self.status = np.zeros(count, dtype=np.int64)
+            self.increments = np.zeros(count)
+            self.dvjac = np.zeros((count if not self.linear_potential else 1, n, n))
+            self.vec = np.zeros((count, 12, max(2 * n + 2 * m, 1)))
+            self.wnn = np.zeros((count, 2, n, n))
+            self.wmn = np.zeros((count, 4, m, n))
+            self._setup_numba()
+        else:
+            self.inverse = np.zeros((count, size, size))
+        self.hg = np.zeros((count, n, n))
+        self.gm = np.zeros((count, m, n))
+        self.g1 = np.zeros((count, m, n))
 
-    def _discrete_gradients(self, q0, q1):
+    # -- shared pieces ------------------------------------------------------------------------
+    def _forces(self, q0, q1):
+        """D^G V for the given members, or None when it is the constant gradient."""
+        if self.linear_potential:
+            return None
         out = np.zeros_like(q0)
         for group in self.model.potential_groups:
             out += group.discrete_gradients(q0, q1)
         return out
 
-    def _discrete_gradient_jacobians(self, q0, q1):
+    def _force_jacobians(self, q0, q1):
         out = np.zeros((q0.shape[0], self.n, self.n))
         for group in self.model.potential_groups:
             out += group.discrete_gradient_jacobians(q0, q1)
         return out
 
-    def _system(self, q0, p0, x, jacobian: bool = True):
-        h, n, m, table = self.h, self.n, self.m, self.table
-        q1, p1 = x[:, :n], x[:, n:2 * n]
-        lam, gam = x[:, 2 * n:2 * n + m], x[:, 2 * n + m:]
-        q_mid, p_mid = 0.5 * (q0 + q1), 0.5 * (p0 + p1)
-        v_mid, v1 = p_mid @ self.minv, p1 @ self.minv
-        g_mid, g1 = table.jacobians_dense(q_mid), table.jacobians_dense(q1)
-        h_gam, h_lam = table.hessian_products_dense(gam), table.hessian_products_dense(lam)
-        residual = np.concatenate([
-            (q1 - q0) @ self.mass / h - p_mid - np.einsum("kmn,km->kn", g_mid, gam),
-            (p1 - p0) / h + self._discrete_gradients(q0, q1)
-            + np.einsum("kmn,km->kn", g_mid, lam) + np.einsum("kij,kj->ki", h_gam, v_mid),
-            table.values(q1),
-            np.einsum("kmn,kn->km", g1, v1)], axis=1)
-        if not jacobian:
-            return residual, None
-        a, b, c = slice(0, n), slice(n, 2 * n), slice(2 * n, 2 * n + m)
-        d = slice(2 * n + m, self.size)
-        jac = np.zeros((q0.shape[0], self.size, self.size))
-        jac[:, a, a] = self.mass / h - 0.5 * h_gam
-        jac[:, a, b] = -0.5 * self.eye
-        jac[:, a, d] = -np.transpose(g_mid, (0, 2, 1))
-        jac[:, b, a] = self._discrete_gradient_jacobians(q0, q1) + 0.5 * h_lam
-        jac[:, b, b] = self.eye / h + 0.5 * h_gam @ self.minv
-        jac[:, b, c] = np.transpose(g_mid, (0, 2, 1))
-        jac[:, b, d] = np.transpose(table.hessian_vector_products_dense(v_mid), (0, 2, 1))
-        jac[:, c, a] = g1
-        jac[:, d, a] = table.hessian_vector_products_dense(v1)
-        jac[:, d, b] = g1 @ self.minv
-        return residual, jac
-
     def step(self, q0, p0, lam):
-        """One step for all members: simplified Newton with the inverse Newton matrices kept
-        across iterations and steps, rebuilt when the increments contract slower than 1/4
-        (the members' Jacobians change little per step; the stacked inversion dominates)."""
-        n, h = self.n, self.h
-        x = np.concatenate([q0 + h * (p0 @ self.minv), p0, lam, np.zeros_like(lam)], axis=1)
-        force = np.abs(self.model.potential_gradients(q0)).max(axis=1)
+        """One step of every member; returns q1, p1, lambda1 and the largest number of
+        iterations a member needed."""
+        n, m, h = self.n, self.m, self.h
+        count = q0.shape[0]
+        q0 = np.ascontiguousarray(q0)
+        p0 = np.ascontiguousarray(p0)
+        q1 = q0 + h * (p0 @ self.minv)
+        p1 = p0.copy()
+        lam = np.array(lam, dtype=float, order="C")
+        gam = np.zeros((count, m))
+        force = np.abs(self.model.potential_gradients(q0)).max(axis=1) if n else np.zeros(count)
         q_scale = np.maximum(np.abs(q0).max(axis=1), 1e-300)
         p_scale = np.maximum(np.maximum(np.abs(p0).max(axis=1), h * force), 1e-300)
-        previous = np.inf
+        previous = np.full(count, np.inf)
+        if self.refresh_each_step:
+            self.refresh[:] = True
+        active = np.arange(count)
         for iteration in range(1, self.max_iterations + 1):
-            fresh = self.inverse is None
-            residual, jac = self._system(q0, p0, x, jacobian=fresh)
-            if fresh:
-                try:
-                    self.inverse = np.linalg.inv(jac)
-                except np.linalg.LinAlgError as exc:
-                    raise SolverError(f"ensemble EM: singular Newton matrix ({exc})",
-                                      hint="singular configuration or redundant "
-                                      "constraints") from exc
-            delta = -np.matmul(self.inverse, residual[..., None])[..., 0]
-            if not np.all(np.isfinite(delta)):
-                raise SolverError("ensemble EM: non-finite Newton increment",
-                                  hint="reduce the step size")
-            x += delta
-            increment = float(np.max(np.maximum(
-                np.abs(delta[:, :n]).max(axis=1) / np.maximum(q_scale, np.abs(x[:, :n]).max(1)),
-                np.abs(delta[:, n:2 * n]).max(axis=1)
-                / np.maximum(p_scale, np.abs(x[:, n:2 * n]).max(1)))))
-            if increment <= self.tolerance or (fresh and increment <= 1e-8
-                                               and increment > 0.5 * previous):
-                return x[:, :n], x[:, n:2 * n], x[:, 2 * n:2 * n + self.m], iteration
-            if increment > 0.25 * previous:
-                self.inverse = None
-            previous = increment
+            fresh = self.refresh[active]
+            self.factorizations += int(np.count_nonzero(fresh))
+            if self.backend == "numba":
+                increment = self._iterate_numba(active, q0, p0, q1, p1, lam, gam, q_scale,
+                                                p_scale)
+            else:
+                increment = self._iterate_numpy(active, q0, p0, q1, p1, lam, gam, q_scale,
+                                                p_scale)
+            last = previous[active]
+            done = (increment <= self.tolerance) | (
+                fresh & (increment <= self.stagnation_level) & (increment > 0.5 * last))
+            # rebuild when the increments contract slower than ``contraction`` or when, at
+            # the observed rate, more than ``lookahead`` further iterations would be needed
+            # (a factorisation costs about as much as a few iterations); the first increment
+            # of a fresh matrix is only compared with the previous one for divergence
+            ratio = np.where(np.isfinite(last), increment / last, 0.0)
+            slow = np.where(fresh, ratio > 1.0, (ratio > self.contraction)
+                            | (increment * ratio**self.lookahead > self.tolerance))
+            self.refresh[active] = ~done & slow
+            previous[active] = increment
+            active = active[~done]
+            if active.size == 0:
+                return q1, p1, lam, iteration
+        worst = float(np.max(previous[active]))
         raise SolverError(f"ensemble EM: Newton did not converge in {self.max_iterations} "
-                          f"iterations (relative increment {increment:.3e})",
-                          hint="reduce the step size")
+                          f"iterations for members {active[:10].tolist()} (relative increment "
+                          f"{worst:.3e})", hint="reduce the step size")
+
+    # -- numpy kernels ------------------------------------------------------------------------
+    def _jacobians(self, q, with_linear=True):
+        out = (q @ self.t_flat).reshape(q.shape[0], self.m, self.n)
+        return out + self.b if with_linear else out
+
+    def _hessians(self, mult):
+        return (mult @ self.h_flat).reshape(mult.shape[0], self.n, self.n)
+
+    def _iterate_numpy(self, active, q0, p0, q1, p1, lam, gam, q_scale, p_scale):
+        n, m, h = self.n, self.m, self.h
+        everyone = active.size == q0.shape[0]
+        take = (lambda a: a) if everyone else (lambda a: a[active])
+        a0, b0, a1, b1, la, ga = (take(q0), take(p0), take(q1), take(p1), take(lam),
+                                  take(gam))
+        q_mid, p_mid = 0.5 * (a0 + a1), 0.5 * (b0 + b1)
+        v_mid, v1 = p_mid @ self.minv, b1 @ self.minv
+        g_mid, g1 = self._jacobians(q_mid), self._jacobians(a1)
+        h_gam = self._hessians(ga)
+        forces = self._forces(a0, a1)
+        r_a = ((a1 - a0) @ self.mass / h - p_mid - np.einsum("kmn,km->kn", g_mid, ga))
+        r_b = ((b1 - b0) / h + (self.constant_force if forces is None else forces)
+               + np.einsum("kmn,km->kn", g_mid, la) + np.einsum("kij,kj->ki", h_gam, v_mid))
+        r_c = self.table.values(a1)
+        r_d = np.einsum("kmn,kn->km", g1, v1)
+        refresh = self.refresh[active]
+        if np.any(refresh):
+            rows = np.flatnonzero(refresh)
+            self._factor_numpy(active[rows], a0[rows], a1[rows], la[rows], h_gam[rows],
+                               g_mid[rows], g1[rows], v_mid[rows], v1[rows])
+        hg, gm, gq1 = self.hg[active], self.gm[active], self.g1[active]
+        minv_ra = r_a @ self.minv
+        rhs = np.concatenate([
+            -r_b - (2.0 / h) * r_a - np.einsum("kij,kj->ki", hg, minv_ra),
+            -r_c,
+            -r_d - 2.0 * np.einsum("kmn,kn->km", gq1, minv_ra)], axis=1)
+        y = np.matmul(self.inverse[active], rhs[..., None])[..., 0]
+        dq, dlam, dgam = y[:, :n], y[:, n:n + m], y[:, n + m:]
+        dp = 2.0 * (dq @ self.mass / h - 0.5 * np.einsum("kij,kj->ki", hg, dq)
+                    - np.einsum("kmn,km->kn", gm, dgam) + r_a)
+        if not (np.all(np.isfinite(dq)) and np.all(np.isfinite(dp)) and np.all(np.isfinite(y))):
+            raise SolverError("ensemble EM: non-finite Newton increment",
+                              hint="reduce the step size")
+        a1 += dq
+        b1 += dp
+        la += dlam
+        ga += dgam
+        if not everyone:
+            q1[active], p1[active], lam[active], gam[active] = a1, b1, la, ga
+        return np.maximum(
+            np.abs(dq).max(axis=1) / np.maximum(q_scale[active], np.abs(a1).max(axis=1)),
+            np.abs(dp).max(axis=1) / np.maximum(p_scale[active], np.abs(b1).max(axis=1)))
+
+    def _factor_numpy(self, members, q0, q1, lam, h_gam, g_mid, g1, v_mid, v1):
+        """Inverse condensed Newton matrices of ``members`` at the current iterate."""
+        n, m, h = self.n, self.m, self.h
+        count = members.size
+        h_lam = self._hessians(lam)
+        hv_mid, hv1 = self._jacobians(v_mid, False), self._jacobians(v1, False)
+        g_mid_t = np.transpose(g_mid, (0, 2, 1))
+        w = h_gam @ self.minv                                  # H(gam) M^-1
+        v = g1 @ self.minv                                     # G1 M^-1
+        mat = np.zeros((count, n + 2 * m, n + 2 * m))
+        mat[:, :n, :n] = 2.0 * self.mass / h**2 + 0.5 * h_lam - 0.5 * (w @ h_gam)
+        if not self.linear_potential:
+            mat[:, :n, :n] += self._force_jacobians(q0, q1)
+        mat[:, :n, n:n + m] = g_mid_t
+        mat[:, :n, n + m:] = np.transpose(hv_mid, (0, 2, 1)) - (2.0 / h) * g_mid_t - w @ g_mid_t
+        mat[:, n:n + m, :n] = g1
+        mat[:, n + m:, :n] = hv1 + (2.0 / h) * g1 - v @ h_gam
+        mat[:, n + m:, n + m:] = -2.0 * (v @ g_mid_t)
+        try:
+            self.inverse[members] = np.linalg.inv(mat)
+        except np.linalg.LinAlgError as exc:
+            raise SolverError(f"ensemble EM: singular Newton matrix ({exc})",
+                              hint="singular configuration or redundant constraints") from exc
+        self.hg[members], self.gm[members], self.g1[members] = h_gam, g_mid, g1
+
+    # -- numba kernels ------------------------------------------------------------------------
+    def _setup_numba(self):
+        factored = self.table.factored
+        if factored is not None:
+            u_ptr, u_idx, u_val = _csr(factored.u_map)
+            v_ptr, v_idx, v_val = _csr(factored.v_map)
+            values = (True, factored.row.astype(np.int64), factored.scale.astype(float),
+                      u_ptr, u_idx, u_val, np.ascontiguousarray(factored.u_const, dtype=float),
+                      v_ptr, v_idx, v_val, np.ascontiguousarray(factored.v_const, dtype=float),
+                      np.asarray(factored.explicit_constant, dtype=float))
+        else:
+            empty_i, empty_f = np.zeros(1, np.int64), np.zeros(1)
+            values = (False, np.zeros(0, np.int64), np.zeros(0), empty_i, empty_i, empty_f,
+                      np.zeros((0, 3)), empty_i, empty_i, empty_f, np.zeros((0, 3)),
+                      np.zeros(self.m))
+        self._table_args = (self.qr, self.qi, self.qj, self.qc, self.lr, self.li, self.lc,
+                            *_csr(self.mass), *_csr(self.minv), *values,
+                            self.table.constant.astype(float))
+
+    def _iterate_numba(self, active, q0, p0, q1, p1, lam, gam, q_scale, p_scale):
+        kernels = _numba_kernels()
+        if self.linear_potential:
+            dv, dv_step = self.constant_force[None, :], 0
+        else:
+            dv, dv_step = self._forces(q0[active], q1[active]), 1
+            refresh = active[self.refresh[active]]
+            if refresh.size:
+                self.dvjac[refresh] = self._force_jacobians(q0[refresh], q1[refresh])
+        kernels.iterate(active, self.refresh, self.h, q0, p0, q1, p1, lam, gam, dv, dv_step,
+                        self.dvjac, 0 if self.linear_potential else 1, q_scale, p_scale,
+                        *self._table_args, self.lu, self.piv, self.hg, self.gm, self.g1,
+                        self.vec, self.wnn, self.wmn, self.increments, self.status)
+        status = self.status[active]
+        if np.any(status == 1):
+            raise SolverError("ensemble EM: singular Newton matrix for members "
+                              f"{active[status == 1][:10].tolist()}",
+                              hint="singular configuration or redundant constraints")
+        if np.any(status == 2):
+            raise SolverError("ensemble EM: non-finite Newton increment",
+                              hint="reduce the step size")
+        return self.increments[active]

@@ -222,6 +222,21 @@ class Model:
         out = self.constraint_discrete_jacobian(q0, q1)
         return out.toarray() if self.dense else out
 
+    @property
+    def quadratic_constraint_table(self) -> QuadraticTable | None:
+        """The constraint table when every constraint is quadratic (else None): solvers build
+        their polynomial step equations from it (:mod:`mbs.solvers.polynomial`)."""
+        return None if self._user else self._table
+
+    def constant_potential_gradient(self) -> np.ndarray | None:
+        """grad V when V is linear in q (uniform gravity, or no potential), else None."""
+        if not all(group.linear_in_q for group in self.potential_groups):
+            return None
+        out, origin = np.zeros(self.n), np.zeros(self.n)
+        for group in self.potential_groups:
+            out += group.gradient(origin)
+        return out
+
     # -- mass -----------------------------------------------------------------------------
     def apply_inverse_mass(self, p: np.ndarray) -> np.ndarray:
         """M^-1 p (blockwise constant inverse)."""

@@ -10,13 +10,13 @@ carries the partial Solution. Long runs can stream to disk (``output=``) and be 
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from mbs.errors import ModelError, SimulationInterrupted, SolverError
 from mbs.model import Model
@@ -115,9 +115,11 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         writer = None if output is None else StreamWriter(
             output, {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n,
                      "m": model.m}, q0, p0)
-    # Multithreaded BLAS only adds synchronisation cost to the tiny dense solves of small
-    # models, and under load it was measured 100x slower; large (sparse) models keep threads.
-    limits = threadpool_limits(limits=1, user_api="blas") if model.dense else nullcontext()
+    # Multithreaded BLAS only adds synchronisation cost: the dense solves of small models are
+    # tiny, and the sparse path does vector operations and SuperLU's small supernodes. Under
+    # load (another process on the second core) it was measured 100x slower for small models
+    # and made the vector products of a 1000-body chain cost 110 ms per step.
+    limits = _blas_controller().limit(limits=1, user_api="blas")
     with limits:
         return run.execute(writer, flush_every, progress)
 
@@ -194,10 +196,26 @@ class _Run:
     def execute(self, writer: StreamWriter | None, flush_every: int,
                 progress: bool) -> Solution:
         bar = _progress_bar(self.steps, self.solver.name, self.done) if progress else None
+        batch = getattr(self.solver, "batch_capable", False) and writer is None
         try:
-            for k in range(self.done, self.steps):
+            k = self.done
+            while k < self.steps:
+                if batch:
+                    # compiled backend: a block of steps per call; a step that fails in the
+                    # kernel is redone below by step(), which raises or refines as usual
+                    count = min(_BATCH_STEPS, self.steps - k)
+                    done = self.solver.run_compiled(
+                        self.q, self.p, self.velocities, self.lam, self.gam, self.enforced,
+                        self.iterations, k, count)
+                    k += done
+                    self.done = k
+                    if bar is not None:
+                        bar.update(done)
+                    if done == count:
+                        continue
                 result = self._advance(k)
                 self._store(k, result)
+                k += 1
                 if writer is not None:
                     writer.append(result.q, result.p, result.velocity, result.multiplier,
                                   result.velocity_multiplier, result.enforced,
@@ -225,7 +243,9 @@ class _Run:
         return self.solution()
 
     def _store(self, k: int, result: StepResult) -> None:
-        if not (np.all(np.isfinite(result.q)) and np.all(np.isfinite(result.p))):
+        # one dot product detects NaN/inf cheaply; the exact test confirms (overflow)
+        if (not math.isfinite(result.q @ result.q + result.p @ result.p)
+                and not (np.isfinite(result.q).all() and np.isfinite(result.p).all())):
             raise SolverError(
                 f"{self.solver.name}: step {k} produced non-finite values; reduce the step "
                 f"size", solution=self.solution(), step=k, time=self.t_start + k * self.h,
@@ -275,6 +295,22 @@ class _Run:
             return result
         self.solver.restore(checkpoint)
         return None
+
+
+_CONTROLLER: ThreadpoolController | None = None
+
+
+def _blas_controller() -> ThreadpoolController:
+    """One controller per process: discovering the loaded BLAS libraries costs ~2 ms, which
+    would otherwise be paid by every simulate call."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER
+
+
+#: Steps per call of a compiled solver's kernel (Ctrl-C is seen between calls).
+_BATCH_STEPS = 256
 
 
 def _progress_bar(total: int, label: str, initial: int):

@@ -31,10 +31,22 @@ def rotated_states(model, count, seed=1):
     return np.array(states_q), np.array(states_p)
 
 
-def test_ensemble_members_equal_separate_em_runs_and_conserve(top):
+def _numba_available():
+    from mbs.ensemble import _numba_kernels
+
+    return _numba_kernels() is not None
+
+
+BACKENDS = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(
+    not _numba_available(), reason="numba not installed"))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ensemble_members_equal_separate_em_runs_and_conserve(top, backend):
     q0, p0 = rotated_states(top, 6)
-    ensemble = mbs.simulate_ensemble(top, (q0, p0), h=0.002, t_end=0.1)
+    ensemble = mbs.simulate_ensemble(top, (q0, p0), h=0.002, t_end=0.1, backend=backend)
     assert ensemble.q.shape == (6, 51, 12)
+    assert ensemble.stats["backend"] == backend
     for k in (0, 3, 5):
         single = mbs.simulate(top, "em", h=0.002, t_end=0.1, initial_state=(q0[k], p0[k]))
         np.testing.assert_allclose(ensemble.q[k], single.q, atol=1e-12)
@@ -45,6 +57,43 @@ def test_ensemble_members_equal_separate_em_runs_and_conserve(top):
     assert np.max(np.abs(j3 - j3[:, :1])) <= 1e-12 * np.max(np.abs(j3))
     np.testing.assert_allclose(ensemble.potential_energy()[:, 0],
                                [top.potential(q) for q in q0], rtol=1e-14)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ensemble_at_h_1e3_and_with_a_nonlinear_potential(backend):
+    """Smaller step (the issue-7 setting) and a model whose potential is not linear (spring:
+    discrete gradient and its Jacobian per member) against single runs."""
+    import four_particle
+
+    model = four_particle.build().compile()
+    q0, p0 = model.initial_state()
+    scales = np.array([1.0, 0.9, 1.1])
+    ensemble = mbs.simulate_ensemble(model, (np.tile(q0, (3, 1)), p0 * scales[:, None]),
+                                     h=1e-3, t_end=0.05, backend=backend)
+    for k, scale in enumerate(scales):
+        single = mbs.simulate(model, "em", h=1e-3, t_end=0.05, initial_state=(q0, scale * p0))
+        np.testing.assert_allclose(ensemble.q[k], single.q, atol=1e-11 * np.abs(q0).max())
+        np.testing.assert_allclose(ensemble.p[k], single.p, atol=1e-11 * np.abs(p0).max())
+    energy = ensemble.energy()
+    assert np.max(np.abs(energy - energy[:, :1]) / np.abs(energy[:, :1])) <= 1e-12
+
+
+def test_ensemble_backends_agree_and_fall_back_without_numba(top, monkeypatch):
+    q0, p0 = rotated_states(top, 3)
+    reference = mbs.simulate_ensemble(top, (q0, p0), h=1e-3, t_end=0.02, backend="numpy")
+    if _numba_available():
+        compiled = mbs.simulate_ensemble(top, (q0, p0), h=1e-3, t_end=0.02, backend="numba")
+        np.testing.assert_allclose(compiled.q, reference.q, atol=1e-13)
+    from mbs import ensemble as ensemble_module
+
+    monkeypatch.setattr(ensemble_module, "_numba_kernels", lambda: None)  # numba not importable
+    fallback = mbs.simulate_ensemble(top, (q0, p0), h=1e-3, t_end=0.02)
+    assert fallback.stats["backend"] == "numpy"
+    np.testing.assert_array_equal(fallback.q, reference.q)
+    with pytest.raises(mbs.ModelError, match="numba"):
+        mbs.simulate_ensemble(top, (q0, p0), h=1e-3, t_end=0.02, backend="numba")
+    with pytest.raises(mbs.ModelError, match="backend"):
+        mbs.simulate_ensemble(top, (q0, p0), h=1e-3, t_end=0.02, backend="fortran")
 
 
 def test_ensemble_rejects_bad_input(top):

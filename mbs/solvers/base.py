@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
-from mbs.model import Model
-from mbs.solvers.newton import NewtonOptions, NewtonState, newton
+from mbs.model import DENSE_LIMIT, Model
+from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, NewtonState, newton
 
 #: Models with more coordinates use simplified Newton by default (measured: equal cost at
 #: n = 36, 1.7x faster at n = 60, 5x at n = 120 and 4x at n = 12000 for EM on chains).
@@ -61,10 +62,19 @@ class Solver:
     initial_guess : {"advanced", "simple"}
         Newton predictor, seed 003 section 6.3: "simple" takes the values at t^n,
         "advanced" q^n + h M^-1 p^n (fewer iterations).
+    backend : {"auto", "polynomial", "compiled", "assembled"}
+        How the step equations are evaluated. "polynomial" uses the precomputed quadratic
+        step equations of :mod:`mbs.solvers.polynomial` (small models with quadratic
+        constraints), "compiled" runs that system's whole Newton solve in one numba kernel
+        (:mod:`mbs.solvers.compiled`; falls back to "polynomial" with a warning where it does
+        not apply), "assembled" the element-wise assembly from Model pieces; "auto" picks
+        "polynomial" where it applies. All solve the same equations (they agree to
+        round-off).
     """
 
     newton: NewtonOptions = field(default_factory=NewtonOptions)
     initial_guess: str = "advanced"
+    backend: str = "auto"
 
     properties = SchemeProperties("base", "-", "-", False, "-", "-", "-", "-", "-")
 
@@ -74,6 +84,9 @@ class Solver:
         if self.initial_guess not in ("advanced", "simple"):
             raise ModelError(f"{type(self).__name__}: initial_guess must be 'advanced' or "
                              f"'simple', got {self.initial_guess!r}")
+        if self.backend not in ("auto", "polynomial", "compiled", "assembled"):
+            raise ModelError(f"{type(self).__name__}: backend must be 'auto', 'polynomial', "
+                             f"'compiled' or 'assembled', got {self.backend!r}")
         if not (0.0 < self.newton.tolerance < 1.0) or self.newton.max_iterations < 1:
             raise ModelError(f"{type(self).__name__}: Newton tolerance must be in (0, 1) and "
                              f"max_iterations >= 1")
@@ -94,13 +107,160 @@ class Solver:
         self._newton_state = NewtonState()
         self._simplified = (self.newton.simplified if self.newton.simplified is not None
                             else model.n > SIMPLIFIED_NEWTON_ABOVE)
+        constant = model.constant_potential_gradient()
+        # |grad V| enters the Newton scale of p; constant for uniform gravity
+        self._constant_force = (None if constant is None else
+                                float(np.abs(constant).max()) if model.n else 0.0)
+        self._polynomial = None
+        self._compiled = None
+        if self.backend != "assembled" and self._polynomial_applies(model):
+            self._polynomial = self._shared_polynomial()
+            if self.backend == "compiled":
+                self._compiled = self._compile()
+        elif self.backend in ("polynomial", "compiled"):
+            from mbs.errors import ModelError
+
+            raise ModelError(f"{type(self).__name__}: backend={self.backend!r} needs quadratic "
+                             f"constraints only (no UserConstraint) and a scheme with "
+                             f"polynomial step equations (em, ggl-vi-a); use backend='auto'")
+
+    def _compile(self):
+        """The compiled kernel for the polynomial system, or None (with a warning saying
+        why) when it does not apply."""
+        from mbs.solvers import compiled
+
+        reason = None
+        if not compiled.available():
+            reason = "numba is not installed (pip install numba)"
+        elif self.model.constant_potential_gradient() is None:
+            reason = "the potential is not linear in q (its terms are evaluated in Python)"
+        elif self._simplified or not self.model.dense:
+            reason = (f"large models (n > {DENSE_LIMIT}) use sparse linear algebra and "
+                      f"simplified Newton, which are not compiled")
+        if reason is not None:
+            warnings.warn(f"{type(self).__name__}: backend='compiled' falls back to the numpy "
+                          f"polynomial path: {reason}", stacklevel=4)
+            return None
+        self._inverse_mass_dense = np.ascontiguousarray(self.model.inverse_mass_matrix.toarray())
+        self._velocity_maps = tuple(np.ascontiguousarray(a) for a in self._velocity_map())
+        # immutable arrays: built once per (model, scheme, h), like the polynomial system
+        cache = self.model.__dict__.setdefault("_compiled_systems", {})
+        key = (type(self).__name__, self._polynomial_key(), self.h)
+        if key not in cache:
+            cache[key] = compiled.CompiledSystem(self._polynomial, self.model.m,
+                                                 self._identity_block(polynomial=True))
+        return cache[key]
+
+    def _velocity_map(self) -> tuple[np.ndarray, np.ndarray]:
+        """(V_d, V_x): the scheme velocity as V_d (q0, p0) + V_x x (compiled backend)."""
+        raise NotImplementedError
+
+    #: Whether the compiled kernel starts gamma from the previous step (else from zero).
+    _warm_gamma = False
+
+    @property
+    def batch_capable(self) -> bool:
+        """True when :meth:`run_compiled` can advance many steps in one call."""
+        return self._compiled is not None
+
+    def run_compiled(self, q: np.ndarray, p: np.ndarray, velocities: np.ndarray,
+                     multipliers: np.ndarray, velocity_multipliers: np.ndarray,
+                     enforced: np.ndarray, iterations: np.ndarray, first: int,
+                     count: int) -> int:
+        """Advance steps ``first`` .. ``first + count - 1`` in the compiled kernel.
+
+        Row k of ``q``, ``p`` holds the state at step k; rows k + 1 (and row k of the other
+        arrays) are written. Returns the number of steps done: fewer than ``count`` when a
+        step fails, which is then left to :meth:`step` (errors, refinement).
+        """
+        done, _, _, _, _, factorizations = self._compiled.run(
+            q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
+            count, self._inverse_mass_dense, self.h, self.initial_guess == "advanced",
+            self._constant_force, self._lam, self._gam, self._warm_gamma,
+            self._velocity_maps, self.newton)
+        self._newton_state.factorizations += factorizations
+        if done:
+            self._lam = multipliers[first + done - 1].copy()
+            self._gam = velocity_multipliers[first + done - 1].copy()
+        return done
+
+    def _compiled_step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+        """One step through the compiled kernel (refinement, streaming, progress bars)."""
+        from mbs.solvers import compiled
+
+        n, m = self.model.n, self.model.m
+        q, p = np.empty((2, n)), np.empty((2, n))
+        q[0], p[0] = q0, p0
+        velocity, lam, gam = np.empty((1, n)), np.empty((1, m)), np.empty((1, m))
+        enforced, iterations = np.empty((1, 2)), np.zeros(1, dtype=np.int64)
+        done, code, norm, increment, its, factorizations = self._compiled.run(
+            q, p, velocity, lam, gam, enforced, iterations, 0, 1, self._inverse_mass_dense,
+            self.h, self.initial_guess == "advanced", self._constant_force, self._lam,
+            self._gam, self._warm_gamma, self._velocity_maps, self.newton)
+        if code != compiled.CONVERGED:
+            raise NewtonConvergenceError(*_kernel_failure(code, norm, increment, its))
+        self._lam, self._gam = lam[0].copy(), gam[0].copy()
+        self._newton_state.factorizations += factorizations
+        return StepResult(q[1], p[1], velocity[0], lam[0].copy(), gam[0].copy(),
+                          int(iterations[0]), (float(enforced[0, 0]), float(enforced[0, 1])))
+
+    def _solve_polynomial(self, q0: np.ndarray, p0: np.ndarray, x0: np.ndarray, extra=None):
+        """Newton on the polynomial step equations from ``x0``: (x, iterations, R(x))."""
+        data = np.concatenate([q0, p0])
+        scales = self._scales(q0, p0)
+        n = self.model.n
+        self._polynomial.start(data, extra)
+        blocks = [slice(0, n), slice(n, 2 * n)]
+        if self._simplified or not self._polynomial.dense:
+            x, iterations, _ = newton(self._polynomial.evaluate, x0, blocks, list(scales),
+                                      self.newton, self._newton_state, self._simplified,
+                                      self._identity_block(polynomial=True))
+        else:
+            x, iterations, factorizations, _ = self._polynomial.solve(
+                x0, blocks, list(scales), self.newton)
+            self._newton_state.factorizations += factorizations
+        residual, _ = self._polynomial.evaluate(x, False)
+        return x, iterations, residual
+
+    def _polynomial_applies(self, model: Model) -> bool:
+        return (type(self)._build_polynomial is not Solver._build_polynomial
+                and model.quadratic_constraint_table is not None)
+
+    def _polynomial_key(self) -> tuple:
+        """What the polynomial step equations depend on besides the model and h."""
+        return ()
+
+    def _shared_polynomial(self):
+        """The polynomial step equations, built once per (model, scheme, h) and kept on the
+        model (building them for a 1000-body chain takes ~0.5 s); each solver gets its own
+        copy of the per-step buffers, so runs may share a model across threads."""
+        cache = self.model.__dict__.setdefault("_polynomial_systems", {})
+        key = (type(self).__name__, self._polynomial_key(), self.h)
+        system = cache.get(key)
+        if system is None:
+            system = cache[key] = self._build_polynomial()
+        return system.for_run()
+
+    def _build_polynomial(self):
+        """The scheme's step equations as a :class:`~mbs.solvers.polynomial.QuadraticSystem`
+        (schemes that support the polynomial backend override this)."""
+        raise NotImplementedError
 
     def step(self, q: np.ndarray, p: np.ndarray) -> StepResult:
         raise NotImplementedError
 
     def set_step_size(self, h: float) -> None:
-        """Change h between steps (used to refine a failed step); subclasses that cache
-        h-dependent data override this."""
+        """Change h between steps (used to refine a failed step); the polynomial step
+        equations depend on h and are kept per step size."""
+        if h == self.h:
+            return
+        if self._polynomial is not None:
+            cache = self.__dict__.setdefault("_polynomial_by_h", {})
+            cache[self.h] = self._polynomial
+            self.h = h
+            self._polynomial = cache.get(h) or self._shared_polynomial()
+            if self._compiled is not None:
+                self._compiled = self._compile()
         self.h = h
 
     def checkpoint(self) -> dict:
@@ -121,7 +281,14 @@ class Solver:
         """Newton on ``system`` with convergence judged on the q and p blocks."""
         n = self.model.n
         return newton(system, x0, [slice(0, n), slice(n, 2 * n)], list(self._scales(q0, p0)),
-                      self.newton, self._newton_state, self._simplified)
+                      self.newton, self._newton_state, self._simplified,
+                      self._identity_block(polynomial=False))
+
+    def _identity_block(self, polynomial: bool) -> tuple[slice, slice, float] | None:
+        """(rows, cols, alpha) of a block of the Newton matrix (of the polynomial or the
+        assembled step equations) equal to alpha I, which sparse factorisations condense out
+        (see :class:`Factorization`)."""
+        return None
 
     @property
     def newton_factorizations(self) -> int:
@@ -134,12 +301,35 @@ class Solver:
         return q.copy()
 
     def _scales(self, q: np.ndarray, p: np.ndarray) -> tuple[float, float]:
-        force = float(np.max(np.abs(self.model.potential_gradient(q)))) if q.size else 0.0
-        return (max(float(np.max(np.abs(q))), 1e-300),
-                max(float(np.max(np.abs(p))), self.h * force, 1e-300))
+        if not q.size:
+            return 1e-300, 1e-300
+        force = self._constant_force
+        if force is None:
+            force = float(np.abs(self.model.potential_gradient(q)).max())
+        return (max(float(np.abs(q).max()), 1e-300),
+                max(float(np.abs(p).max()), self.h * force, 1e-300))
 
     def _max(self, values: np.ndarray) -> float:
-        return float(np.max(np.abs(values))) if values.size else 0.0
+        return float(np.abs(values).max()) if values.size else 0.0
+
+
+def _kernel_failure(code: int, norm: float, increment: float, iterations: int) -> tuple:
+    """NewtonConvergenceError arguments for a failure code of the compiled kernel."""
+    from mbs.solvers import compiled
+
+    if code == compiled.RESIDUAL_NOT_FINITE:
+        return ("residual is not finite", norm, np.inf, iterations,
+                "the state blew up: reduce the step size")
+    if code == compiled.SINGULAR:
+        return ("singular Newton matrix", norm, np.inf, iterations,
+                "singular configuration or redundant constraints; check model.redundancies")
+    if code == compiled.INCREMENT_NOT_FINITE:
+        return ("Newton increment is not finite", norm, np.inf, iterations,
+                "singular Newton matrix: singular configuration, redundant constraints, or a "
+                "too large step")
+    return (f"Newton did not converge in {iterations} iterations (last relative increment "
+            f"{increment:.3e}, residual {norm:.3e})", norm, increment, iterations,
+            "reduce the step size or raise max_iterations")
 
 
 _LAYOUTS: dict[tuple, tuple[np.ndarray, np.ndarray, list]] = {}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
+from mbs.solvers.polynomial import QuadraticSystem, QuadraticSystemBuilder, _embed
 
 
 @dataclass
@@ -46,9 +47,86 @@ class EnergyMomentum(Solver):
         constraints_at_step_end="g(q^{n+1}) and G M^-1 p^{n+1}",
         multiplier_times="lambda^{n+1}, gamma^{n+1}", reference="seed 003, (84)")
 
+    def _build_polynomial(self) -> QuadraticSystem:
+        """(84a-e) as a quadratic polynomial in (q0, p0; q1, p1, lambda, gamma)."""
+        model, h, n, m = self.model, self.h, self.model.n, self.model.m
+        builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
+                                         {"q0": n, "p0": n},
+                                         {"q1": n, "p1": n, "lam": m, "gam": m})
+        q0, p0, q1, p1, lam, gam = (builder.variable(name) for name in
+                                    ("q0", "p0", "q1", "p1", "lam", "gam"))
+        q_mid, p_mid = 0.5 * (q0 + q1), 0.5 * (p0 + p1)
+        for name, size in (("a", n), ("b", n), ("c", m), ("d", m)):
+            builder.equation(name, size)
+        builder.add_linear("a", (q1 - q0).mapped(model.mass_matrix / h) - p_mid)
+        builder.add_jacobian_transpose_product("a", q_mid, gam, -1.0)
+        builder.add_linear("b", (p1 - p0) * (1.0 / h))
+        builder.add_jacobian_transpose_product("b", q_mid, lam)
+        builder.add_hessian_product("b", gam, p_mid.mapped(model.inverse_mass_matrix))
+        force = model.constant_potential_gradient()
+        if force is not None:
+            builder.add_constant("b", force)
+        builder.add_constraints("c", q1)
+        builder.add_jacobian_product("d", q1, p1.mapped(model.inverse_mass_matrix))
+        return builder.build(dense=model.dense)
+
+    def _identity_block(self, polynomial: bool):
+        n = self.model.n
+        return (slice(0, n), slice(n, 2 * n), -0.5)  # d(84a)/dp1 = -I/2
+
+    def _potential_terms(self, q0: np.ndarray):
+        """Discrete gradient of a potential that is not linear in q, as the ``extra`` terms
+        of the polynomial system (None for uniform gravity, which is a constant there)."""
+        if self._constant_force is not None:  # uniform gravity: a constant of the system
+            return None
+        model, n, m = self.model, self.model.n, self.model.m
+        rows = slice(n, 2 * n)
+        size = 2 * n + 2 * m
+
+        def extra(x, jacobian):
+            q1 = x[:n]
+            force = np.zeros(size)
+            force[rows] = model.potential_discrete_gradient(q0, q1)
+            if not jacobian:
+                return force, None
+            return force, _embed(model.potential_discrete_gradient_jacobian_matrix(q0, q1),
+                                 n, size)
+
+        return extra
+
+    def _polynomial_newton_system(self, q0: np.ndarray, p0: np.ndarray):
+        self._polynomial.start(np.concatenate([q0, p0]), self._potential_terms(q0))
+        return self._polynomial.evaluate, self._initial_guess(q0, p0)
+
+    def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
+        return np.concatenate([self._predict(q0, p0), p0, self._lam, np.zeros(self.model.m)])
+
+    def _velocity_map(self):
+        n, m = self.model.n, self.model.m
+        half_inverse = 0.5 * self.model.inverse_mass_matrix.toarray()
+        from_data, from_unknowns = np.zeros((n, 2 * n)), np.zeros((n, 2 * n + 2 * m))
+        from_data[:, n:] = half_inverse  # v^{n+1/2} = M^-1 (p0 + p1) / 2
+        from_unknowns[:, n:2 * n] = half_inverse
+        return from_data, from_unknowns
+
+    def _polynomial_step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+        if self._compiled is not None:
+            return self._compiled_step(q0, p0)
+        n, m = self.model.n, self.model.m
+        x, iterations, residual = self._solve_polynomial(
+            q0, p0, self._initial_guess(q0, p0), self._potential_terms(q0))
+        q1, p1 = x[:n], x[n:2 * n]
+        self._lam = x[2 * n:2 * n + m]
+        # rows (84d) and (84e) of the residual at the accepted iterate
+        enforced = (self._max(residual[2 * n:2 * n + m]), self._max(residual[2 * n + m:]))
+        return StepResult(q1, p1, self._minv @ (0.5 * (p0 + p1)), self._lam.copy(),
+                          x[2 * n + m:], iterations, enforced)
+
     def newton_system(self, q0: np.ndarray, p0: np.ndarray):
         """(residual_and_jacobian, x0) of the step from (q0, p0); x = (q1, p1, lambda,
         gamma)."""
+        if self._polynomial is not None:
+            return self._polynomial_newton_system(q0, p0)
         model, h, n, m = self.model, self.h, self.model.n, self.model.m
         mass, minv, eye, dense = self._mass, self._minv, self._identity, model.dense
 
@@ -85,6 +163,8 @@ class EnergyMomentum(Solver):
         return residual_and_jacobian, x0
 
     def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+        if self._polynomial is not None:
+            return self._polynomial_step(q0, p0)
         model, n, m = self.model, self.model.n, self.model.m
         residual_and_jacobian, x0 = self.newton_system(q0, p0)
         x, iterations, _ = self._solve(residual_and_jacobian, x0, q0, p0)

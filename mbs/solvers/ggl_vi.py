@@ -22,6 +22,7 @@ import numpy as np
 
 from mbs.errors import ModelError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
+from mbs.solvers.polynomial import QuadraticSystem, QuadraticSystemBuilder, _embed
 
 _PROPERTIES = {
     "S": SchemeProperties(
@@ -111,14 +112,111 @@ class GGLVI(Solver):
                                  f"velocity update and leaves the step equations singular)")
         self.properties = _PROPERTIES[variant]
 
+    def _polynomial_applies(self, model) -> bool:
+        # Variant A only: there (79c) is linear, so v^{n+1} = M^-1 (theta p^n + (1 - theta)
+        # p^{n+1}) is eliminated and the step has the unknowns of EM. In S and B the velocity
+        # equation is bilinear and the assembled path is used.
+        return self.variant == "A" and super()._polynomial_applies(model)
+
+    def _build_polynomial(self) -> QuadraticSystem:
+        """(79a-e) with v^{n+1} eliminated, as a quadratic polynomial in
+        (q0, p0; q1, p1, lambda, gamma)."""
+        model, h, n, m, theta = self.model, self.h, self.model.n, self.model.m, self.theta
+        builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
+                                         {"q0": n, "p0": n},
+                                         {"q1": n, "p1": n, "lam": m, "gam": m})
+        q0, p0, q1, p1, lam, gam = (builder.variable(name) for name in
+                                    ("q0", "p0", "q1", "p1", "lam", "gam"))
+        q_th = (1.0 - theta) * q0 + theta * q1
+        momentum = theta * p0 + (1.0 - theta) * p1  # = M v^{n+1} by (79c)
+        v1 = momentum.mapped(model.inverse_mass_matrix)
+        for name, size in (("a", n), ("b", n), ("d", m), ("e", m)):
+            builder.equation(name, size)
+        builder.add_linear("a", (q1 - q0).mapped(model.mass_matrix / h) - momentum)
+        builder.add_jacobian_transpose_product("a", q_th, gam, -1.0)
+        builder.add_linear("b", (p1 - p0) * (1.0 / h))
+        builder.add_jacobian_transpose_product("b", q_th, lam)
+        builder.add_hessian_product("b", gam, v1)
+        force = model.constant_potential_gradient()
+        if force is not None:
+            builder.add_constant("b", force)
+        builder.add_constraints("d", q_th)
+        builder.add_jacobian_product("e", q_th, v1)
+        return builder.build(dense=model.dense)
+
+    def _polynomial_key(self) -> tuple:
+        return (self.variant, self.theta, self.vartheta)
+
+    def _identity_block(self, polynomial: bool):
+        n = self.model.n
+        if self.variant == "S":
+            return None
+        if polynomial:  # (79a) with v1 eliminated: d/dp1 = -(1 - theta) I
+            return (slice(0, n), slice(n, 2 * n), -(1.0 - self.theta))
+        # assembled theta variants: d(79c)/dp1 = -(1 - theta) I (rows of (79c), columns of p1)
+        return (slice(2 * n, 3 * n), slice(n, 2 * n), -(1.0 - self.theta))
+
+    def _potential_terms(self, q0: np.ndarray):
+        """grad V(q^{n+theta}) of a potential that is not linear in q, as the ``extra``
+        terms of the polynomial system (None for uniform gravity)."""
+        if self._constant_force is not None:  # uniform gravity: a constant of the system
+            return None
+        model, n, m, theta = self.model, self.model.n, self.model.m, self.theta
+        rows = slice(n, 2 * n)
+        size = 2 * n + 2 * m
+
+        def extra(x, jacobian):
+            q_th = (1.0 - theta) * q0 + theta * x[:n]
+            force = np.zeros(size)
+            force[rows] = model.potential_gradient(q_th)
+            if not jacobian:
+                return force, None
+            return force, _embed(theta * model.potential_hessian_matrix(q_th), n, size)
+
+        return extra
+
+    def _polynomial_newton_system(self, q0: np.ndarray, p0: np.ndarray):
+        self._polynomial.start(np.concatenate([q0, p0]), self._potential_terms(q0))
+        return self._polynomial.evaluate, self._initial_guess(q0, p0)
+
+    def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
+        return np.concatenate([self._predict(q0, p0), p0, self._lam, self._gam])
+
+    def _velocity_map(self):
+        n, m, theta = self.model.n, self.model.m, self.theta
+        inverse = self.model.inverse_mass_matrix.toarray()
+        from_data, from_unknowns = np.zeros((n, 2 * n)), np.zeros((n, 2 * n + 2 * m))
+        from_data[:, n:] = theta * inverse  # v^{n+1} = M^-1 (theta p0 + (1 - theta) p1)
+        from_unknowns[:, n:2 * n] = (1.0 - theta) * inverse
+        return from_data, from_unknowns
+
+    _warm_gamma = True
+
+    def _polynomial_step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+        if self._compiled is not None:
+            return self._compiled_step(q0, p0)
+        n, m, theta = self.model.n, self.model.m, self.theta
+        x, iterations, residual = self._solve_polynomial(
+            q0, p0, self._initial_guess(q0, p0), self._potential_terms(q0))
+        q1, p1 = x[:n], x[n:2 * n]
+        self._lam, self._gam = x[2 * n:2 * n + m], x[2 * n + m:]
+        v1 = self._minv @ (theta * p0 + (1.0 - theta) * p1)
+        # (79d), (79e) at the accepted iterate
+        enforced = (self._max(residual[2 * n:2 * n + m]), self._max(residual[2 * n + m:]))
+        return StepResult(q1, p1, v1, self._lam.copy(), self._gam.copy(), iterations, enforced)
+
     def newton_system(self, q0: np.ndarray, p0: np.ndarray):
         """(residual_and_jacobian, x0) of the step from (q0, p0); x = (q1, p1, v, lambda,
-        gamma)."""
+        gamma), or (q1, p1, lambda, gamma) with the polynomial backend (variant A)."""
+        if self._polynomial is not None:
+            return self._polynomial_newton_system(q0, p0)
         if self.variant == "S":
             return self._system_first_order(q0, p0)
         return self._system_theta(q0, p0)
 
     def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+        if self._polynomial is not None:
+            return self._polynomial_step(q0, p0)
         model, h, n, m = self.model, self.h, self.model.n, self.model.m
         residual_and_jacobian, x0 = self.newton_system(q0, p0)
         x, iterations, _ = self._solve(residual_and_jacobian, x0, q0, p0)

@@ -47,8 +47,10 @@ class Rattle(Solver):
         q_free = q0 + h * (minv @ p_free)
         minv_jac0_t = minv @ jac0.T
         if m:
-            def residual_and_jacobian(lam):
+            def residual_and_jacobian(lam, jacobian=True):
                 q1 = q_free - 0.5 * h * h * (minv_jac0_t @ lam)
+                if not jacobian:
+                    return model.constraints(q1), None
                 return (model.constraints(q1),
                         -0.5 * h * h * (model.jacobian_matrix(q1) @ minv_jac0_t))
 

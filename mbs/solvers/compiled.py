@@ -1,0 +1,444 @@
+"""Optional compiled backend: the whole Newton solve of a polynomial step in one numba call.
+
+The :class:`~mbs.solvers.polynomial.QuadraticSystem` of a scheme is plain arrays (a CSR tensor,
+dense matrices, the factored constraint maps), so its Newton iteration can run in compiled code
+with no Python in the loop: fold the step data in, then per iteration one CSR mat-vec, a dense
+residual and Jacobian, and an LU solve (LAPACK through numba). It is used by
+``backend="compiled"`` and falls back to the numpy polynomial path, with a warning, when numba is
+not installed or the model has a term the kernel does not cover (non-linear potentials, which
+are evaluated by Python code; simplified Newton).
+
+numba compiles the kernel on first use and caches the machine code on disk (``cache=True``),
+so the cost is paid once per machine: :func:`compile_seconds` reports what the first call in
+this process took.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+try:  # optional dependency: pip install "mbs[fast]"
+    import numba
+except ImportError:  # pragma: no cover - exercised when numba is absent
+    numba = None
+
+if numba is not None:
+    _jit = numba.njit(cache=True, nogil=True)
+    # reassociation lets LLVM vectorise the dot products of the triangular solves; no
+    # fast-math flag that assumes finite values (NaN/inf checks must stay)
+    _jit_dots = numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+else:  # pragma: no cover - the solvers never call the kernels without numba
+    def _jit(function):
+        return function
+
+    _jit_dots = _jit
+
+#: Outcome codes of the kernel.
+CONVERGED, RESIDUAL_NOT_FINITE, SINGULAR, INCREMENT_NOT_FINITE, NOT_CONVERGED = range(5)
+
+_compile_seconds: float | None = None
+
+
+def available() -> bool:
+    """True when numba can be imported."""
+    return numba is not None
+
+
+def compile_seconds() -> float | None:
+    """Wall time of the first kernel call in this process (compilation or cache load)."""
+    return _compile_seconds
+
+
+@_jit
+def _lu_factor(a, pivots):
+    """In-place LU with partial pivoting of the C-ordered square matrix ``a`` (row swaps
+    in ``pivots``); returns False when a pivot is zero. Row operations skip zero
+    multipliers: Newton matrices of multibody steps are mostly zeros."""
+    n = a.shape[0]
+    for k in range(n):
+        pivot = k
+        largest = abs(a[k, k])
+        for i in range(k + 1, n):
+            if abs(a[i, k]) > largest:
+                largest = abs(a[i, k])
+                pivot = i
+        pivots[k] = pivot
+        if largest == 0.0 or not np.isfinite(largest):
+            return False
+        if pivot != k:
+            for j in range(n):
+                a[k, j], a[pivot, j] = a[pivot, j], a[k, j]
+        inverse = 1.0 / a[k, k]
+        for i in range(k + 1, n):
+            factor = a[i, k]
+            if factor != 0.0:
+                factor *= inverse
+                a[i, k] = factor
+                for j in range(k + 1, n):
+                    a[i, j] -= factor * a[k, j]
+    return True
+
+
+@_jit_dots
+def _lu_solve(a, pivots, b):
+    """Solve with the factors of :func:`_lu_factor`, overwriting ``b``."""
+    n = a.shape[0]
+    for k in range(n):
+        if pivots[k] != k:
+            b[k], b[pivots[k]] = b[pivots[k]], b[k]
+    for i in range(n):
+        s = b[i]
+        for j in range(i):
+            s -= a[i, j] * b[j]
+        b[i] = s
+    for i in range(n - 1, -1, -1):
+        s = b[i]
+        for j in range(i + 1, n):
+            s -= a[i, j] * b[j]
+        b[i] = s / a[i, i]
+
+
+@_jit
+def _condense(jac, block_rows, block_cols, alpha, other_rows, other_cols, schur):
+    """Schur complement S = J[o_r, o_c] - J[o_r, c] J[a, o_c] / alpha of J on the block
+    J[a, c] = alpha I (a = block_rows, c = block_cols; o_* the others), see
+    :class:`mbs.solvers.newton.Factorization`."""
+    size = other_rows.shape[0]
+    for i in range(size):
+        for j in range(size):
+            schur[i, j] = jac[other_rows[i], other_cols[j]]
+    inverse = 1.0 / alpha
+    for i in range(size):
+        row = other_rows[i]
+        for k in range(block_rows.shape[0]):
+            coupling = jac[row, block_cols[k]]
+            if coupling != 0.0:
+                coupling *= inverse
+                block_row = block_rows[k]
+                for j in range(size):
+                    schur[i, j] -= coupling * jac[block_row, other_cols[j]]
+
+
+@_jit
+def _condensed_solve(jac, schur, pivots, block_rows, block_cols, alpha, other_rows,
+                     other_cols, rhs, reduced, out):
+    """Solve J out = rhs with the LU factors of the Schur complement of :func:`_condense`."""
+    inverse = 1.0 / alpha
+    for i in range(other_rows.shape[0]):
+        row = other_rows[i]
+        s = rhs[row]
+        for k in range(block_rows.shape[0]):
+            coupling = jac[row, block_cols[k]]
+            if coupling != 0.0:
+                s -= coupling * inverse * rhs[block_rows[k]]
+        reduced[i] = s
+    _lu_solve(schur, pivots, reduced)
+    for i in range(other_cols.shape[0]):
+        out[other_cols[i]] = reduced[i]
+    for k in range(block_rows.shape[0]):
+        block_row = block_rows[k]
+        s = rhs[block_row]
+        for j in range(other_cols.shape[0]):
+            s -= jac[block_row, other_cols[j]] * reduced[j]
+        out[block_cols[k]] = s * inverse
+
+
+@_jit
+def _residual(x, c_step, l_step, pattern_row, pattern_col, tensor_indptr, tensor_indices,
+              tensor_data, jac, override_start, uv_indptr, uv_indices, uv_data, uv_step,
+              term_row, term_scale, row_constant, residual):
+    """R(x) = c + (L + D(x)/2) x into ``residual``; the Jacobian L + D(x) into ``jac`` when
+    it is given (size > 0); constraint rows from the factored form.
+
+    L and D live on the Jacobian's fixed sparsity pattern (entry p at pattern_row[p],
+    pattern_col[p]): ``l_step[p]`` and row p of the CSR tensor (D(x)[p] = T[p] . x)."""
+    with_jacobian = jac.shape[0] > 0
+    residual[:] = c_step
+    if with_jacobian:
+        jac[:, :] = 0.0
+    for p in range(pattern_row.shape[0]):
+        s = 0.0
+        for k in range(tensor_indptr[p], tensor_indptr[p + 1]):
+            s += tensor_data[k] * x[tensor_indices[k]]
+        row = pattern_row[p]
+        j = pattern_col[p]
+        residual[row] += (l_step[p] + 0.5 * s) * x[j]
+        if with_jacobian:
+            jac[row, j] = l_step[p] + s
+    if override_start >= 0:
+        # constraint rows sum_t scale_t (u_t . v_t) + e from the factored form; u (then v)
+        # are the first (second) half of the affine vectors uv = U x + uv_step
+        for k in range(row_constant.shape[0]):
+            residual[override_start + k] = row_constant[k]
+        half_terms = term_row.shape[0]
+        for t in range(half_terms):
+            dot = 0.0
+            for c in range(3):
+                u_row = 3 * t + c
+                v_row = 3 * (t + half_terms) + c
+                u = uv_step[u_row]
+                for p in range(uv_indptr[u_row], uv_indptr[u_row + 1]):
+                    u += uv_data[p] * x[uv_indices[p]]
+                v = uv_step[v_row]
+                for p in range(uv_indptr[v_row], uv_indptr[v_row + 1]):
+                    v += uv_data[p] * x[uv_indices[p]]
+                dot += u * v
+            residual[override_start + term_row[t]] += term_scale[t] * dot
+
+
+@_jit
+def _newton_step(data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, tensor_dd_data,
+                 pattern_row, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
+                 pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
+                 constant, linear_data, linear_pattern,
+                 override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
+                 term_row, term_scale, row_constant,
+                 segment_lo, segment_hi, floors, tolerance, stagnation, contraction,
+                 refactor_above, max_iterations, block_rows, block_cols, alpha, other_rows,
+                 other_cols, residual_out):
+    """Newton on R(x) = c + L x + 1/2 D(x) x = 0 at step data ``data`` (see polynomial.py),
+    with the stopping rules and factorisation reuse of :func:`mbs.solvers.newton.newton`.
+
+    ``x`` holds the initial guess and is overwritten with the solution; ``residual_out``
+    receives R at the accepted iterate. Returns (code, iterations, residual max-norm,
+    last relative increment, factorisations).
+    """
+    n_eq = constant.shape[0]
+    n_d = data.shape[0]
+    n_x = x.shape[0]
+    # fold the data: c_step = c + L_d d + 1/2 D_dd(d) d,  L_step = L_x + D_xd(d)
+    c_step = constant + linear_data @ data
+    for flat in tensor_dd_rows:
+        s = 0.0
+        for p in range(tensor_dd_indptr[flat], tensor_dd_indptr[flat + 1]):
+            s += tensor_dd_data[p] * data[tensor_dd_indices[p]]
+        row = flat // n_d
+        c_step[row] += 0.5 * s * data[flat - row * n_d]
+    l_step = linear_pattern.copy()
+    for p in range(l_step.shape[0]):
+        s = 0.0
+        for k in range(tensor_xd_indptr[p], tensor_xd_indptr[p + 1]):
+            s += tensor_xd_data[k] * data[tensor_xd_indices[k]]
+        l_step[p] += s
+    uv_step = uv_from_data @ data + uv_const
+    jac = np.empty((n_eq, n_x))
+    no_jacobian = np.empty((0, 0))
+    reduced_size = other_rows.shape[0]
+    schur = np.empty((reduced_size, reduced_size))
+    reduced = np.empty(reduced_size)
+    pivots = np.empty(reduced_size, dtype=np.int64)
+    step = np.empty(n_x)
+    previous = np.inf
+    increment = np.inf
+    norm = np.inf
+    fresh = True
+    factorizations = 0
+    for iteration in range(1, max_iterations + 1):
+        _residual(x, c_step, l_step, pattern_row, pattern_col, tensor_xx_indptr,
+                  tensor_xx_indices, tensor_xx_data, jac if fresh else no_jacobian,
+                  override_start, uv_indptr, uv_indices, uv_data, uv_step, term_row,
+                  term_scale, row_constant, residual_out)
+        norm = 0.0
+        for row in range(n_eq):
+            norm = max(norm, abs(residual_out[row]))
+        if not np.isfinite(norm):
+            return RESIDUAL_NOT_FINITE, iteration, norm, increment, factorizations
+        if fresh:
+            factorizations += 1
+            _condense(jac, block_rows, block_cols, alpha, other_rows, other_cols, schur)
+            if not _lu_factor(schur, pivots):
+                return SINGULAR, iteration, norm, increment, factorizations
+        _condensed_solve(jac, schur, pivots, block_rows, block_cols, alpha, other_rows,
+                         other_cols, residual_out, reduced, step)
+        for j in range(n_x):
+            if not np.isfinite(step[j]):
+                return INCREMENT_NOT_FINITE, iteration, norm, increment, factorizations
+        x -= step
+        increment = 0.0
+        for b in range(floors.shape[0]):
+            largest_step = 0.0
+            largest_x = floors[b]
+            for j in range(segment_lo[b], segment_hi[b]):
+                largest_step = max(largest_step, abs(step[j]))
+                largest_x = max(largest_x, abs(x[j]))
+            increment = max(increment, largest_step / largest_x)
+        if (increment <= tolerance
+                or (fresh and increment <= stagnation and increment > 0.5 * previous)):
+            _residual(x, c_step, l_step, pattern_row, pattern_col, tensor_xx_indptr,
+                      tensor_xx_indices, tensor_xx_data, no_jacobian, override_start,
+                      uv_indptr, uv_indices, uv_data, uv_step, term_row, term_scale,
+                      row_constant, residual_out)
+            return CONVERGED, iteration, norm, increment, factorizations
+        fresh = increment > contraction * previous or increment > refactor_above
+        previous = increment
+    return NOT_CONVERGED, max_iterations, norm, increment, factorizations
+
+
+@_jit
+def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
+               first, count, inverse_mass, h, advanced, force_scale, lam_guess, gam_guess,
+               warm_gamma, velocity_from_data, velocity_from_unknowns, m,
+               tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, tensor_dd_data,
+               pattern_row, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
+               pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
+               constant, linear_data, linear_pattern,
+               override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
+                 term_row, term_scale, row_constant,
+               tolerance, stagnation, contraction, refactor_above, max_iterations,
+               block_rows, block_cols, alpha, other_rows, other_cols):
+    """Steps first .. first + count - 1 of a run whose unknowns are (q1, p1, lambda, gamma).
+
+    Row k of q_out/p_out is the state at step k; rows k + 1 are written. The predictor is
+    seed 003's advanced (q + h M^-1 p) or simple guess; lambda starts from the previous step,
+    gamma from the previous step (``warm_gamma``) or zero. Returns (steps done, code of the
+    failed step or CONVERGED, its residual norm, increment, iterations, LU factorisations).
+    """
+    n = q_out.shape[1]
+    n_x = 2 * n + 2 * m
+    data = np.empty(2 * n)
+    x = np.empty(n_x)
+    residual = np.empty(constant.shape[0])
+    segment_lo = np.array([0, n])
+    segment_hi = np.array([n, 2 * n])
+    floors = np.empty(2)
+    lam = lam_guess.copy()
+    gam = gam_guess.copy()
+    total_factorizations = 0
+    for k in range(first, first + count):
+        q0 = q_out[k]
+        p0 = p_out[k]
+        data[:n] = q0
+        data[n:] = p0
+        if advanced:
+            x[:n] = q0 + h * (inverse_mass @ p0)
+        else:
+            x[:n] = q0
+        x[n:2 * n] = p0
+        x[2 * n:2 * n + m] = lam
+        if warm_gamma:
+            x[2 * n + m:] = gam
+        else:
+            x[2 * n + m:] = 0.0
+        largest_q = 1e-300
+        largest_p = h * force_scale
+        for j in range(n):
+            largest_q = max(largest_q, abs(q0[j]))
+            largest_p = max(largest_p, abs(p0[j]))
+        floors[0] = largest_q
+        floors[1] = max(largest_p, 1e-300)
+        code, iterations, norm, increment, factorizations = _newton_step(
+            data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, tensor_dd_data,
+            pattern_row, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
+            pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
+            constant, linear_data, linear_pattern,
+            override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
+                 term_row, term_scale, row_constant,
+            segment_lo, segment_hi, floors, tolerance, stagnation, contraction, refactor_above,
+            max_iterations, block_rows, block_cols, alpha, other_rows, other_cols, residual)
+        total_factorizations += factorizations
+        if code != CONVERGED:
+            return k - first, code, norm, increment, iterations, total_factorizations
+        q_out[k + 1] = x[:n]
+        p_out[k + 1] = x[n:2 * n]
+        lam = x[2 * n:2 * n + m].copy()
+        gam = x[2 * n + m:].copy()
+        lam_out[k] = lam
+        gam_out[k] = gam
+        velocity_out[k] = velocity_from_data @ data + velocity_from_unknowns @ x
+        position = 0.0
+        velocity = 0.0
+        for row in range(m):
+            position = max(position, abs(residual[2 * n + row]))
+            velocity = max(velocity, abs(residual[2 * n + m + row]))
+        enforced_out[k, 0] = position
+        enforced_out[k, 1] = velocity
+        iterations_out[k] = iterations
+    return count, CONVERGED, 0.0, 0.0, 0, total_factorizations
+
+
+def record_compile_time(seconds: float) -> None:
+    """Remember the first kernel call's wall time (compilation or cache load)."""
+    global _compile_seconds
+    if _compile_seconds is None:
+        _compile_seconds = seconds
+
+
+class CompiledSystem:
+    """The arrays of a dense :class:`QuadraticSystem` laid out for the kernel."""
+
+    def __init__(self, system, m: int, identity_block: tuple[slice, slice, float] | None):
+        self.m = m
+        size = system.n_unknowns
+        if identity_block is None:  # no block to condense: the Schur complement is J
+            everything = np.arange(size, dtype=np.int64)
+            self.condensation = (np.zeros(0, np.int64), np.zeros(0, np.int64), 1.0,
+                                 everything, everything)
+        else:
+            rows, cols, alpha = identity_block
+            self.condensation = (
+                np.arange(rows.start, rows.stop, dtype=np.int64),
+                np.arange(cols.start, cols.stop, dtype=np.int64), float(alpha),
+                np.r_[0:rows.start, rows.stop:size].astype(np.int64),
+                np.r_[0:cols.start, cols.stop:size].astype(np.int64))
+        if not system.dense:
+            raise ValueError("the compiled backend needs a dense QuadraticSystem")
+        overrides = [o for o in system._overrides if o is not None]
+        if len(overrides) > 1:
+            raise ValueError("the compiled backend supports one block of constraint rows")
+
+        def csr(matrix):
+            return (matrix.indptr.astype(np.int64), matrix.indices.astype(np.int64),
+                    matrix.data.astype(float))
+
+        n_x = system.n_unknowns
+        linear_x = np.asarray(system.linear_unknowns)
+        # the Jacobian's sparsity pattern: L_x, and the (row, j) slots of D_xd and D_xx
+        keys = np.unique(np.concatenate([
+            np.flatnonzero(linear_x.ravel()),
+            np.flatnonzero(np.diff(system.tensor_xd.indptr)),
+            np.flatnonzero(np.diff(system.tensor_xx.indptr))])).astype(np.int64)
+        dd_rows = np.flatnonzero(np.diff(system.tensor_dd.indptr)).astype(np.int64)
+        self.tensors = (dd_rows, *csr(system.tensor_dd),
+                        keys // n_x, *csr(sp.csr_matrix(system.tensor_xd)[keys]),
+                        keys % n_x, *csr(sp.csr_matrix(system.tensor_xx)[keys]))
+        self.pattern_size = keys.size
+        self.constant = system.constant
+        self.linear_data = np.ascontiguousarray(system.linear_data)
+        self.linear_unknowns = np.ascontiguousarray(linear_x.ravel()[keys])
+        if overrides:
+            start, rows, uv_map, uv_from_data, uv_const, _, row_constant, _ = overrides[0]
+            factored = system.table.factored
+            uv_from_data = np.asarray(uv_from_data.toarray() if hasattr(uv_from_data, "toarray")
+                                      else uv_from_data)
+            uv_csr = sp.csr_matrix(uv_map)
+            self.override = (int(start), uv_csr.indptr.astype(np.int64),
+                             uv_csr.indices.astype(np.int64), uv_csr.data.astype(float),
+                             np.ascontiguousarray(uv_from_data), np.asarray(uv_const, float),
+                             factored.row.astype(np.int64), factored.scale.astype(float),
+                             np.asarray(row_constant, float))
+        else:
+            n_d = system.n_data
+            self.override = (-1, np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0),
+                             np.zeros((0, n_d)), np.zeros(0), np.zeros(0, np.int64),
+                             np.zeros(0), np.zeros(0))
+
+    def run(self, q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
+            first: int, count: int, inverse_mass, h: float, advanced: bool,
+            force_scale: float, lam_guess, gam_guess, warm_gamma: bool, velocity_maps,
+            options):
+        """Run :func:`_run_steps` (see there) with this system's arrays."""
+        started = time.perf_counter() if _compile_seconds is None else None
+        result = _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
+                            iterations_out, first, count, inverse_mass, h, advanced,
+                            force_scale, lam_guess, gam_guess, warm_gamma, velocity_maps[0],
+                            velocity_maps[1], self.m, *self.tensors, self.constant,
+                            self.linear_data, self.linear_unknowns, *self.override,
+                            options.tolerance, options.stagnation_level,
+                            options.contraction, options.refactor_above,
+                            options.max_iterations, *self.condensation)
+        if started is not None:
+            record_compile_time(time.perf_counter() - started)
+        return result

@@ -1,0 +1,231 @@
+"""The precomputed polynomial step equations and the compiled kernel (issue 7 hot path).
+
+Truth is the element-wise assembled residual of each scheme (itself checked against finite
+differences in test_newton_jacobians.py): the polynomial form must be the same function, its
+Jacobian the exact derivative, and whole trajectories must agree to round-off. The compiled
+kernel must reproduce the numpy polynomial path, conserve what the scheme conserves, and fall
+back (with a warning) where it does not apply.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import mbs
+from mbs.solvers import EnergyMomentum, NewtonOptions, compiled, make_solver
+from mbs.solvers.newton import Factorization
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import double_pendulum  # noqa: E402
+import four_bar  # noqa: E402
+import four_particle  # noqa: E402
+import heavy_top  # noqa: E402
+
+
+def spring_mechanism() -> mbs.Model:
+    """Rigid link on a revolute joint, a point mass on a (non-polynomial) spring, gravity."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    link = system.add(mbs.RigidBody(mass=2.0, inertia=(0.3, 0.4, 0.5), name="link"))
+    link.set_state(position=(0.0, 0.0, -0.5), velocity=(-0.5, 0.0, 0.0),
+                   angular_velocity=(0.0, 1.0, 0.0))
+    system.add(mbs.joints.Revolute(system.ground, link, point=(0, 0, 0), axis=(0, 1, 0)))
+    bob = system.add(mbs.PointMass(mass=0.5, name="bob"))
+    bob.set_state(position=(0.5, 0.0, -1.0), velocity=(0.0, 0.3, 0.0))
+    system.add(mbs.forces.Spring(link, bob, stiffness=30.0, rest_length=0.3))
+    return system.compile()
+
+
+MODELS = {
+    "heavy_top": lambda: heavy_top.build().compile(),
+    "four_particle": lambda: four_particle.build().compile(),
+    "double_pendulum": lambda: double_pendulum.build().compile(),
+    "four_bar": lambda: four_bar.build().compile(),
+    "spring": spring_mechanism,
+}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def model(request):
+    return MODELS[request.param]()
+
+
+@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a"])
+def test_polynomial_residual_equals_assembled(model, scheme):
+    rng = np.random.default_rng(11)
+    assembled = make_solver(scheme, backend="assembled")
+    polynomial = make_solver(scheme, backend="polynomial")
+    q0 = model.q0 + 0.05 * rng.standard_normal(model.n)
+    p0 = model.p0 + 0.5 * rng.standard_normal(model.n)
+    for solver in (assembled, polynomial):
+        solver.start(model, model.q0, model.p0, 2e-3)
+    assert polynomial._polynomial is not None and assembled._polynomial is None
+    f_assembled, x_assembled = assembled.newton_system(q0, p0)
+    f_polynomial, x_polynomial = polynomial.newton_system(q0, p0)
+    n, m = model.n, model.m
+    if scheme == "ggl-vi-a":  # the polynomial form eliminates v1 = M^-1 (p0 + p1) / 2
+        keep = np.r_[0:2 * n, 3 * n:3 * n + 2 * m]
+        x = x_polynomial + 0.05 * rng.standard_normal(x_polynomial.size)
+        x_full = np.concatenate([x[:2 * n], model.inverse_mass_matrix @ (0.5 * (p0 + x[n:2 * n])),
+                                 x[2 * n:]])
+        rows = np.r_[0:2 * n, 3 * n:3 * n + 2 * m]
+        r_a, j_a = f_assembled(x_full)
+        r_a = r_a[rows]
+        # chain rule through v1(p1): J_poly = J[:, keep] + J[:, v] dv/dp1
+        dv = 0.5 * model.inverse_mass_matrix.toarray()
+        j_full = j_a[rows]
+        j_a = j_full[:, keep]
+        j_a[:, n:2 * n] += j_full[:, 2 * n:3 * n] @ dv
+    else:
+        np.testing.assert_array_equal(x_assembled, x_polynomial)
+        x = x_polynomial + 0.05 * rng.standard_normal(x_polynomial.size)
+        r_a, j_a = f_assembled(x)
+    r_p, j_p = f_polynomial(x)
+    np.testing.assert_allclose(r_p, r_a, rtol=0, atol=1e-12 * max(1.0, np.abs(r_a).max()))
+    np.testing.assert_allclose(j_p, j_a, rtol=0, atol=1e-12 * np.abs(j_a).max())
+
+
+def test_polynomial_jacobian_against_finite_differences():
+    model = spring_mechanism()
+    solver = make_solver("em", backend="polynomial")
+    solver.start(model, model.q0, model.p0, 0.01)
+    system, x0 = solver.newton_system(model.q0, model.p0)
+    x = x0 + 0.01 * np.random.default_rng(5).standard_normal(x0.size)
+    step = 1e-6
+    numeric = np.column_stack([
+        (system(x + step * e)[0] - system(x - step * e)[0]) / (2 * step)
+        for e in np.eye(x.size)])
+    analytic = system(x)[1]
+    # the discrete-gradient derivative of the (non-polynomial) spring is the documented
+    # 1/2 Hess V(q_mid) approximation; every other entry is exact
+    np.testing.assert_allclose(analytic, numeric, atol=2e-3 * np.abs(numeric).max())
+
+
+@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a"])
+def test_polynomial_and_assembled_trajectories_agree(model, scheme):
+    runs = [mbs.simulate(model, make_solver(scheme, backend=backend), h=2e-3, t_end=0.2)
+            for backend in ("assembled", "polynomial")]
+    a, b = runs
+    scale = max(np.abs(a.p).max(), 1e-300)
+    assert np.abs(a.q - b.q).max() <= 1e-11
+    assert np.abs(a.p - b.p).max() <= 1e-11 * scale
+    np.testing.assert_array_equal(a.stats["newton_iterations"], b.stats["newton_iterations"])
+    assert np.abs(a.enforced_residuals - b.enforced_residuals).max() <= 1e-12
+
+
+def test_auto_backend_picks_polynomial_for_quadratic_constraints():
+    model = heavy_top.build().compile()
+    for scheme, expected in (("em", True), ("ggl-vi-a", True), ("ggl-vi-s", False),
+                             ("ggl-vi-b", False)):
+        solver = make_solver(scheme)
+        solver.start(model, model.q0, model.p0, 1e-3)
+        assert (solver._polynomial is not None) is expected, scheme
+
+
+def test_polynomial_backend_rejects_user_constraints():
+    system = mbs.System()
+    a = system.add(mbs.PointMass(1.0, name="a"))
+    a.set_state(position=(1.0, 0.0, 0.0), velocity=(0.0, 1.0, 0.0))
+
+    def value(q):
+        return np.array([q[0] ** 4 + q[1] ** 4 - 1.0])
+
+    def jacobian(q):
+        return np.array([[4 * q[0] ** 3, 4 * q[1] ** 3, 0.0]])
+
+    system.add(mbs.joints.UserConstraint([a], value, jacobian, name="quartic"))
+    model = system.compile()
+    with pytest.raises(mbs.ModelError, match="quadratic"):
+        mbs.simulate(model, EnergyMomentum(backend="polynomial"), h=1e-3, t_end=0.01)
+    sol = mbs.simulate(model, EnergyMomentum(), h=1e-3, t_end=0.01)  # auto: assembled path
+    assert sol.stats["completed"]
+
+
+def test_unknown_backend_is_rejected():
+    with pytest.raises(mbs.ModelError, match="backend"):
+        EnergyMomentum(backend="gpu")
+
+
+# -- compiled kernel ----------------------------------------------------------------------------
+needs_numba = pytest.mark.skipif(not compiled.available(), reason="numba not installed")
+
+
+@needs_numba
+@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a"])
+@pytest.mark.parametrize("name", ["heavy_top", "double_pendulum", "four_bar"])
+def test_compiled_kernel_reproduces_numpy_path(name, scheme):
+    model = MODELS[name]()
+    a = mbs.simulate(model, make_solver(scheme), h=2e-3, t_end=0.3)
+    b = mbs.simulate(model, make_solver(scheme, backend="compiled"), h=2e-3, t_end=0.3)
+    assert np.abs(a.q - b.q).max() <= 1e-11
+    assert np.abs(a.p - b.p).max() <= 1e-11 * np.abs(a.p).max()
+    assert np.abs(a.scheme_velocities - b.scheme_velocities).max() <= 1e-10 * np.abs(
+        a.scheme_velocities).max()
+    np.testing.assert_array_equal(a.stats["newton_iterations"], b.stats["newton_iterations"])
+    assert np.abs(a.enforced_residuals - b.enforced_residuals).max() <= 1e-12
+    if scheme == "em":
+        energy = b.energy()
+        assert np.abs(energy - energy[0]).max() <= 1e-12 * np.abs(energy[0])
+
+
+@needs_numba
+def test_compiled_heavy_top_conserves_over_long_run():
+    model = heavy_top.build().compile()
+    sol = mbs.simulate(model, EnergyMomentum(backend="compiled"), h=2e-3, t_end=10.0)
+    energy = sol.energy()
+    j3 = sol.angular_momentum()[:, 2]
+    assert np.abs(energy - energy[0]).max() <= 1e-12 * abs(energy[0])
+    assert np.abs(j3 - j3[0]).max() <= 1e-12 * np.abs(sol.angular_momentum()).max()
+    assert np.max(sol.constraint_residuals()["position"]) <= 1e-12
+    assert compiled.compile_seconds() is not None
+
+
+@needs_numba
+def test_compiled_failure_falls_back_to_step_and_refines():
+    model = heavy_top.build().compile()
+    solver = EnergyMomentum(backend="compiled", newton=NewtonOptions(max_iterations=5))
+    with pytest.raises(mbs.SolverError) as info:
+        mbs.simulate(model, solver, h=0.01, t_end=0.5)
+    assert info.value.solution.t.size == info.value.step + 1
+    solver = EnergyMomentum(backend="compiled", newton=NewtonOptions(max_iterations=5))
+    sol = mbs.simulate(model, solver, h=0.01, t_end=0.5, on_failure="refine")
+    assert sol.stats["completed"] and sol.stats["refined_steps"]
+    energy = sol.energy()
+    assert np.abs(energy - energy[0]).max() <= 1e-12 * abs(energy[0])
+
+
+@needs_numba
+def test_compiled_falls_back_with_warning_for_nonlinear_potential():
+    model = spring_mechanism()
+    with pytest.warns(UserWarning, match="falls back"):
+        sol = mbs.simulate(model, EnergyMomentum(backend="compiled"), h=1e-3, t_end=0.05)
+    reference = mbs.simulate(model, EnergyMomentum(), h=1e-3, t_end=0.05)
+    np.testing.assert_array_equal(sol.q, reference.q)
+
+
+def test_compiled_falls_back_without_numba(monkeypatch):
+    monkeypatch.setattr(compiled, "numba", None)
+    model = heavy_top.build().compile()
+    with pytest.warns(UserWarning, match="numba is not installed"):
+        sol = mbs.simulate(model, EnergyMomentum(backend="compiled"), h=1e-3, t_end=0.02)
+    reference = mbs.simulate(model, EnergyMomentum(), h=1e-3, t_end=0.02)
+    np.testing.assert_array_equal(sol.q, reference.q)
+
+
+# -- condensed sparse factorisation -------------------------------------------------------------
+def test_condensed_factorization_solves_the_full_system():
+    rng = np.random.default_rng(2)
+    size, block = 600, 150
+    matrix = sp.random(size, size, density=0.01, random_state=3, format="lil")
+    matrix.setdiag(10.0 + rng.random(size))
+    matrix[0:block, block:2 * block] = -0.5 * sp.identity(block)
+    matrix = matrix.tocsr()
+    rhs = rng.standard_normal(size)
+    factor = Factorization(matrix, (slice(0, block), slice(block, 2 * block), -0.5))
+    assert factor._block is not None
+    solution = factor.solve(rhs)
+    np.testing.assert_allclose(matrix @ solution, rhs, atol=1e-10 * np.abs(rhs).max())
