@@ -34,6 +34,9 @@ import scipy.sparse as sp
 from mbs.quadratic import QuadraticTable
 from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, _getrf, _getrs, _segments
 
+#: max of an array without ndarray.max's Python-level wrapper (~1 us per call on small arrays)
+_max = np.maximum.reduce
+
 try:  # direct CSR mat-vec into a preallocated buffer: ~2x cheaper than ``matrix @ x``
     from scipy.sparse._sparsetools import csr_matvec as _csr_matvec
 except ImportError:  # pragma: no cover - private SciPy API; fall back to the public one
@@ -312,7 +315,8 @@ class QuadraticSystem:
                                  (np.repeat(factored.row, 3), np.arange(3 * terms))),
                                 shape=(rows, 3 * terms))
         convert = (lambda a: a.toarray()) if self.dense else (lambda a: a.tocsr())
-        return (start, rows, convert(uv_map @ from_unknowns), uv_map @ from_data, uv_const,
+        return (start, rows, convert(uv_map @ from_unknowns), convert(uv_map @ from_data),
+                uv_const,
                 convert(row_sum), factored.explicit_constant.copy(), 3 * terms)
 
     @property
@@ -334,9 +338,9 @@ class QuadraticSystem:
     def _matvec(matrix: sp.csr_matrix, x: np.ndarray, buffer: np.ndarray) -> np.ndarray:
         if _csr_matvec is None:
             return matrix @ x
-        buffer[:] = 0.0
-        _csr_matvec(matrix.shape[0], matrix.shape[1], matrix.indptr, matrix.indices,
-                    matrix.data, x, buffer)
+        buffer.fill(0.0)
+        rows, cols = matrix._shape  # the property costs a Python call per mat-vec
+        _csr_matvec(rows, cols, matrix.indptr, matrix.indices, matrix.data, x, buffer)
         return buffer
 
     def start(self, data: np.ndarray, extra: Callable | None = None) -> None:
@@ -390,7 +394,7 @@ class QuadraticSystem:
 
         def relative_increment(step, x):
             """max over blocks of max|dx_b| / max(scale_b, max|x_b|)."""
-            return max(float(np.abs(step[span]).max()) / max(floor, float(np.abs(x[span]).max()))
+            return max(float(_max(np.abs(step[span]))) / max(floor, float(_max(np.abs(x[span]))))
                        for span, floor in spans) if spans else 0.0
 
         # Cheap estimate with the block magnitudes of x0 (one vector product per iteration);
@@ -398,7 +402,7 @@ class QuadraticSystem:
         weights = np.zeros(lead.stop - lead.start)
         for span, floor in spans:
             weights[span.start - lead.start:span.stop - lead.start] = 1.0 / max(
-                floor, float(np.abs(x0[span]).max()))
+                floor, float(_max(np.abs(x0[span]))))
         tolerance, stagnation = options.tolerance, options.stagnation_level
         contraction, refactor_above = options.contraction, options.refactor_above
         jac = self._jacobian_buffer
@@ -447,12 +451,12 @@ class QuadraticSystem:
                     iteration, "singular Newton matrix: singular configuration, redundant "
                     "constraints, or a too large step")
             x -= step
-            increment = float((np.abs(step[lead]) * weights).max()) if spans else 0.0
+            increment = float(_max(np.abs(step[lead]) * weights)) if spans else 0.0
             if increment <= 4.0 * max(tolerance, stagnation):
                 increment = relative_increment(step, x)
             if (increment <= tolerance
                     or (fresh and increment <= stagnation and increment > 0.5 * previous)):
-                return x, iteration, factorizations, float(np.abs(residual).max())
+                return x, iteration, factorizations, float(_max(np.abs(residual)))
             if increment > contraction * previous or increment > refactor_above:
                 lu = None
             previous = increment
