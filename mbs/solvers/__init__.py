@@ -15,6 +15,10 @@ hbvm      2, 2 (1)    no          (2) / no             g(q^{n+1}) as energy (2);
 a polynomial of degree <= 2k/s, else O(h^{2k}).
 
 (see :func:`solver_table` for the table generated from the registered properties).
+
+Backends of ``em`` and ``ggl-vi-a`` (``backend=`` option of every solver): "polynomial" (default
+where it applies: quadratic constraints; :mod:`mbs.solvers.polynomial`), "compiled" (optional
+numba kernel, :mod:`mbs.solvers.compiled`) and "assembled" (element-wise, the reference).
 """
 
 from __future__ import annotations

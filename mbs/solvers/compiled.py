@@ -52,6 +52,17 @@ def compile_seconds() -> float | None:
     return _compile_seconds
 
 
+@_jit_dots
+def _affine(matrix, x, offset, scale, out):
+    """out = offset + scale * matrix @ x, without a BLAS call (whose dispatch costs more than
+    the arithmetic at these sizes)."""
+    for i in range(matrix.shape[0]):
+        s = 0.0
+        for j in range(matrix.shape[1]):
+            s += matrix[i, j] * x[j]
+        out[i] = offset[i] + scale * s
+
+
 @_jit
 def _lu_factor(a, pivots):
     """In-place LU with partial pivoting of the C-ordered square matrix ``a`` (row swaps
@@ -210,7 +221,8 @@ def _newton_step(data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, t
     n_d = data.shape[0]
     n_x = x.shape[0]
     # fold the data: c_step = c + L_d d + 1/2 D_dd(d) d,  L_step = L_x + D_xd(d)
-    c_step = constant + linear_data @ data
+    c_step = np.empty(n_eq)
+    _affine(linear_data, data, constant, 1.0, c_step)
     for flat in tensor_dd_rows:
         s = 0.0
         for p in range(tensor_dd_indptr[flat], tensor_dd_indptr[flat + 1]):
@@ -223,7 +235,8 @@ def _newton_step(data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, t
         for k in range(tensor_xd_indptr[p], tensor_xd_indptr[p + 1]):
             s += tensor_xd_data[k] * data[tensor_xd_indices[k]]
         l_step[p] += s
-    uv_step = uv_from_data @ data + uv_const
+    uv_step = np.empty(uv_const.shape[0])
+    _affine(uv_from_data, data, uv_const, 1.0, uv_step)
     jac = np.empty((n_eq, n_x))
     no_jacobian = np.empty((0, 0))
     reduced_size = other_rows.shape[0]
@@ -306,6 +319,9 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     floors = np.empty(2)
     lam = lam_guess.copy()
     gam = gam_guess.copy()
+    predicted = np.empty(n)
+    velocity_part = np.empty(n)
+    zero_velocity = np.zeros(n)
     total_factorizations = 0
     for k in range(first, first + count):
         q0 = q_out[k]
@@ -313,7 +329,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
         data[:n] = q0
         data[n:] = p0
         if advanced:
-            x[:n] = q0 + h * (inverse_mass @ p0)
+            _affine(inverse_mass, p0, q0, h, predicted)
+            x[:n] = predicted
         else:
             x[:n] = q0
         x[n:2 * n] = p0
@@ -347,7 +364,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
         gam = x[2 * n + m:].copy()
         lam_out[k] = lam
         gam_out[k] = gam
-        velocity_out[k] = velocity_from_data @ data + velocity_from_unknowns @ x
+        _affine(velocity_from_data, data, zero_velocity, 1.0, velocity_part)
+        _affine(velocity_from_unknowns, x, velocity_part, 1.0, velocity_out[k])
         position = 0.0
         velocity = 0.0
         for row in range(m):

@@ -68,7 +68,7 @@ class EnergyMomentum(Solver):
             builder.add_constant("b", force)
         builder.add_constraints("c", q1)
         builder.add_jacobian_product("d", q1, p1.mapped(model.inverse_mass_matrix))
-        return builder.build(dense=model.dense)
+        return builder.build(dense=self._dense_polynomial())
 
     def _identity_block(self, polynomial: bool):
         n = self.model.n

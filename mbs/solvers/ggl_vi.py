@@ -142,7 +142,7 @@ class GGLVI(Solver):
             builder.add_constant("b", force)
         builder.add_constraints("d", q_th)
         builder.add_jacobian_product("e", q_th, v1)
-        return builder.build(dense=model.dense)
+        return builder.build(dense=self._dense_polynomial())
 
     def _polynomial_key(self) -> tuple:
         return (self.variant, self.theta, self.vartheta)

@@ -570,5 +570,5 @@ class SparseQuadraticSystem:
             if r_extra is not None:
                 residual += r_extra
             if jacobian and j_extra is not None:
-                jac = (jac + j_extra).tocsr()
+                jac = (jac + sp.csr_matrix(j_extra)).tocsr()
         return residual, jac
