@@ -130,6 +130,9 @@ class Factorization:
         coupling_in = by_columns[:, cols][other_rows].tocsr()       # J[R', C]
         coupling_out = matrix[rows][:, other_cols].tocsr()          # J[R, C']
         schur = by_columns[:, other_cols][other_rows] - (coupling_in @ coupling_out) / alpha
+        # COLAMD measured fastest over whole runs of the 1000-body chain (46.5 ms per step
+        # against 50-52 ms with MMD_ATA and threshold pivoting 0.1, although the latter solves
+        # faster with the first step's matrix).
         self._sparse = spla.splu(schur.tocsc(), permc_spec="COLAMD")
         self._block = (rows, cols, alpha, other_rows, other_cols, coupling_in, coupling_out)
 
