@@ -295,6 +295,12 @@ class Model:
             return value
         return np.concatenate([value] + [b.constraint.value(q[b.indices]) for b in self._user])
 
+    def constraint_jacobian_transpose_product(self, q: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """G(q)^T y without forming G when every constraint is quadratic."""
+        if not self._user:
+            return self._table.jacobian_transpose_product(q, y)
+        return self.constraint_jacobian(q).T @ y
+
     def constraint_jacobian(self, q: np.ndarray) -> sp.csr_matrix:
         """G(q) = Dg(q), sparse (m, n) with a pattern independent of q."""
         jac = self._table.jacobian(q)

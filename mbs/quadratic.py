@@ -310,6 +310,12 @@ class QuadraticTable:
         return np.bincount(self._jac_indices, weights=data * y[self._jac_rows],
                            minlength=self.n)
 
+    def hessian_vector_transpose_product(self, w: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """(sum_k y_k d2 c_k) w without forming the Hessians."""
+        data = self._jac_map @ w
+        return np.bincount(self._jac_indices, weights=data * y[self._jac_rows],
+                           minlength=self.n)
+
     def values(self, Q: np.ndarray) -> np.ndarray:
         """c at each configuration of Q (K, n) -> (K, n_rows), vectorised over K."""
         if self.factored is not None:

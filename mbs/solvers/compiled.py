@@ -292,7 +292,7 @@ def _newton_step(data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, t
 
 @_jit
 def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
-               first, count, inverse_mass, h, advanced, force_scale, lam_guess, gam_guess,
+               first, count, inverse_mass, h, guess_mode, force_scale, lam_guess, gam_guess,
                warm_gamma, velocity_from_data, velocity_from_unknowns, m,
                tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, tensor_dd_data,
                pattern_row, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
@@ -301,13 +301,19 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
                override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
                  term_row, term_scale, row_constant,
                tolerance, stagnation, contraction, refactor_above, max_iterations,
-               block_rows, block_cols, alpha, other_rows, other_cols):
+               block_rows, block_cols, alpha, other_rows, other_cols, force, new_weight,
+               jac_indptr, jac_indices, jac_data, jac_offset, jac_rows, jac_cols, lag,
+               lam_before_guess, gam_before_guess):
     """Steps first .. first + count - 1 of a run whose unknowns are (q1, p1, lambda, gamma).
 
-    Row k of q_out/p_out is the state at step k; rows k + 1 are written. The predictor is
-    seed 003's advanced (q + h M^-1 p) or simple guess; lambda starts from the previous step,
-    gamma from the previous step (``warm_gamma``) or zero. Returns (steps done, code of the
-    failed step or CONVERGED, its residual norm, increment, iterations, LU factorisations).
+    Row k of q_out/p_out is the state at step k; rows k + 1 are written. The predictor
+    (``guess_mode``) is seed 003's simple (0) or advanced (1, q + h M^-1 p) guess, or the
+    explicit one (2): p1 = p - h (grad V + G(q)^T lambda), q1 = q + h M^-1 ((1 - w) p + w p1)
+    with G from the table's Jacobian map (data = map q + offset at (jac_rows, jac_cols));
+    lambda and gamma are those of the previous step (``lag`` 1) or of the one before (2, for
+    multipliers that alternate); gamma starts from zero unless ``warm_gamma``. Returns (steps
+    done, code of the failed step or CONVERGED, its residual norm, increment, iterations, LU
+    factorisations).
     """
     n = q_out.shape[1]
     n_x = 2 * n + 2 * m
@@ -319,24 +325,55 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     floors = np.empty(2)
     lam = lam_guess.copy()
     gam = gam_guess.copy()
+    lam_before = lam_before_guess.copy()
+    gam_before = gam_before_guess.copy()
     predicted = np.empty(n)
+    momentum = np.empty(n)
+    blend = np.empty(n)
+    correction = np.empty(n)
     velocity_part = np.empty(n)
     zero_velocity = np.zeros(n)
     total_factorizations = 0
     for k in range(first, first + count):
         q0 = q_out[k]
         p0 = p_out[k]
+        lam_guess_k = lam_before if lag == 2 else lam
+        gam_guess_k = gam_before if lag == 2 else gam
         data[:n] = q0
         data[n:] = p0
-        if advanced:
+        if guess_mode == 2:
+            # p1 = p - h (grad V + G^T lambda + H(gamma) M^-1 p),
+            # q1 = q + h M^-1 ((1 - w) p + w p1 + G^T gamma)   (see Solver._predict_state)
+            _affine(inverse_mass, p0, zero_velocity, 1.0, velocity_part)
+            momentum[:] = force
+            correction[:] = 0.0
+            for e in range(jac_offset.shape[0]):
+                value = jac_offset[e]
+                curvature = 0.0
+                for t in range(jac_indptr[e], jac_indptr[e + 1]):
+                    value += jac_data[t] * q0[jac_indices[t]]
+                    curvature += jac_data[t] * velocity_part[jac_indices[t]]
+                column = jac_cols[e]
+                momentum[column] += (value * lam_guess_k[jac_rows[e]]
+                                     + curvature * gam_guess_k[jac_rows[e]])
+                correction[column] += value * gam_guess_k[jac_rows[e]]
+            for j in range(n):
+                momentum[j] = p0[j] - h * momentum[j]
+                blend[j] = ((1.0 - new_weight) * p0[j] + new_weight * momentum[j]
+                            + correction[j])
+            _affine(inverse_mass, blend, q0, h, predicted)
+            x[:n] = predicted
+            x[n:2 * n] = momentum
+        elif guess_mode == 1:
             _affine(inverse_mass, p0, q0, h, predicted)
             x[:n] = predicted
+            x[n:2 * n] = p0
         else:
             x[:n] = q0
-        x[n:2 * n] = p0
-        x[2 * n:2 * n + m] = lam
+            x[n:2 * n] = p0
+        x[2 * n:2 * n + m] = lam_guess_k
         if warm_gamma:
-            x[2 * n + m:] = gam
+            x[2 * n + m:] = gam_guess_k
         else:
             x[2 * n + m:] = 0.0
         largest_q = 1e-300
@@ -360,6 +397,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
             return k - first, code, norm, increment, iterations, total_factorizations
         q_out[k + 1] = x[:n]
         p_out[k + 1] = x[n:2 * n]
+        lam_before = lam
+        gam_before = gam
         lam = x[2 * n:2 * n + m].copy()
         gam = x[2 * n + m:].copy()
         lam_out[k] = lam
@@ -389,6 +428,12 @@ class CompiledSystem:
 
     def __init__(self, system, m: int, identity_block: tuple[slice, slice, float] | None):
         self.m = m
+        table = system.table  # G(q) data = map q + offset, for the explicit predictor
+        jac_map = sp.csr_matrix(table._jac_map)
+        self.jacobian_map = (jac_map.indptr.astype(np.int64), jac_map.indices.astype(np.int64),
+                             jac_map.data.astype(float), table._jac_offset.astype(float),
+                             table._jac_rows.astype(np.int64),
+                             table._jac_indices.astype(np.int64))
         size = system.n_unknowns
         if identity_block is None:  # no block to condense: the Schur complement is J
             everything = np.arange(size, dtype=np.int64)
@@ -444,19 +489,22 @@ class CompiledSystem:
                              np.zeros(0), np.zeros(0))
 
     def run(self, q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
-            first: int, count: int, inverse_mass, h: float, advanced: bool,
+            first: int, count: int, inverse_mass, h: float, guess_mode: int,
             force_scale: float, lam_guess, gam_guess, warm_gamma: bool, velocity_maps,
-            options):
+            options, force: np.ndarray, new_weight: float, lag: int, lam_before_guess,
+            gam_before_guess):
         """Run :func:`_run_steps` (see there) with this system's arrays."""
         started = time.perf_counter() if _compile_seconds is None else None
         result = _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
-                            iterations_out, first, count, inverse_mass, h, advanced,
+                            iterations_out, first, count, inverse_mass, h, guess_mode,
                             force_scale, lam_guess, gam_guess, warm_gamma, velocity_maps[0],
                             velocity_maps[1], self.m, *self.tensors, self.constant,
                             self.linear_data, self.linear_unknowns, *self.override,
                             options.tolerance, options.stagnation_level,
                             options.contraction, options.refactor_above,
-                            options.max_iterations, *self.condensation)
+                            options.max_iterations, *self.condensation, force,
+                            float(new_weight), *self.jacobian_map, int(lag),
+                            lam_before_guess, gam_before_guess)
         if started is not None:
             record_compile_time(time.perf_counter() - started)
         return result

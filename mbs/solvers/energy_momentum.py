@@ -99,7 +99,8 @@ class EnergyMomentum(Solver):
         return self._polynomial.evaluate, self._initial_guess(q0, p0)
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
-        return np.concatenate([self._predict(q0, p0), p0, self._lam, np.zeros(self.model.m)])
+        return np.concatenate([*self._predict_state(q0, p0), self._multiplier_guess()[0],
+                               np.zeros(self.model.m)])
 
     def _velocity_map(self):
         n, m = self.model.n, self.model.m
@@ -116,7 +117,7 @@ class EnergyMomentum(Solver):
         x, iterations, residual = self._solve_polynomial(
             q0, p0, self._initial_guess(q0, p0), self._potential_terms(q0))
         q1, p1 = x[:n], x[n:2 * n]
-        self._lam = x[2 * n:2 * n + m]
+        self._record_multipliers(x[2 * n:2 * n + m], x[2 * n + m:])
         # rows (84d) and (84e) of the residual at the accepted iterate
         enforced = (self._max(residual[2 * n:2 * n + m]), self._max(residual[2 * n + m:]))
         return StepResult(q1, p1, self._minv @ (0.5 * (p0 + p1)), self._lam.copy(),
@@ -159,7 +160,8 @@ class EnergyMomentum(Solver):
             ], dense)
             return residual, jac
 
-        x0 = np.concatenate([self._predict(q0, p0), p0, self._lam, np.zeros(m)])
+        x0 = np.concatenate([*self._predict_state(q0, p0), self._multiplier_guess()[0],
+                             np.zeros(m)])
         return residual_and_jacobian, x0
 
     def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
@@ -169,8 +171,8 @@ class EnergyMomentum(Solver):
         residual_and_jacobian, x0 = self.newton_system(q0, p0)
         x, iterations, _ = self._solve(residual_and_jacobian, x0, q0, p0)
         q1, p1 = x[:n], x[n:2 * n]
-        self._lam = x[2 * n:2 * n + m]
         gam = x[2 * n + m:]
+        self._record_multipliers(x[2 * n:2 * n + m], gam)
         enforced = (self._max(model.constraints(q1)),
                     self._max(model.jacobian_matrix(q1) @ (self._minv @ p1)))
         return StepResult(q1, p1, self._minv @ (0.5 * (p0 + p1)), self._lam.copy(), gam,

@@ -144,6 +144,16 @@ class GGLVI(Solver):
         builder.add_jacobian_product("e", q_th, v1)
         return builder.build(dense=self._dense_polynomial())
 
+    @property
+    def _multiplier_lag(self) -> int:
+        # variant A's lambda^n, gamma^n alternate from step to step (measured on the heavy top)
+        return 2 if self.variant == "A" else 1
+
+    @property
+    def _new_momentum_weight(self) -> float:
+        # q1 = q0 + h M^-1 ((theta p0 + (1 - theta) p1) for A/B; p1 for S
+        return 1.0 if self.variant == "S" else 1.0 - self.theta
+
     def _polynomial_key(self) -> tuple:
         return (self.variant, self.theta, self.vartheta)
 
@@ -180,7 +190,7 @@ class GGLVI(Solver):
         return self._polynomial.evaluate, self._initial_guess(q0, p0)
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
-        return np.concatenate([self._predict(q0, p0), p0, self._lam, self._gam])
+        return np.concatenate([*self._predict_state(q0, p0), *self._multiplier_guess()])
 
     def _velocity_map(self):
         n, m, theta = self.model.n, self.model.m, self.theta
@@ -199,7 +209,7 @@ class GGLVI(Solver):
         x, iterations, residual = self._solve_polynomial(
             q0, p0, self._initial_guess(q0, p0), self._potential_terms(q0))
         q1, p1 = x[:n], x[n:2 * n]
-        self._lam, self._gam = x[2 * n:2 * n + m], x[2 * n + m:]
+        self._record_multipliers(x[2 * n:2 * n + m], x[2 * n + m:])
         v1 = self._minv @ (theta * p0 + (1.0 - theta) * p1)
         # (79d), (79e) at the accepted iterate
         enforced = (self._max(residual[2 * n:2 * n + m]), self._max(residual[2 * n + m:]))
@@ -221,7 +231,7 @@ class GGLVI(Solver):
         residual_and_jacobian, x0 = self.newton_system(q0, p0)
         x, iterations, _ = self._solve(residual_and_jacobian, x0, q0, p0)
         q1, p1, v = x[:n], x[n:2 * n], x[2 * n:3 * n]
-        self._lam, self._gam = x[3 * n:3 * n + m], x[3 * n + m:]
+        self._record_multipliers(x[3 * n:3 * n + m], x[3 * n + m:])
         if self.variant == "S":
             q_bar = q0 + h * v
             position = model.constraints(q1)
@@ -267,7 +277,10 @@ class GGLVI(Solver):
             ], dense)
             return residual, jac
 
-        x0 = np.concatenate([self._predict(q0, p0), p0, minv @ p0, self._lam, self._gam])
+        q1, p1 = self._predict_state(q0, p0)
+        weight = self._new_momentum_weight  # v follows the predicted momenta as in (79c)/(55c)
+        x0 = np.concatenate([q1, p1, minv @ ((1.0 - weight) * p0 + weight * p1),
+                             *self._multiplier_guess()])
         return residual_and_jacobian, x0
 
     # -- (79) and (82) ----------------------------------------------------------------------
@@ -323,5 +336,8 @@ class GGLVI(Solver):
             ], dense)
             return residual, jac
 
-        x0 = np.concatenate([self._predict(q0, p0), p0, minv @ p0, self._lam, self._gam])
+        q1, p1 = self._predict_state(q0, p0)
+        weight = self._new_momentum_weight  # v follows the predicted momenta as in (79c)/(55c)
+        x0 = np.concatenate([q1, p1, minv @ ((1.0 - weight) * p0 + weight * p1),
+                             *self._multiplier_guess()])
         return residual_and_jacobian, x0
