@@ -164,7 +164,7 @@ class EnergyMomentum(Solver):
                              np.zeros(m)])
         return residual_and_jacobian, x0
 
-    def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+    def _step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         if self._polynomial is not None:
             return self._polynomial_step(q0, p0)
         model, n, m = self.model, self.model.n, self.model.m

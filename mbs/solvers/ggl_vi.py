@@ -224,7 +224,7 @@ class GGLVI(Solver):
             return self._system_first_order(q0, p0)
         return self._system_theta(q0, p0)
 
-    def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+    def _step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         if self._polynomial is not None:
             return self._polynomial_step(q0, p0)
         model, h, n, m = self.model, self.h, self.model.n, self.model.m
