@@ -64,6 +64,17 @@ def _affine(matrix, x, offset, scale, out):
 
 
 @_jit
+def _affine_sparse(matrix, x, offset, out):
+    """out = offset + matrix @ x for a CSR matrix given as (indptr, indices, data)."""
+    indptr, indices, values = matrix
+    for i in range(out.shape[0]):
+        s = offset[i]
+        for t in range(indptr[i], indptr[i + 1]):
+            s += values[t] * x[indices[t]]
+        out[i] = s
+
+
+@_jit
 def _lu_factor(a, pivots):
     """In-place LU with partial pivoting of the C-ordered square matrix ``a`` (row swaps
     in ``pivots``); returns False when a pivot is zero. Row operations skip zero
@@ -222,7 +233,7 @@ def _newton_step(data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, t
     n_x = x.shape[0]
     # fold the data: c_step = c + L_d d + 1/2 D_dd(d) d,  L_step = L_x + D_xd(d)
     c_step = np.empty(n_eq)
-    _affine(linear_data, data, constant, 1.0, c_step)
+    _affine_sparse(linear_data, data, constant, c_step)
     for flat in tensor_dd_rows:
         s = 0.0
         for p in range(tensor_dd_indptr[flat], tensor_dd_indptr[flat + 1]):
@@ -236,7 +247,7 @@ def _newton_step(data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, t
             s += tensor_xd_data[k] * data[tensor_xd_indices[k]]
         l_step[p] += s
     uv_step = np.empty(uv_const.shape[0])
-    _affine(uv_from_data, data, uv_const, 1.0, uv_step)
+    _affine_sparse(uv_from_data, data, uv_const, uv_step)
     jac = np.empty((n_eq, n_x))
     no_jacobian = np.empty((0, 0))
     reduced_size = other_rows.shape[0]
@@ -469,23 +480,21 @@ class CompiledSystem:
                         keys % n_x, *csr(sp.csr_matrix(system.tensor_xx)[keys]))
         self.pattern_size = keys.size
         self.constant = system.constant
-        self.linear_data = np.ascontiguousarray(system.linear_data)
+        self.linear_data = csr(sp.csr_matrix(system.linear_data))  # (indptr, indices, data)
         self.linear_unknowns = np.ascontiguousarray(linear_x.ravel()[keys])
         if overrides:
             start, rows, uv_map, uv_from_data, uv_const, _, row_constant, _ = overrides[0]
             factored = system.table.factored
-            uv_from_data = np.asarray(uv_from_data.toarray() if hasattr(uv_from_data, "toarray")
-                                      else uv_from_data)
             uv_csr = sp.csr_matrix(uv_map)
             self.override = (int(start), uv_csr.indptr.astype(np.int64),
                              uv_csr.indices.astype(np.int64), uv_csr.data.astype(float),
-                             np.ascontiguousarray(uv_from_data), np.asarray(uv_const, float),
+                             csr(sp.csr_matrix(uv_from_data)), np.asarray(uv_const, float),
                              factored.row.astype(np.int64), factored.scale.astype(float),
                              np.asarray(row_constant, float))
         else:
             n_d = system.n_data
             self.override = (-1, np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0),
-                             np.zeros((0, n_d)), np.zeros(0), np.zeros(0, np.int64),
+                             csr(sp.csr_matrix((0, n_d))), np.zeros(0), np.zeros(0, np.int64),
                              np.zeros(0), np.zeros(0))
 
     def run(self, q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
