@@ -20,6 +20,10 @@ polynomial is the same function as the assembled residual, up to the order of fl
 additions. Rows that are constraint values g(u) are re-evaluated from the table's factored form
 after the polynomial evaluation, because the expanded quadratic loses ~|q|^2 eps far from the
 origin (see :class:`mbs.quadratic.FactoredTerms`).
+
+Small models (n <= 48) keep D_xx(x) as a dense (equations x unknowns) array
+(:class:`QuadraticSystem`, also the input of the compiled kernel); larger ones keep the tensor
+and the Jacobian on the Jacobian's sparsity pattern (:class:`SparseQuadraticSystem`).
 """
 
 from __future__ import annotations
