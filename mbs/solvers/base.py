@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 from mbs.model import DENSE_LIMIT, Model
 from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, NewtonState, newton
+from mbs.solvers.polynomial import QuadraticSystemBuilder, _embed
 
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
 _max = np.maximum.reduce
@@ -295,6 +296,38 @@ class Solver:
         (schemes that support the polynomial backend override this)."""
         raise NotImplementedError
 
+    def _polynomial_builder(self):
+        """A builder over (q0, p0; q1, p1, lambda, gamma) and those six variables, the layout
+        of every polynomial step system (EM and VI-A)."""
+        n, m = self.model.n, self.model.m
+        builder = QuadraticSystemBuilder(self.model.quadratic_constraint_table,
+                                         {"q0": n, "p0": n},
+                                         {"q1": n, "p1": n, "lam": m, "gam": m})
+        return builder, [builder.variable(name)
+                         for name in ("q0", "p0", "q1", "p1", "lam", "gam")]
+
+    def _potential_force(self, q0: np.ndarray, q1: np.ndarray, jacobian: bool):
+        """The scheme's potential force in the momentum equation and its q1-derivative (None
+        when not asked), for potentials that are not linear in q."""
+        raise NotImplementedError
+
+    def _potential_terms(self, q0: np.ndarray):
+        """:meth:`_potential_force` as the ``extra`` terms of the polynomial system (rows of
+        the momentum equation, columns of q1); None for a constant force (uniform gravity),
+        which the system holds as a constant."""
+        if self._constant_force is not None:
+            return None
+        n, m = self.model.n, self.model.m
+        size = 2 * n + 2 * m
+
+        def extra(x, jacobian):
+            value, derivative = self._potential_force(q0, x[:n], jacobian)
+            force = np.zeros(size)
+            force[n:2 * n] = value
+            return force, (_embed(derivative, n, size) if jacobian else None)
+
+        return extra
+
     def step(self, q: np.ndarray, p: np.ndarray) -> StepResult:
         """Advance one step from (q, p). With the "explicit" predictor a step whose Newton
         iteration fails is retried once from the "advanced" guess: at very large steps the
@@ -400,8 +433,6 @@ class Solver:
         return (q + self.h * (self._minv @ ((1.0 - weight) * p + weight * p_new + correction)),
                 p_new)
 
-    def _predict(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
-        return self._predict_state(q, p)[0]
 
     def _scales(self, q: np.ndarray, p: np.ndarray) -> tuple[float, float]:
         if not q.size:

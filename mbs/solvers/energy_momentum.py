@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
-from mbs.solvers.polynomial import QuadraticSystem, QuadraticSystemBuilder, _embed
+from mbs.solvers.polynomial import QuadraticSystem
 
 
 @dataclass
@@ -50,11 +50,7 @@ class EnergyMomentum(Solver):
     def _build_polynomial(self) -> QuadraticSystem:
         """(84a-e) as a quadratic polynomial in (q0, p0; q1, p1, lambda, gamma)."""
         model, h, n, m = self.model, self.h, self.model.n, self.model.m
-        builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
-                                         {"q0": n, "p0": n},
-                                         {"q1": n, "p1": n, "lam": m, "gam": m})
-        q0, p0, q1, p1, lam, gam = (builder.variable(name) for name in
-                                    ("q0", "p0", "q1", "p1", "lam", "gam"))
+        builder, (q0, p0, q1, p1, lam, gam) = self._polynomial_builder()
         q_mid, p_mid = 0.5 * (q0 + q1), 0.5 * (p0 + p1)
         for name, size in (("a", n), ("b", n), ("c", m), ("d", m)):
             builder.equation(name, size)
@@ -74,25 +70,11 @@ class EnergyMomentum(Solver):
         n = self.model.n
         return (slice(0, n), slice(n, 2 * n), -0.5)  # d(84a)/dp1 = -I/2
 
-    def _potential_terms(self, q0: np.ndarray):
-        """Discrete gradient of a potential that is not linear in q, as the ``extra`` terms
-        of the polynomial system (None for uniform gravity, which is a constant there)."""
-        if self._constant_force is not None:  # uniform gravity: a constant of the system
-            return None
-        model, n, m = self.model, self.model.n, self.model.m
-        rows = slice(n, 2 * n)
-        size = 2 * n + 2 * m
-
-        def extra(x, jacobian):
-            q1 = x[:n]
-            force = np.zeros(size)
-            force[rows] = model.potential_discrete_gradient(q0, q1)
-            if not jacobian:
-                return force, None
-            return force, _embed(model.potential_discrete_gradient_jacobian_matrix(q0, q1),
-                                 n, size)
-
-        return extra
+    def _potential_force(self, q0: np.ndarray, q1: np.ndarray, jacobian: bool):
+        # the discrete gradient D^G V(q0, q1) of (84b)
+        model = self.model
+        return (model.potential_discrete_gradient(q0, q1),
+                model.potential_discrete_gradient_jacobian_matrix(q0, q1) if jacobian else None)
 
     def _polynomial_newton_system(self, q0: np.ndarray, p0: np.ndarray):
         self._polynomial.start(np.concatenate([q0, p0]), self._potential_terms(q0))

@@ -22,7 +22,7 @@ import numpy as np
 
 from mbs.errors import ModelError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
-from mbs.solvers.polynomial import QuadraticSystem, QuadraticSystemBuilder, _embed
+from mbs.solvers.polynomial import QuadraticSystem
 
 _PROPERTIES = {
     "S": SchemeProperties(
@@ -122,11 +122,7 @@ class GGLVI(Solver):
         """(79a-e) with v^{n+1} eliminated, as a quadratic polynomial in
         (q0, p0; q1, p1, lambda, gamma)."""
         model, h, n, m, theta = self.model, self.h, self.model.n, self.model.m, self.theta
-        builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
-                                         {"q0": n, "p0": n},
-                                         {"q1": n, "p1": n, "lam": m, "gam": m})
-        q0, p0, q1, p1, lam, gam = (builder.variable(name) for name in
-                                    ("q0", "p0", "q1", "p1", "lam", "gam"))
+        builder, (q0, p0, q1, p1, lam, gam) = self._polynomial_builder()
         q_th = (1.0 - theta) * q0 + theta * q1
         momentum = theta * p0 + (1.0 - theta) * p1  # = M v^{n+1} by (79c)
         v1 = momentum.mapped(model.inverse_mass_matrix)
@@ -166,24 +162,12 @@ class GGLVI(Solver):
         # assembled theta variants: d(79c)/dp1 = -(1 - theta) I (rows of (79c), columns of p1)
         return (slice(2 * n, 3 * n), slice(n, 2 * n), -(1.0 - self.theta))
 
-    def _potential_terms(self, q0: np.ndarray):
-        """grad V(q^{n+theta}) of a potential that is not linear in q, as the ``extra``
-        terms of the polynomial system (None for uniform gravity)."""
-        if self._constant_force is not None:  # uniform gravity: a constant of the system
-            return None
-        model, n, m, theta = self.model, self.model.n, self.model.m, self.theta
-        rows = slice(n, 2 * n)
-        size = 2 * n + 2 * m
-
-        def extra(x, jacobian):
-            q_th = (1.0 - theta) * q0 + theta * x[:n]
-            force = np.zeros(size)
-            force[rows] = model.potential_gradient(q_th)
-            if not jacobian:
-                return force, None
-            return force, _embed(theta * model.potential_hessian_matrix(q_th), n, size)
-
-        return extra
+    def _potential_force(self, q0: np.ndarray, q1: np.ndarray, jacobian: bool):
+        # grad V(q^{n+theta}) of (79b), derivative theta Hess V(q^{n+theta})
+        model, theta = self.model, self.theta
+        q_th = (1.0 - theta) * q0 + theta * q1
+        return (model.potential_gradient(q_th),
+                theta * model.potential_hessian_matrix(q_th) if jacobian else None)
 
     def _polynomial_newton_system(self, q0: np.ndarray, p0: np.ndarray):
         self._polynomial.start(np.concatenate([q0, p0]), self._potential_terms(q0))
@@ -243,6 +227,14 @@ class GGLVI(Solver):
         return StepResult(q1, p1, v, self._lam.copy(), self._gam.copy(), iterations,
                           (self._max(position), self._max(velocity)))
 
+    def _assembled_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
+        """x0 = (q1, p1, v, lambda, gamma) of the assembled systems; v follows the predicted
+        momenta as in (79c) / (55c)."""
+        q1, p1 = self._predict_state(q0, p0)
+        weight = self._new_momentum_weight
+        return np.concatenate([q1, p1, self._minv @ ((1.0 - weight) * p0 + weight * p1),
+                               *self._multiplier_guess()])
+
     # -- (55) -------------------------------------------------------------------------------
     def _system_first_order(self, q0, p0):
         model, h, n, m = self.model, self.h, self.model.n, self.model.m
@@ -277,16 +269,12 @@ class GGLVI(Solver):
             ], dense)
             return residual, jac
 
-        q1, p1 = self._predict_state(q0, p0)
-        weight = self._new_momentum_weight  # v follows the predicted momenta as in (79c)/(55c)
-        x0 = np.concatenate([q1, p1, minv @ ((1.0 - weight) * p0 + weight * p1),
-                             *self._multiplier_guess()])
-        return residual_and_jacobian, x0
+        return residual_and_jacobian, self._assembled_guess(q0, p0)
 
     # -- (79) and (82) ----------------------------------------------------------------------
     def _system_theta(self, q0, p0):
         model, h, n, m = self.model, self.h, self.model.n, self.model.m
-        mass, minv, eye, dense = self._mass, self._minv, self._identity, model.dense
+        mass, eye, dense = self._mass, self._identity, model.dense
         theta = self.theta
         option_b = self.variant == "B"
         vartheta = self.vartheta if option_b else None
@@ -336,8 +324,4 @@ class GGLVI(Solver):
             ], dense)
             return residual, jac
 
-        q1, p1 = self._predict_state(q0, p0)
-        weight = self._new_momentum_weight  # v follows the predicted momenta as in (79c)/(55c)
-        x0 = np.concatenate([q1, p1, minv @ ((1.0 - weight) * p0 + weight * p1),
-                             *self._multiplier_guess()])
-        return residual_and_jacobian, x0
+        return residual_and_jacobian, self._assembled_guess(q0, p0)

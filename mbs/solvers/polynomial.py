@@ -58,10 +58,6 @@ class Linear:
     def __init__(self, matrix: sp.spmatrix):
         self.matrix = sp.csr_matrix(matrix)
 
-    @property
-    def size(self) -> int:
-        return self.matrix.shape[0]
-
     def __add__(self, other: Linear) -> Linear:
         return Linear(self.matrix + other.matrix)
 
@@ -101,6 +97,29 @@ def _embed(block, row_offset: int, size: int):
         return out
     coo = sp.coo_matrix(block)
     return sp.csr_matrix((coo.data, (coo.row + row_offset, coo.col)), shape=(size, size))
+
+
+def _factored_override(table: QuadraticTable, start: int, from_data, from_unknowns,
+                       convert: Callable) -> tuple | None:
+    """Constraint rows g(u), u = U_d d + U_x x, from the factored form of the table: the
+    affine 3-vectors of every product term are composed with u's map, so one mat-vec gives
+    them all (see :class:`mbs.quadratic.FactoredTerms`). None when the table has no factored
+    form (then the polynomial value is the value). ``convert`` makes the maps dense or CSR.
+
+    Returns (start, rows, U x-map, U d-map, constant of the 3-vectors, row_sum, explicit
+    constants, half length) where row_sum[k, 3 t + c] = scale_t for row k = row_t.
+    """
+    factored = table.factored
+    if factored is None:
+        return None
+    uv_map = sp.vstack([sp.csr_matrix(factored.u_map), sp.csr_matrix(factored.v_map)])
+    uv_const = np.concatenate([factored.u_const.ravel(), factored.v_const.ravel()])
+    terms = factored.row.size
+    row_sum = sp.csr_matrix((np.repeat(factored.scale, 3),
+                             (np.repeat(factored.row, 3), np.arange(3 * terms))),
+                            shape=(table.n_rows, 3 * terms))
+    return (start, table.n_rows, convert(uv_map @ from_unknowns), convert(uv_map @ from_data),
+            uv_const, convert(row_sum), factored.explicit_constant.copy(), 3 * terms)
 
 
 class QuadraticSystemBuilder:
@@ -180,18 +199,24 @@ class QuadraticSystemBuilder:
             out[entry], first.matrix.indices[pos1], second.matrix.indices[pos2],
             coef[entry] * first.matrix.data[pos1] * second.matrix.data[pos2]))
 
+    def _hessian_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Entries (row k, coordinate l, coordinate j, coefficient) of the constant Hessians
+        d2 g_k / dq_l dq_j: each term a q_i q_j gives (i, j, a) and (j, i, a)."""
+        t = self.table
+        return (np.concatenate([t.quad_row, t.quad_row]),
+                np.concatenate([t.quad_i, t.quad_j]), np.concatenate([t.quad_j, t.quad_i]),
+                np.concatenate([t.quad_coef, t.quad_coef]))
+
     def add_jacobian_transpose_product(self, equation: str, at: Linear, multipliers: Linear,
                                        scale: float = 1.0) -> None:
         """R[equation] += scale G(u)^T mu, with u = ``at`` and mu = ``multipliers``."""
         t = self.table
         self._add_linear_entries(self._rows(equation, t.lin_i), multipliers, t.lin_row,
                                  scale * t.lin_coef)
-        # d/dq_l (a q_i q_j) = a (q_j [l = i] + q_i [l = j])
-        coef = scale * np.concatenate([t.quad_coef, t.quad_coef])
-        self._add_bilinear_entries(
-            self._rows(equation, np.concatenate([t.quad_i, t.quad_j])),
-            multipliers, np.concatenate([t.quad_row, t.quad_row]),
-            at, np.concatenate([t.quad_j, t.quad_i]), coef)
+        # component l: sum_k mu_k d2 g_k / dq_l dq_j u_j
+        row, coord_l, coord_j, coef = self._hessian_entries()
+        self._add_bilinear_entries(self._rows(equation, coord_l), multipliers, row,
+                                   at, coord_j, scale * coef)
 
     def add_jacobian_product(self, equation: str, at: Linear, vector: Linear,
                              scale: float = 1.0) -> None:
@@ -199,21 +224,17 @@ class QuadraticSystemBuilder:
         t = self.table
         self._add_linear_entries(self._rows(equation, t.lin_row), vector, t.lin_i,
                                  scale * t.lin_coef)
-        coef = scale * np.concatenate([t.quad_coef, t.quad_coef])
-        self._add_bilinear_entries(
-            self._rows(equation, np.concatenate([t.quad_row, t.quad_row])),
-            at, np.concatenate([t.quad_j, t.quad_i]),
-            vector, np.concatenate([t.quad_i, t.quad_j]), coef)
+        # component k: sum_{l, j} d2 g_k / dq_l dq_j u_j v_l
+        row, coord_l, coord_j, coef = self._hessian_entries()
+        self._add_bilinear_entries(self._rows(equation, row), at, coord_j, vector, coord_l,
+                                   scale * coef)
 
     def add_hessian_product(self, equation: str, multipliers: Linear, vector: Linear,
                             scale: float = 1.0) -> None:
         """R[equation] += scale (sum_k mu_k d2 g_k) v (constant Hessians)."""
-        t = self.table
-        coef = scale * np.concatenate([t.quad_coef, t.quad_coef])
-        self._add_bilinear_entries(
-            self._rows(equation, np.concatenate([t.quad_i, t.quad_j])),
-            multipliers, np.concatenate([t.quad_row, t.quad_row]),
-            vector, np.concatenate([t.quad_j, t.quad_i]), coef)
+        row, coord_l, coord_j, coef = self._hessian_entries()
+        self._add_bilinear_entries(self._rows(equation, coord_l), multipliers, row,
+                                   vector, coord_j, scale * coef)
 
     def add_constraints(self, equation: str, at: Linear) -> None:
         """R[equation] += g(u); the rows are re-evaluated from the factored form."""
@@ -303,30 +324,10 @@ class QuadraticSystem:
                            for start, from_data, from_unknowns in overrides]
 
     def _factored_map(self, start: int, from_data: sp.csr_matrix,
-                      from_unknowns: sp.csr_matrix) -> tuple:
-        """Constraint rows g(u), u = U_d d + U_x x, from the factored form of the table:
-        the affine 3-vectors of every product term are composed with u's map, so one
-        mat-vec gives them all (see :class:`mbs.quadratic.FactoredTerms`)."""
-        rows = self.table.n_rows
-        factored = self.table.factored
-        if factored is None:  # no factored form: the polynomial value is the value
-            return None
-        uv_map = sp.vstack([sp.csr_matrix(factored.u_map), sp.csr_matrix(factored.v_map)])
-        uv_const = np.concatenate([factored.u_const.ravel(), factored.v_const.ravel()])
-        terms = factored.row.size
-        # row_sum[k, 3 t + c] = scale_t for row k = row_t: sums u_t . v_t into its row.
-        row_sum = sp.csr_matrix((np.repeat(factored.scale, 3),
-                                 (np.repeat(factored.row, 3), np.arange(3 * terms))),
-                                shape=(rows, 3 * terms))
-        convert = (lambda a: a.toarray()) if self.dense else (lambda a: a.tocsr())
-        return (start, rows, convert(uv_map @ from_unknowns), convert(uv_map @ from_data),
-                uv_const,
-                convert(row_sum), factored.explicit_constant.copy(), 3 * terms)
-
-    @property
-    def nonzeros(self) -> int:
-        """Stored entries of the per-iteration tensor (cost indicator)."""
-        return int(self.tensor_xx.nnz)
+                      from_unknowns: sp.csr_matrix) -> tuple | None:
+        return _factored_override(self.table, start, from_data, from_unknowns,
+                                  (lambda a: a.toarray()) if self.dense
+                                  else (lambda a: a.tocsr()))
 
     def for_run(self) -> QuadraticSystem:
         """A copy sharing the constant arrays, with its own per-step buffers."""
@@ -516,25 +517,10 @@ class SparseQuadraticSystem:
         dd_keys, dd_index = np.unique(dd_i * n_d + dd_j, return_inverse=True)
         self._tensor_dd = sp.csr_matrix((dd_v, (dd_index, dd_k)), shape=(dd_keys.size, n_d))
         self._dd_rows, self._dd_cols = dd_keys // max(n_d, 1), dd_keys % max(n_d, 1)
-        self._overrides = []
-        factored = table.factored
-        for start, from_data, from_unknowns in overrides:
-            if factored is None:
-                continue
-            uv_map = sp.vstack([sp.csr_matrix(factored.u_map), sp.csr_matrix(factored.v_map)])
-            uv_const = np.concatenate([factored.u_const.ravel(), factored.v_const.ravel()])
-            terms = factored.row.size
-            row_sum = sp.csr_matrix((np.repeat(factored.scale, 3),
-                                     (np.repeat(factored.row, 3), np.arange(3 * terms))),
-                                    shape=(table.n_rows, 3 * terms))
-            self._overrides.append((start, table.n_rows, (uv_map @ from_unknowns).tocsr(),
-                                    (uv_map @ from_data).tocsr(), uv_const, row_sum,
-                                    factored.explicit_constant.copy(), 3 * terms))
+        self._overrides = [o for o in (
+            _factored_override(table, start, from_data, from_unknowns, sp.csr_matrix)
+            for start, from_data, from_unknowns in overrides) if o is not None]
         self._extra = None
-
-    @property
-    def nonzeros(self) -> int:
-        return int(self._tensor_jx.nnz)
 
     def for_run(self) -> SparseQuadraticSystem:
         """A copy sharing the constant arrays (the per-step arrays are rebound by start)."""
