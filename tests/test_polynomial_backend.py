@@ -85,7 +85,9 @@ def test_polynomial_residual_equals_assembled(model, scheme):
         j_a = j_full[:, keep]
         j_a[:, n:2 * n] += j_full[:, 2 * n:3 * n] @ dv
     else:
-        np.testing.assert_array_equal(x_assembled, x_polynomial)
+        # the polynomial backend evaluates the explicit predictor as a quadratic map
+        np.testing.assert_allclose(x_polynomial, x_assembled, rtol=0,
+                                   atol=1e-13 * np.abs(x_assembled).max())
         x = x_polynomial + 0.05 * rng.standard_normal(x_polynomial.size)
         r_a, j_a = f_assembled(x)
     r_p, j_p = f_polynomial(x)

@@ -124,9 +124,14 @@ class Solver:
         self._constant_force = (None if constant is None else
                                 float(np.abs(constant).max()) if model.n else 0.0)
         self._polynomial = None
+        self._predictor = None
         self._compiled = None
+        self._blocks = [slice(0, model.n), slice(model.n, 2 * model.n)]  # q, p convergence
+        self._block_starts = np.array([0, model.n] if model.n else [], dtype=np.intp)
+        self._blocks_lead = slice(0, 2 * model.n)
         if self.backend != "assembled" and self._polynomial_applies(model):
             self._polynomial = self._shared_polynomial()
+            self._predictor = self._shared_predictor()
             if self.backend == "compiled":
                 self._compiled = self._compile()
         elif self.backend in ("polynomial", "compiled"):
@@ -249,21 +254,84 @@ class Solver:
 
     def _solve_polynomial(self, q0: np.ndarray, p0: np.ndarray, x0: np.ndarray, extra=None):
         """Newton on the polynomial step equations from ``x0``: (x, iterations, R(x))."""
-        data = np.concatenate([q0, p0])
-        scales = self._scales(q0, p0)
-        n = self.model.n
-        self._polynomial.start(data, extra)
-        blocks = [slice(0, n), slice(n, 2 * n)]
-        if self._simplified or not self._polynomial.dense:
-            x, iterations, _ = newton(self._polynomial.evaluate, x0, blocks, list(scales),
-                                      self.newton, self._newton_state, self._simplified,
+        system = self._polynomial
+        data = np.concatenate((q0, p0))
+        system.start(data, extra)
+        if self._simplified or not system.dense:
+            x, iterations, _ = newton(system.evaluate, x0, self._blocks,
+                                      list(self._scales(q0, p0)), self.newton,
+                                      self._newton_state, self._simplified,
                                       self._identity_block(polynomial=True))
+            residual, _ = system.evaluate(x, False)
+            return x, iterations, residual
+        if self._constant_force is not None and self.model.n:  # _scales in three calls
+            floors = np.maximum(np.maximum.reduceat(np.abs(data), self._block_starts),
+                                (1e-300, max(self.h * self._constant_force, 1e-300)))
         else:
-            x, iterations, factorizations, _ = self._polynomial.solve(
-                x0, blocks, list(scales), self.newton)
-            self._newton_state.factorizations += factorizations
-        residual, _ = self._polynomial.evaluate(x, False)
+            floors = np.array(self._scales(q0, p0))
+        x, iterations, factorizations, residual = system.solve(
+            x0, self._block_starts, self._blocks_lead, floors, self.newton)
+        self._newton_state.factorizations += factorizations
         return x, iterations, residual
+
+    def _enforced_rows(self, residual: np.ndarray) -> tuple[float, float]:
+        """Max-norms of the two constraint blocks (rows 2n .. 2n+m and 2n+m ..) of a
+        polynomial step residual: the position- and velocity-level residuals enforced."""
+        n, m = self.model.n, self.model.m
+        if m == 0:
+            return 0.0, 0.0
+        position, velocity = np.maximum.reduceat(np.abs(residual[2 * n:]), (0, m)).tolist()
+        return position, velocity
+
+    def _shared_predictor(self):
+        """The "explicit" predictor as a :class:`~mbs.solvers.polynomial.QuadraticMap` of
+        (q, p, lambda, gamma), built once per (model, scheme, h) like the step equations; None
+        when the potential is not linear in q (then :meth:`_predict_state` evaluates it)."""
+        if self._constant_gradient is None:
+            return None
+        cache = self.model.__dict__.setdefault("_polynomial_systems", {})
+        key = ("predictor", type(self).__name__, self._polynomial_key(), self.h)
+        predictor = cache.get(key)
+        if predictor is None:
+            predictor = cache[key] = self._build_predictor()
+        return predictor.for_run()
+
+    def _build_predictor(self):
+        """x0 = (q1, p1, lambda, gamma) of :meth:`_predict_state` ("explicit") as a quadratic
+        map: p1 = p - h F, q1 = q + h M^-1 (p - w h F + G(q)^T gamma) with the force
+        F = grad V + G(q)^T lambda + H(gamma) M^-1 p (w = :attr:`_new_momentum_weight`);
+        gamma is passed on only by schemes that warm-start it (:attr:`_warm_gamma`)."""
+        model, h, n, m = self.model, self.h, self.model.n, self.model.m
+        builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
+                                         {"q": n, "p": n, "lam": m, "gam": m}, {})
+        q, p, lam, gam = (builder.variable(name) for name in ("q", "p", "lam", "gam"))
+        for name, size in (("q", n), ("p", n), ("force", n), ("correction", n), ("lam", m),
+                           ("gam", m)):
+            builder.equation(name, size)
+        builder.add_linear("q", q)
+        builder.add_linear("p", p)
+        builder.add_constant("force", self._constant_gradient)
+        builder.add_jacobian_transpose_product("force", q, lam)
+        builder.add_hessian_product("force", gam, p.mapped(model.inverse_mass_matrix))
+        builder.add_jacobian_transpose_product("correction", q, gam)
+        builder.add_linear("lam", lam)
+        builder.add_linear("gam", gam)
+        inverse, identity = sp.csr_matrix(model.inverse_mass_matrix), sp.identity(n)
+        weight = self._new_momentum_weight
+        post = sp.bmat([
+            [identity, h * inverse, -weight * h * h * inverse, h * inverse, None, None],
+            [None, identity, -h * identity, None, None, None],
+            [None, None, None, None, sp.identity(m), None],
+            [None, None, None, None, None,
+             sp.identity(m) if self._warm_gamma else sp.csr_matrix((m, m))]])
+        return builder.build_map(post)
+
+    def _explicit_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray | None:
+        """Newton's x0 from the predictor map, or None where it does not apply."""
+        if self._predictor is None or self.initial_guess != "explicit":
+            return None
+        lam, gam = self._multiplier_guess()
+        return self._predictor(np.concatenate((q0, p0, lam, gam)))
 
     def _polynomial_applies(self, model: Model) -> bool:
         return (type(self)._build_polynomial is not Solver._build_polynomial
@@ -357,6 +425,7 @@ class Solver:
             cache[self.h] = self._polynomial
             self.h = h
             self._polynomial = cache.get(h) or self._shared_polynomial()
+            self._predictor = self._shared_predictor()
             if self._compiled is not None:
                 self._compiled = self._compile()
         self.h = h

@@ -81,6 +81,9 @@ class EnergyMomentum(Solver):
         return self._polynomial.evaluate, self._initial_guess(q0, p0)
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
+        guess = self._explicit_guess(q0, p0)
+        if guess is not None:
+            return guess
         return np.concatenate([*self._predict_state(q0, p0), self._multiplier_guess()[0],
                                np.zeros(self.model.m)])
 
@@ -101,9 +104,8 @@ class EnergyMomentum(Solver):
         q1, p1 = x[:n], x[n:2 * n]
         self._record_multipliers(x[2 * n:2 * n + m], x[2 * n + m:])
         # rows (84d) and (84e) of the residual at the accepted iterate
-        enforced = (self._max(residual[2 * n:2 * n + m]), self._max(residual[2 * n + m:]))
-        return StepResult(q1, p1, self._minv @ (0.5 * (p0 + p1)), self._lam.copy(),
-                          x[2 * n + m:], iterations, enforced)
+        return StepResult(q1, p1, self._minv.dot(0.5 * (p0 + p1)), x[2 * n:2 * n + m],
+                          x[2 * n + m:], iterations, self._enforced_rows(residual))
 
     def newton_system(self, q0: np.ndarray, p0: np.ndarray):
         """(residual_and_jacobian, x0) of the step from (q0, p0); x = (q1, p1, lambda,

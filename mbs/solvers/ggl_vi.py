@@ -174,6 +174,9 @@ class GGLVI(Solver):
         return self._polynomial.evaluate, self._initial_guess(q0, p0)
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
+        guess = self._explicit_guess(q0, p0)
+        if guess is not None:
+            return guess
         return np.concatenate([*self._predict_state(q0, p0), *self._multiplier_guess()])
 
     def _velocity_map(self):
@@ -193,11 +196,11 @@ class GGLVI(Solver):
         x, iterations, residual = self._solve_polynomial(
             q0, p0, self._initial_guess(q0, p0), self._potential_terms(q0))
         q1, p1 = x[:n], x[n:2 * n]
-        self._record_multipliers(x[2 * n:2 * n + m], x[2 * n + m:])
-        v1 = self._minv @ (theta * p0 + (1.0 - theta) * p1)
+        lam, gam = x[2 * n:2 * n + m], x[2 * n + m:]
+        self._record_multipliers(lam, gam)
+        v1 = self._minv.dot(theta * p0 + (1.0 - theta) * p1)
         # (79d), (79e) at the accepted iterate
-        enforced = (self._max(residual[2 * n:2 * n + m]), self._max(residual[2 * n + m:]))
-        return StepResult(q1, p1, v1, self._lam.copy(), self._gam.copy(), iterations, enforced)
+        return StepResult(q1, p1, v1, lam, gam, iterations, self._enforced_rows(residual))
 
     def newton_system(self, q0: np.ndarray, p0: np.ndarray):
         """(residual_and_jacobian, x0) of the step from (q0, p0); x = (q1, p1, v, lambda,

@@ -29,14 +29,18 @@ and the Jacobian on the Jacobian's sparsity pattern (:class:`SparseQuadraticSyst
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.linalg import lapack
 
 from mbs.quadratic import QuadraticTable
-from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, _getrf, _getrs, _segments
+from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, _getrs
+
+_gesv = lapack.dgesv
 
 #: max of an array without ndarray.max's Python-level wrapper (~1 us per call on small arrays)
 _max = np.maximum.reduce
@@ -99,6 +103,22 @@ def _embed(block, row_offset: int, size: int):
     return sp.csr_matrix((coo.data, (coo.row + row_offset, coo.col)), shape=(size, size))
 
 
+def _expansion_loses_precision(factored) -> bool:
+    """Whether the expanded polynomial of some product term u.v can cancel: both factors
+    depend on q and one of them combines several coordinates or has a constant (a difference
+    such as x_b - x_a, or a point offset). Products of single coordinates (the director
+    orthonormality rows d_i . d_j) and linear rows expand exactly, so their rows need no
+    re-evaluation from the factored form."""
+    u_map, v_map = sp.csr_matrix(factored.u_map), sp.csr_matrix(factored.v_map)
+    u_count = np.diff(u_map.indptr).reshape(-1, 3)
+    v_count = np.diff(v_map.indptr).reshape(-1, 3)
+    product = (u_count.sum(axis=1) > 0) & (v_count.sum(axis=1) > 0)
+    compound = ((u_count > 1).any(axis=1) | (v_count > 1).any(axis=1)
+                | (np.asarray(factored.u_const) != 0.0).any(axis=1)
+                | (np.asarray(factored.v_const) != 0.0).any(axis=1))
+    return bool((product & compound).any())
+
+
 def _factored_override(table: QuadraticTable, start: int, from_data, from_unknowns,
                        convert: Callable) -> tuple | None:
     """Constraint rows g(u), u = U_d d + U_x x, from the factored form of the table: the
@@ -110,7 +130,7 @@ def _factored_override(table: QuadraticTable, start: int, from_data, from_unknow
     constants, half length) where row_sum[k, 3 t + c] = scale_t for row k = row_t.
     """
     factored = table.factored
-    if factored is None:
+    if factored is None or not _expansion_loses_precision(factored):
         return None
     uv_map = sp.vstack([sp.csr_matrix(factored.u_map), sp.csr_matrix(factored.v_map)])
     uv_const = np.concatenate([factored.u_const.ravel(), factored.v_const.ravel()])
@@ -120,6 +140,25 @@ def _factored_override(table: QuadraticTable, start: int, from_data, from_unknow
                             shape=(table.n_rows, 3 * terms))
     return (start, table.n_rows, convert(uv_map @ from_unknowns), convert(uv_map @ from_data),
             uv_const, convert(row_sum), factored.explicit_constant.copy(), 3 * terms)
+
+
+def _halved(matrix: sp.csr_matrix) -> sp.csr_matrix:
+    """``matrix / 2`` with the same index arrays (the tensors enter residuals halved)."""
+    return sp.csr_matrix((0.5 * matrix.data, matrix.indices, matrix.indptr),
+                         shape=matrix.shape)
+
+
+def _accumulator(matrix: sp.csr_matrix) -> Callable[[np.ndarray, np.ndarray], None]:
+    """``f(x, out)`` doing ``out += matrix @ x`` in place for a flat buffer ``out``: the
+    SciPy CSR kernel bound to the matrix arrays (no Python frame per call, ~2x cheaper than
+    ``matrix @ x`` at these sizes), or the public product where that kernel is missing."""
+    if _csr_matvec is None:
+        def accumulate(x: np.ndarray, out: np.ndarray) -> None:
+            out += matrix @ x
+        return accumulate
+    rows, cols = matrix.shape
+    return functools.partial(_csr_matvec, rows, cols, matrix.indptr, matrix.indices,
+                             matrix.data)
 
 
 class QuadraticSystemBuilder:
@@ -246,9 +285,27 @@ class QuadraticSystemBuilder:
         self._overrides.append((self._equations[equation][0], at))
 
     # -- result -----------------------------------------------------------------------------
-    def build(self, dense: bool = True) -> QuadraticSystem:
-        """Freeze the collected terms into a :class:`QuadraticSystem`."""
-        n_eq, n_w, n_d, n_x = self.n_equations, self.n_w, self.n_data, self.n_unknowns
+    def build_map(self, post: sp.spmatrix | np.ndarray | None = None) -> QuadraticMap:
+        """The collected terms as an explicit map ``w -> post @ R(w)`` (every block of w is
+        input; nothing is solved), e.g. a predictor that is quadratic in the state."""
+        n_eq, n_w = self.n_equations, self.n_w
+        constant, linear, (out, j, k, values) = self._collected()
+        tensor = sp.csr_matrix((np.concatenate([values, values]),
+                                (np.concatenate([out * n_w + j, out * n_w + k]),
+                                 np.concatenate([k, j]))), shape=(n_eq * n_w, n_w))
+        if post is not None:
+            post = sp.csr_matrix(post)
+            constant, linear = post @ constant, post @ linear
+            tensor = sp.kron(post, sp.identity(n_w), format="csr") @ tensor
+        tensor = sp.csr_matrix(tensor)
+        tensor.sum_duplicates()
+        tensor.eliminate_zeros()
+        return QuadraticMap(np.asarray(constant, dtype=float), sp.csr_matrix(linear).toarray(),
+                            tensor)
+
+    def _collected(self) -> tuple:
+        """(constant, linear CSR (n_eq, n_w), quadratic entries (row, j, k, coefficient))."""
+        n_eq, n_w = self.n_equations, self.n_w
         constant = np.zeros(n_eq)
         for rows, values in self._constant:
             np.add.at(constant, rows, values)
@@ -258,8 +315,13 @@ class QuadraticSystemBuilder:
                                shape=(n_eq, n_w))
         quad = ([np.concatenate(parts) for parts in zip(*self._quadratic)]
                 if self._quadratic else [np.zeros(0, dtype=np.int64)] * 3 + [np.zeros(0)])
-        out, j, k, values = (quad[0].astype(np.int64), quad[1].astype(np.int64),
-                             quad[2].astype(np.int64), quad[3])
+        return constant, linear, (quad[0].astype(np.int64), quad[1].astype(np.int64),
+                                  quad[2].astype(np.int64), quad[3])
+
+    def build(self, dense: bool = True) -> QuadraticSystem:
+        """Freeze the collected terms into a :class:`QuadraticSystem`."""
+        n_eq, n_d, n_x = self.n_equations, self.n_data, self.n_unknowns
+        constant, linear, (out, j, k, values) = self._collected()
         # Symmetric derivative tensor: d/dw_j of sum Q_ijk w_j w_k = sum_k (Q_ijk + Q_ikj) w_k.
         rows_i = np.concatenate([out, out])
         cols_j = np.concatenate([j, k])
@@ -295,13 +357,43 @@ class QuadraticSystemBuilder:
                                overrides, n_d, n_x, dense)
 
 
+class QuadraticMap:
+    """An explicit quadratic map ``y = c + L w + 1/2 D(w) w`` (see
+    :meth:`QuadraticSystemBuilder.build_map`), evaluated with four numpy calls."""
+
+    def __init__(self, constant: np.ndarray, linear: np.ndarray, tensor: sp.csr_matrix):
+        self.constant, self.linear = constant, np.ascontiguousarray(linear)
+        self._accumulate_half = _accumulator(_halved(tensor))
+        self._buffer = np.zeros_like(self.linear)
+
+    def for_run(self) -> QuadraticMap:
+        """A copy sharing the constant arrays, with its own buffer."""
+        run = copy.copy(self)
+        run._buffer = np.zeros_like(self.linear)
+        return run
+
+    def __call__(self, w: np.ndarray) -> np.ndarray:
+        buffer = self._buffer
+        buffer[...] = self.linear
+        self._accumulate_half(w, buffer.reshape(-1))
+        out = buffer.dot(w)
+        out += self.constant
+        return out
+
+
 class QuadraticSystem:
     """Evaluates a residual built by :class:`QuadraticSystemBuilder` and its Jacobian.
 
     Call :meth:`start` with the step data d once per step, then :meth:`evaluate` with the
-    unknowns x as often as Newton needs. ``extra(x)`` (given to :meth:`start`) may add
-    non-polynomial terms, e.g. a potential's discrete gradient: it returns ``(r, J)`` to be
-    added (either may be None).
+    unknowns x as often as Newton needs, or let :meth:`solve` run the whole Newton iteration.
+    ``extra(x)`` (given to :meth:`start`) may add non-polynomial terms, e.g. a potential's
+    discrete gradient: it returns ``(r, J)`` to be added (either may be None).
+
+    The per-iteration work is organised around few numpy calls, because at the sizes of small
+    models (tens of unknowns) each call costs more than its arithmetic (issue 7): with
+    ``B(x) = L_step + 1/2 D_xx(x)`` the residual is ``c_step + B(x) x`` and the Jacobian is
+    ``B(x) + 1/2 D_xx(x)``, so one preallocated buffer receives ``L_step`` and then one or two
+    accumulating CSR mat-vecs of the halved tensor.
     """
 
     def __init__(self, table: QuadraticTable, constant: np.ndarray, linear: sp.csr_matrix,
@@ -317,13 +409,40 @@ class QuadraticSystem:
                                 else linear[:, n_data:].tocsr())
         self.tensor_xx, self.tensor_xd, self.tensor_dd = tensor_xx, tensor_xd, tensor_dd
         self.dense = dense
-        self._buffer = np.zeros(self.n_equations * n_unknowns)
-        self._buffer_xd = np.zeros(self.n_equations * n_unknowns)
-        self._buffer_dd = np.zeros(self.n_equations * n_data)
-        self._jacobian_buffer = np.zeros((self.n_equations, n_unknowns))
+        # The Jacobian is kept transposed (row j * n_eq + i of the tensors holds J[i, j]): the
+        # C-ordered buffer then is J in Fortran order, which LAPACK gesv factorises and
+        # solves in one call without a copy.
+        n_eq, n_x = self.n_equations, n_unknowns
+        transposed = (np.arange(n_eq)[None, :] * n_x + np.arange(n_x)[:, None]).ravel()
+        self._accumulate_half_xx = _accumulator(_halved(tensor_xx)[transposed])
+        # one mat-vec folds the step data into L_step and into L_d + 1/2 D_dd(d) (start)
+        self._accumulate_step = _accumulator(sp.vstack(
+            [sp.csr_matrix(tensor_xd)[transposed], _halved(tensor_dd)], format="csr"))
+        self._step_initial = np.concatenate([np.asarray(self.linear_unknowns).T.ravel(),
+                                             np.asarray(self.linear_data).ravel()])
         self._extra: Callable | None = None
-        self._overrides = [self._factored_map(start, from_data, from_unknowns)
-                           for start, from_data, from_unknowns in overrides]
+        self._overrides = [o for o in (self._factored_map(start, from_data, from_unknowns)
+                                       for start, from_data, from_unknowns in overrides)
+                           if o is not None]
+        self._allocate()
+
+    def _allocate(self) -> None:
+        """Per-run buffers (flat views share memory with the 2-D arrays). Jacobian-shaped
+        buffers hold the transpose (unknowns, equations), see the constructor."""
+        n_eq, n_d, n_x = self.n_equations, self.n_data, self.n_unknowns
+        self._step_buffer = np.zeros(n_eq * (n_x + n_d))
+        self._linear_step_t = self._step_buffer[:n_eq * n_x].reshape(n_x, n_eq)
+        self._data_part = self._step_buffer[n_eq * n_x:].reshape(n_eq, n_d)
+        self.constant_step = np.zeros(n_eq)
+        self._factor_buffer = np.zeros((n_x, n_eq))
+        self._scratch = np.zeros((n_x, n_eq))
+        self._factor_flat = self._factor_buffer.reshape(-1)
+        self._scratch_flat = self._scratch.reshape(-1)
+
+    @property
+    def linear_step(self) -> np.ndarray:
+        """L_step = L_x + D_xd(d) of the current step, (equations, unknowns)."""
+        return self._linear_step_t.T
 
     def _factored_map(self, start: int, from_data: sp.csr_matrix,
                       from_unknowns: sp.csr_matrix) -> tuple | None:
@@ -334,45 +453,50 @@ class QuadraticSystem:
     def for_run(self) -> QuadraticSystem:
         """A copy sharing the constant arrays, with its own per-step buffers."""
         run = copy.copy(self)
-        run._buffer = np.zeros_like(self._buffer)
-        run._buffer_xd = np.zeros_like(self._buffer_xd)
-        run._buffer_dd = np.zeros_like(self._buffer_dd)
-        run._jacobian_buffer = np.zeros_like(self._jacobian_buffer)
+        run._allocate()
         run._extra = None
         return run
 
-    @staticmethod
-    def _matvec(matrix: sp.csr_matrix, x: np.ndarray, buffer: np.ndarray) -> np.ndarray:
-        if _csr_matvec is None:
-            return matrix @ x
-        buffer.fill(0.0)
-        rows, cols = matrix._shape  # the property costs a Python call per mat-vec
-        _csr_matvec(rows, cols, matrix.indptr, matrix.indices, matrix.data, x, buffer)
-        return buffer
-
     def start(self, data: np.ndarray, extra: Callable | None = None) -> None:
-        """Fold the step data into the constant and linear parts."""
-        n_eq, n_d, n_x = self.n_equations, self.n_data, self.n_unknowns
-        d_dd = self._matvec(self.tensor_dd, data, self._buffer_dd).reshape(n_eq, n_d)
-        self.constant_step = self.constant + self.linear_data @ data + 0.5 * (d_dd @ data)
-        d_xd = self._matvec(self.tensor_xd, data, self._buffer_xd).reshape(n_eq, n_x)
-        self.linear_step = self.linear_unknowns + d_xd
-        self._override_step = [
-            None if o is None else (o[0], o[1], o[2], o[3] @ data + o[4], o[5], o[6], o[7])
-            for o in self._overrides]
+        """Fold the step data into the constant and linear parts:
+        ``L_step = L_x + D_xd(d)``, ``c_step = c + (L_d + 1/2 D_dd(d)) d``."""
+        self._step_buffer[...] = self._step_initial
+        self._accumulate_step(data, self._step_buffer)
+        np.dot(self._data_part, data, out=self.constant_step)
+        self.constant_step += self.constant
+        self._override_step = [(o[0], o[1], o[2], o[3] @ data + o[4], o[5], o[6], o[7])
+                               for o in self._overrides]
         self._extra = extra
+
+    def _residual(self, x: np.ndarray, buffer: np.ndarray, extra: bool = True) -> np.ndarray:
+        """R(x); leaves B(x)^T, B(x) = L_step + 1/2 D_xx(x), in ``buffer`` (a C-ordered
+        (unknowns, equations) array)."""
+        buffer[...] = self._linear_step_t
+        self._accumulate_half_xx(x, buffer.reshape(-1))
+        residual = x.dot(buffer)  # B x = (x^T B^T)^T
+        residual += self.constant_step
+        if self._override_step:
+            self._override_rows(x, residual)
+        if extra and self._extra is not None:
+            r_extra, _ = self._extra(x, False)
+            if r_extra is not None:
+                residual += r_extra
+        return residual
+
+    def _override_rows(self, x: np.ndarray, residual: np.ndarray) -> None:
+        """Constraint rows g(u) from the factored form (see :func:`_factored_override`)."""
+        for start, rows, uv_map, uv_step, row_sum, constant, half in self._override_step:
+            uv = uv_map @ x + uv_step
+            residual[start:start + rows] = row_sum @ (uv[:half] * uv[half:]) + constant
 
     def evaluate(self, x: np.ndarray, jacobian: bool = True):
         """(R(x), dR/dx) at the current step data; the Jacobian is None when not asked."""
-        d_xx = self._matvec(self.tensor_xx, x, self._buffer).reshape(
-            self.n_equations, self.n_unknowns)
-        residual = self.constant_step + (self.linear_step + 0.5 * d_xx) @ x
-        for override in self._override_step:
-            if override is not None:
-                start, rows, uv_map, uv_step, row_sum, constant, half = override
-                uv = uv_map @ x + uv_step
-                residual[start:start + rows] = row_sum @ (uv[:half] * uv[half:]) + constant
-        jac = (self.linear_step + d_xx) if jacobian else None
+        buffer = np.empty((self.n_unknowns, self.n_equations))
+        residual = self._residual(x, buffer, extra=False)
+        jac = None
+        if jacobian:
+            self._accumulate_half_xx(x, buffer.reshape(-1))
+            jac = buffer.T
         if self._extra is not None:
             r_extra, j_extra = self._extra(x, jacobian)
             if r_extra is not None:
@@ -381,89 +505,87 @@ class QuadraticSystem:
                 jac += j_extra
         return residual, jac
 
-    def solve(self, x0: np.ndarray, blocks: list[slice], scales: list[float],
-              options: NewtonOptions) -> tuple[np.ndarray, int, int, float]:
-        """Newton's method on R(x) = 0 at the current step data.
+    def solve(self, x0: np.ndarray, starts: np.ndarray, lead: slice, floors: np.ndarray,
+              options: NewtonOptions) -> tuple[np.ndarray, int, int, np.ndarray]:
+        """Newton's method on R(x) = 0 at the current step data. Dense systems only.
 
         Same stopping rules, errors and factorisation reuse as
         :func:`mbs.solvers.newton.newton` (relative increments per block, stagnation,
-        ``refactor_above``), but with the evaluation inlined, the Jacobian written into a
-        preallocated buffer and LAPACK getrf/getrs applied to its transpose (Fortran order,
-        so nothing is copied). Dense systems only.
+        ``refactor_above``), with the evaluation inlined into preallocated buffers and LAPACK
+        getrf/getrs applied to the transposed buffer (Fortran order, so nothing is copied).
+
+        Parameters
+        ----------
+        x0 : array
+            Starting iterate; it is updated in place and returned as x.
+        starts, lead, floors
+            Convergence blocks as in :func:`mbs.solvers.newton._segments`: ``x[lead]`` split at
+            ``starts``; the relative increment of a block is max|dx_b| / max(floor_b, max|x_b|).
+        options : NewtonOptions
 
         Returns
         -------
-        x, iterations, factorisations, residual norm at the last evaluation.
+        x, iterations, factorisations, and R at the accepted x (for the enforced residuals).
         """
-        segments, floors, lead = _segments(blocks, scales)
-        spans = [(slice(lead.start + s, lead.start + e), floor) for s, e, floor in
-                 zip(segments, list(segments[1:]) + [lead.stop - lead.start], floors)]
-
-        def relative_increment(step, x):
-            """max over blocks of max|dx_b| / max(scale_b, max|x_b|)."""
-            return max(float(_max(np.abs(step[span]))) / max(floor, float(_max(np.abs(x[span]))))
-                       for span, floor in spans) if spans else 0.0
-
-        # Cheap estimate with the block magnitudes of x0 (one vector product per iteration);
-        # the exact increment is computed only when a stopping decision depends on it.
-        weights = np.zeros(lead.stop - lead.start)
-        for span, floor in spans:
-            weights[span.start - lead.start:span.stop - lead.start] = 1.0 / max(
-                floor, float(_max(np.abs(x0[span]))))
         tolerance, stagnation = options.tolerance, options.stagnation_level
         contraction, refactor_above = options.contraction, options.refactor_above
-        jac = self._jacobian_buffer
-        x = x0.copy()
-        previous = increment = np.inf
-        residual = x
+        near = 4.0 * max(tolerance, stagnation)
+        extra = self._extra
+        accumulate, linear_step_t, constant_step = (self._accumulate_half_xx,
+                                                    self._linear_step_t, self.constant_step)
+        overrides = self._override_step
+        blocked = starts.size > 0
+        if blocked:
+            # Cheap estimate with the block magnitudes of x0 (one reduceat per iteration);
+            # the exact increment is computed only when a stopping decision depends on it.
+            weights = 1.0 / np.maximum(floors, np.maximum.reduceat(np.abs(x0[lead]), starts))
+        x = x0
+        previous = increment = math.inf
         lu = pivots = None
         factorizations = 0
         for iteration in range(1, options.max_iterations + 1):
             fresh = lu is None
-            d_xx = self._matvec(self.tensor_xx, x, self._buffer).reshape(
-                self.n_equations, self.n_unknowns)
             if fresh:
-                np.add(self.linear_step, d_xx, out=jac)
-                residual = self.constant_step + (jac - 0.5 * d_xx) @ x
+                buffer, flat = self._factor_buffer, self._factor_flat
             else:
-                residual = self.constant_step + (self.linear_step + 0.5 * d_xx) @ x
-            for override in self._override_step:
-                if override is not None:
-                    start, rows, uv_map, uv_step, row_sum, constant, half = override
-                    uv = uv_map @ x + uv_step
-                    residual[start:start + rows] = row_sum @ (uv[:half] * uv[half:]) + constant
-            if self._extra is not None:
-                r_extra, j_extra = self._extra(x, fresh)
+                buffer, flat = self._scratch, self._scratch_flat
+            # residual c_step + B(x) x with B(x)^T, B(x) = L_step + 1/2 D_xx(x), left in the
+            # buffer; ndarray.dot costs half of ``@`` at these sizes
+            buffer[...] = linear_step_t
+            accumulate(x, flat)
+            residual = x.dot(buffer)
+            residual += constant_step
+            if overrides:
+                self._override_rows(x, residual)
+            if extra is not None:
+                r_extra, j_extra = extra(x, fresh)
                 if r_extra is not None:
                     residual += r_extra
-                if fresh and j_extra is not None:
-                    jac += j_extra
-            if not math.isfinite(residual @ residual):
-                raise NewtonConvergenceError("residual is not finite",
-                                             float(np.abs(residual).max()), np.inf, iteration,
-                                             "the state blew up: reduce the step size")
             if fresh:
-                lu, pivots, info = _getrf(jac.T, overwrite_a=1)  # LU of J^T
+                accumulate(x, flat)  # B(x) + 1/2 D_xx(x) = Jacobian (transposed)
+                if extra is not None and j_extra is not None:
+                    buffer += (j_extra.toarray() if sp.issparse(j_extra) else j_extra).T
+                # buffer.T is J in Fortran order: LU and J step = R in one call, in place
+                lu, pivots, step, info = _gesv(buffer.T, residual, overwrite_a=1)
                 factorizations += 1
                 if info != 0:
-                    raise NewtonConvergenceError(
-                        f"singular Newton matrix (getrf info = {info})",
-                        float(np.abs(residual).max()), np.inf, iteration,
-                        "singular configuration or redundant constraints; check "
-                        "model.redundancies")
-            step = _getrs(lu, pivots, residual, trans=1)[0]  # J step = R
-            if not math.isfinite(step @ step):
-                raise NewtonConvergenceError(
-                    "Newton increment is not finite", float(np.abs(residual).max()), np.inf,
-                    iteration, "singular Newton matrix: singular configuration, redundant "
-                    "constraints, or a too large step")
+                    _raise_failure("singular", residual, iteration)
+            else:
+                step = _getrs(lu, pivots, residual)[0]
+            if not math.isfinite(step.dot(step)):
+                _raise_failure("increment", residual, iteration)
             x -= step
-            increment = float(_max(np.abs(step[lead]) * weights)) if spans else 0.0
-            if increment <= 4.0 * max(tolerance, stagnation):
-                increment = relative_increment(step, x)
+            if blocked:
+                step_maxima = np.maximum.reduceat(np.abs(step[lead]), starts)
+                increment = float(_max(step_maxima * weights))
+                if increment <= near:  # exact: block magnitudes of the updated x
+                    increment = float(_max(step_maxima / np.maximum(
+                        floors, np.maximum.reduceat(np.abs(x[lead]), starts))))
+            else:
+                increment = 0.0
             if (increment <= tolerance
                     or (fresh and increment <= stagnation and increment > 0.5 * previous)):
-                return x, iteration, factorizations, float(_max(np.abs(residual)))
+                return x, iteration, factorizations, self._residual(x, self._scratch)
             if increment > contraction * previous or increment > refactor_above:
                 lu = None
             previous = increment
@@ -472,3 +594,20 @@ class QuadraticSystem:
             f"Newton did not converge in {options.max_iterations} iterations (last relative "
             f"increment {increment:.3e}, residual {residual_norm:.3e})", residual_norm,
             increment, options.max_iterations, "reduce the step size or raise max_iterations")
+
+
+def _raise_failure(kind: str, residual: np.ndarray, iteration: int) -> None:
+    """The NewtonConvergenceError of a singular matrix or a non-finite increment; a
+    non-finite residual (which makes both happen) is named as the cause."""
+    if not np.isfinite(residual).all():
+        raise NewtonConvergenceError("residual is not finite", float(np.abs(residual).max()),
+                                     np.inf, iteration, "the state blew up: reduce the step size")
+    norm = float(np.abs(residual).max())
+    if kind == "singular":
+        raise NewtonConvergenceError(
+            "singular Newton matrix", norm, np.inf, iteration,
+            "singular configuration or redundant constraints; check model.redundancies")
+    raise NewtonConvergenceError(
+        "Newton increment is not finite", norm, np.inf, iteration,
+        "singular Newton matrix: singular configuration, redundant constraints, or a too "
+        "large step")
