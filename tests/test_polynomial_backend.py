@@ -366,3 +366,50 @@ def test_explicit_predictor_saves_iterations_on_the_heavy_top():
     assert (np.mean(runs["explicit"].stats["newton_iterations"])
             < np.mean(runs["advanced"].stats["newton_iterations"]) - 0.5)
     np.testing.assert_allclose(runs["explicit"].q, runs["advanced"].q, atol=1e-12)
+
+
+@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a"])
+def test_predictor_map_equals_direct_explicit_predictor(model, scheme):
+    """The quadratic map that evaluates the "explicit" guess is the formula of
+    Solver._predict_state (with nonzero multiplier history), to round-off."""
+    solver = make_solver(scheme)
+    solver.start(model, model.q0, model.p0, 2e-3)
+    if solver._predictor is None:  # potential not linear in q: evaluated directly
+        assert model.constant_potential_gradient() is None
+        return
+    rng = np.random.default_rng(5)
+    q = model.q0 + 0.05 * rng.standard_normal(model.n)
+    p = model.p0 + 0.5 * rng.standard_normal(model.n)
+    solver._record_multipliers(rng.standard_normal(model.m), rng.standard_normal(model.m))
+    solver._record_multipliers(rng.standard_normal(model.m), rng.standard_normal(model.m))
+    lam, gam = solver._multiplier_guess()
+    q1, p1 = solver._predict_state(q, p)
+    expected = np.concatenate([q1, p1, lam, gam if solver._warm_gamma else 0.0 * gam])
+    guess = solver._explicit_guess(q, p)
+    np.testing.assert_allclose(guess, expected, rtol=0,
+                               atol=1e-14 * max(1.0, np.abs(expected).max()))
+
+
+def test_factored_constraint_rows_only_where_the_expansion_cancels():
+    """Director rows (products of single coordinates) and linear joint rows expand exactly;
+    revolute axes and distances (differences of coordinates multiplied) do not."""
+    from mbs.solvers.polynomial import _expansion_loses_precision
+
+    top = heavy_top.build().compile()
+    assert not _expansion_loses_precision(top.quadratic_constraint_table.factored)
+    solver = make_solver("em")
+    solver.start(top, top.q0, top.p0, 1e-3)
+    assert solver._polynomial._overrides == []
+    bar = four_bar.build().compile()
+    assert _expansion_loses_precision(bar.quadratic_constraint_table.factored)
+    solver.start(bar, bar.q0, bar.p0, 1e-3)
+    assert len(solver._polynomial._overrides) == 1
+    # the skipped rows are exact: polynomial constraint rows equal the table's values
+    q = top.q0 + 0.01 * np.random.default_rng(2).standard_normal(top.n)
+    solver.start(top, top.q0, top.p0, 1e-3)
+    residual_and_jacobian, x0 = solver.newton_system(top.q0, top.p0)
+    x = x0.copy()
+    x[:top.n] = q
+    residual, _ = residual_and_jacobian(x, False)
+    np.testing.assert_allclose(residual[2 * top.n:2 * top.n + top.m],
+                               top.quadratic_constraint_table.value(q), rtol=0, atol=4e-16)
