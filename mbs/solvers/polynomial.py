@@ -468,6 +468,15 @@ class QuadraticSystem:
                                for o in self._overrides]
         self._extra = extra
 
+    @staticmethod
+    @functools.cache
+    def _block_sizes_cached(starts: tuple, stop: int) -> np.ndarray:
+        return np.diff(np.append(starts, stop))
+
+    def _block_sizes(self, starts: np.ndarray, lead: slice) -> np.ndarray:
+        """Lengths of the convergence blocks (cached per layout)."""
+        return self._block_sizes_cached(tuple(starts.tolist()), lead.stop - lead.start)
+
     def _residual(self, x: np.ndarray, buffer: np.ndarray, extra: bool = True) -> np.ndarray:
         """R(x); leaves B(x)^T, B(x) = L_step + 1/2 D_xx(x), in ``buffer`` (a C-ordered
         (unknowns, equations) array)."""
@@ -536,9 +545,11 @@ class QuadraticSystem:
         overrides = self._override_step
         blocked = starts.size > 0
         if blocked:
-            # Cheap estimate with the block magnitudes of x0 (one reduceat per iteration);
+            # Cheap estimate with the block magnitudes of x0 (one weight per coordinate);
             # the exact increment is computed only when a stopping decision depends on it.
-            weights = 1.0 / np.maximum(floors, np.maximum.reduceat(np.abs(x0[lead]), starts))
+            weights = np.repeat(
+                1.0 / np.maximum(floors, np.maximum.reduceat(np.abs(x0[lead]), starts)),
+                self._block_sizes(starts, lead))
         x = x0
         previous = increment = math.inf
         lu = pivots = None
@@ -576,11 +587,12 @@ class QuadraticSystem:
                 _raise_failure("increment", residual, iteration)
             x -= step
             if blocked:
-                step_maxima = np.maximum.reduceat(np.abs(step[lead]), starts)
-                increment = float(_max(step_maxima * weights))
+                weighted = step[lead] * weights
+                increment = float(_max(np.abs(weighted, out=weighted)))
                 if increment <= near:  # exact: block magnitudes of the updated x
-                    increment = float(_max(step_maxima / np.maximum(
-                        floors, np.maximum.reduceat(np.abs(x[lead]), starts))))
+                    increment = float(_max(
+                        np.maximum.reduceat(np.abs(step[lead]), starts)
+                        / np.maximum(floors, np.maximum.reduceat(np.abs(x[lead]), starts))))
             else:
                 increment = 0.0
             if (increment <= tolerance
