@@ -115,3 +115,62 @@ def test_simulate_many_serial_and_through_a_process_pool(top):
         parallel = mbs.simulate_many(runs, executor=pool)
     for a, b in zip(serial, parallel):
         np.testing.assert_array_equal(a.q, b.q)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ensemble_of_double_pendulums_with_a_partial_simd_block(backend):
+    """Another model (n = 24, m = 22) and a member count that is not a multiple of the
+    SIMD block (the numba path runs the whole trajectory in one call)."""
+    import double_pendulum
+
+    model = double_pendulum.build().compile()
+    q0, p0 = model.initial_state()
+    scales = np.array([1.0, 0.5, 1.5])
+    ensemble = mbs.simulate_ensemble(model, (np.tile(q0, (3, 1)), p0 * scales[:, None]),
+                                     h=1e-3, t_end=0.05, backend=backend)
+    for k, scale in enumerate(scales):
+        single = mbs.simulate(model, "em", h=1e-3, t_end=0.05, initial_state=(q0, scale * p0))
+        np.testing.assert_allclose(ensemble.q[k], single.q, atol=1e-12 * np.abs(q0).max())
+        np.testing.assert_allclose(ensemble.p[k], single.p, atol=1e-12 * np.abs(p0).max())
+    energy = ensemble.energy()
+    assert np.max(np.abs(energy - energy[:, :1]) / np.abs(energy[:, :1])) <= 1e-12
+
+
+@pytest.mark.skipif(not _numba_available(), reason="numba not installed")
+def test_ensemble_static_pivot_fallback_gives_the_same_members(top, monkeypatch):
+    """With an impossible pivot threshold every factorisation falls back to partial
+    pivoting; the members are the same to round-off."""
+    from mbs import ensemble as ensemble_module
+
+    q0, p0 = rotated_states(top, 5)
+    static = mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, backend="numba")
+    counted = {}
+    run = ensemble_module._BatchedEnergyMomentum._run_numba
+
+    def counting_run(self, q, p):
+        iterations = run(self, q, p)
+        counted["fallbacks"] = int(self.fallbacks.sum())
+        return iterations
+
+    monkeypatch.setattr(ensemble_module._BatchedEnergyMomentum, "_run_numba", counting_run)
+    monkeypatch.setattr(ensemble_module._BatchedEnergyMomentum, "static_pivot_threshold",
+                        1e300)
+    pivoted = mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, backend="numba")
+    assert counted["fallbacks"] == pivoted.stats["factorizations"] > 0
+    np.testing.assert_allclose(pivoted.q, static.q, atol=1e-13)
+    np.testing.assert_allclose(pivoted.p, static.p, atol=1e-13 * np.abs(p0).max())
+    monkeypatch.setattr(ensemble_module._BatchedEnergyMomentum, "static_pivot_threshold", 0.1)
+    simd = mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, backend="numba")
+    assert counted["fallbacks"] == 0                  # the top's static pivots are safe
+    np.testing.assert_array_equal(simd.q, static.q)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ensemble_failure_carries_the_states_before_it(top, backend):
+    q0, p0 = rotated_states(top, 3)
+    with pytest.raises(mbs.SolverError, match="did not converge") as info:
+        mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, max_iterations=2,
+                              backend=backend)
+    error = info.value
+    assert error.step == 0 and error.solution.q.shape == (3, 1, 12)
+    np.testing.assert_array_equal(error.solution.q[:, 0], q0)
