@@ -244,7 +244,7 @@ class _Run:
 
     def _store(self, k: int, result: StepResult) -> None:
         # one dot product detects NaN/inf cheaply; the exact test confirms (overflow)
-        if (not math.isfinite(result.q @ result.q + result.p @ result.p)
+        if (not math.isfinite(result.q.dot(result.q) + result.p.dot(result.p))
                 and not (np.isfinite(result.q).all() and np.isfinite(result.p).all())):
             raise SolverError(
                 f"{self.solver.name}: step {k} produced non-finite values; reduce the step "

@@ -128,7 +128,9 @@ class Solver:
         self._compiled = None
         self._blocks = [slice(0, model.n), slice(model.n, 2 * model.n)]  # q, p convergence
         self._block_starts = np.array([0, model.n] if model.n else [], dtype=np.intp)
+        self._block_sizes = np.array([model.n, model.n] if model.n else [], dtype=np.intp)
         self._blocks_lead = slice(0, 2 * model.n)
+        self._update_floor_minimum()
         if self.backend != "assembled" and self._polynomial_applies(model):
             self._polynomial = self._shared_polynomial()
             self._predictor = self._shared_predictor()
@@ -211,9 +213,11 @@ class Solver:
     #: (measured on the heavy top: lambda changes by ~0.1 per step, every second step ~0.01).
     _multiplier_lag = 1
 
-    def _record_multipliers(self, lam: np.ndarray, gam: np.ndarray) -> None:
+    def _record_multipliers(self, lam: np.ndarray, gam: np.ndarray, copy: bool = True) -> None:
+        """Keep the step's multipliers as the next warm start (``copy=False`` for arrays
+        nobody modifies afterwards, e.g. slices of a step's own solution vector)."""
         self._lam_before, self._gam_before = self._lam, self._gam
-        self._lam, self._gam = lam.copy(), gam.copy()
+        self._lam, self._gam = (lam.copy(), gam.copy()) if copy else (lam, gam)
 
     def _multiplier_guess(self) -> tuple[np.ndarray, np.ndarray]:
         """Warm start of (lambda, gamma) for the next step."""
@@ -264,15 +268,23 @@ class Solver:
                                       self._identity_block(polynomial=True))
             residual, _ = system.evaluate(x, False)
             return x, iterations, residual
-        if self._constant_force is not None and self.model.n:  # _scales in three calls
+        if self._floor_minimum is not None:  # _scales in three calls
             floors = np.maximum(np.maximum.reduceat(np.abs(data), self._block_starts),
-                                (1e-300, max(self.h * self._constant_force, 1e-300)))
+                                self._floor_minimum)
         else:
             floors = np.array(self._scales(q0, p0))
         x, iterations, factorizations, residual = system.solve(
-            x0, self._block_starts, self._blocks_lead, floors, self.newton)
+            x0, (self._block_starts, self._block_sizes, self._blocks_lead), floors,
+            self.newton)
         self._newton_state.factorizations += factorizations
         return x, iterations, residual
+
+    def _update_floor_minimum(self) -> None:
+        """Lower bounds of the Newton scales of q and p (see :meth:`_scales`) when they do
+        not depend on the state (constant force), as an array for the hot path."""
+        force = self._constant_force
+        self._floor_minimum = (None if force is None or not self.model.n else
+                               np.array([1e-300, max(self.h * force, 1e-300)]))
 
     def _enforced_rows(self, residual: np.ndarray) -> tuple[float, float]:
         """Max-norms of the two constraint blocks (rows 2n .. 2n+m and 2n+m ..) of a
@@ -429,6 +441,7 @@ class Solver:
             if self._compiled is not None:
                 self._compiled = self._compile()
         self.h = h
+        self._update_floor_minimum()
 
     def checkpoint(self) -> dict:
         """Warm-start state carried between steps (restored by :meth:`restore` on resume,

@@ -102,7 +102,7 @@ class EnergyMomentum(Solver):
         x, iterations, residual = self._solve_polynomial(
             q0, p0, self._initial_guess(q0, p0), self._potential_terms(q0))
         q1, p1 = x[:n], x[n:2 * n]
-        self._record_multipliers(x[2 * n:2 * n + m], x[2 * n + m:])
+        self._record_multipliers(x[2 * n:2 * n + m], x[2 * n + m:], copy=False)
         # rows (84d) and (84e) of the residual at the accepted iterate
         return StepResult(q1, p1, self._minv.dot(0.5 * (p0 + p1)), x[2 * n:2 * n + m],
                           x[2 * n + m:], iterations, self._enforced_rows(residual))

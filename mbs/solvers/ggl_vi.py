@@ -197,7 +197,7 @@ class GGLVI(Solver):
             q0, p0, self._initial_guess(q0, p0), self._potential_terms(q0))
         q1, p1 = x[:n], x[n:2 * n]
         lam, gam = x[2 * n:2 * n + m], x[2 * n + m:]
-        self._record_multipliers(lam, gam)
+        self._record_multipliers(lam, gam, copy=False)
         v1 = self._minv.dot(theta * p0 + (1.0 - theta) * p1)
         # (79d), (79e) at the accepted iterate
         return StepResult(q1, p1, v1, lam, gam, iterations, self._enforced_rows(residual))

@@ -468,15 +468,6 @@ class QuadraticSystem:
                                for o in self._overrides]
         self._extra = extra
 
-    @staticmethod
-    @functools.cache
-    def _block_sizes_cached(starts: tuple, stop: int) -> np.ndarray:
-        return np.diff(np.append(starts, stop))
-
-    def _block_sizes(self, starts: np.ndarray, lead: slice) -> np.ndarray:
-        """Lengths of the convergence blocks (cached per layout)."""
-        return self._block_sizes_cached(tuple(starts.tolist()), lead.stop - lead.start)
-
     def _residual(self, x: np.ndarray, buffer: np.ndarray, extra: bool = True) -> np.ndarray:
         """R(x); leaves B(x)^T, B(x) = L_step + 1/2 D_xx(x), in ``buffer`` (a C-ordered
         (unknowns, equations) array)."""
@@ -514,8 +505,9 @@ class QuadraticSystem:
                 jac += j_extra
         return residual, jac
 
-    def solve(self, x0: np.ndarray, starts: np.ndarray, lead: slice, floors: np.ndarray,
-              options: NewtonOptions) -> tuple[np.ndarray, int, int, np.ndarray]:
+    def solve(self, x0: np.ndarray, blocks: tuple[np.ndarray, np.ndarray, slice],
+              floors: np.ndarray, options: NewtonOptions
+              ) -> tuple[np.ndarray, int, int, np.ndarray]:
         """Newton's method on R(x) = 0 at the current step data. Dense systems only.
 
         Same stopping rules, errors and factorisation reuse as
@@ -527,9 +519,11 @@ class QuadraticSystem:
         ----------
         x0 : array
             Starting iterate; it is updated in place and returned as x.
-        starts, lead, floors
+        blocks : (starts, sizes, lead)
             Convergence blocks as in :func:`mbs.solvers.newton._segments`: ``x[lead]`` split at
-            ``starts``; the relative increment of a block is max|dx_b| / max(floor_b, max|x_b|).
+            ``starts`` into blocks of ``sizes``.
+        floors : array
+            The relative increment of block b is max|dx_b| / max(floor_b, max|x_b|).
         options : NewtonOptions
 
         Returns
@@ -543,13 +537,13 @@ class QuadraticSystem:
         accumulate, linear_step_t, constant_step = (self._accumulate_half_xx,
                                                     self._linear_step_t, self.constant_step)
         overrides = self._override_step
+        starts, sizes, lead = blocks
         blocked = starts.size > 0
         if blocked:
-            # Cheap estimate with the block magnitudes of x0 (one weight per coordinate);
-            # the exact increment is computed only when a stopping decision depends on it.
-            weights = np.repeat(
-                1.0 / np.maximum(floors, np.maximum.reduceat(np.abs(x0[lead]), starts)),
-                self._block_sizes(starts, lead))
+            # Estimate max|dx_b| / floor_b, an upper bound of the relative increment (one
+            # weight per coordinate); the exact value is computed only when a stopping
+            # decision depends on it.
+            weights = np.repeat(1.0 / floors, sizes)
         x = x0
         previous = increment = math.inf
         lu = pivots = None
@@ -583,12 +577,12 @@ class QuadraticSystem:
                     _raise_failure("singular", residual, iteration)
             else:
                 step = _getrs(lu, pivots, residual)[0]
-            if not math.isfinite(step.dot(step)):
-                _raise_failure("increment", residual, iteration)
             x -= step
             if blocked:
                 weighted = step[lead] * weights
                 increment = float(_max(np.abs(weighted, out=weighted)))
+                if not increment < math.inf:  # NaN or inf in the q, p blocks
+                    _raise_failure("increment", residual, iteration)
                 if increment <= near:  # exact: block magnitudes of the updated x
                     increment = float(_max(
                         np.maximum.reduceat(np.abs(step[lead]), starts)
@@ -597,6 +591,9 @@ class QuadraticSystem:
                 increment = 0.0
             if (increment <= tolerance
                     or (fresh and increment <= stagnation and increment > 0.5 * previous)):
+                # the multiplier blocks are outside the increment test: check them once
+                if not math.isfinite(step.dot(step)):
+                    _raise_failure("increment", residual, iteration)
                 return x, iteration, factorizations, self._residual(x, self._scratch)
             if increment > contraction * previous or increment > refactor_above:
                 lu = None
