@@ -298,8 +298,10 @@ class Solver:
     def _shared_predictor(self):
         """The "explicit" predictor as a :class:`~mbs.solvers.polynomial.QuadraticMap` of
         (q, p, lambda, gamma), built once per (model, scheme, h) like the step equations; None
-        when the potential is not linear in q (then :meth:`_predict_state` evaluates it)."""
-        if self._constant_gradient is None:
+        when the potential is not linear in q or the model is large (then
+        :meth:`_predict_state` evaluates it; the map's tensor has (outputs x inputs) rows,
+        which only small models afford)."""
+        if self._constant_gradient is None or not self._polynomial.dense:
             return None
         cache = self.model.__dict__.setdefault("_polynomial_systems", {})
         key = ("predictor", type(self).__name__, self._polynomial_key(), self.h)
