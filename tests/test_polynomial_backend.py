@@ -413,3 +413,21 @@ def test_factored_constraint_rows_only_where_the_expansion_cancels():
     residual, _ = residual_and_jacobian(x, False)
     np.testing.assert_allclose(residual[2 * top.n:2 * top.n + top.m],
                                top.quadratic_constraint_table.value(q), rtol=0, atol=4e-16)
+
+
+def test_large_models_predict_without_the_map():
+    """The predictor map's tensor has (outputs x inputs) rows: sparse (large) polynomial
+    systems predict with the direct formula, and the step still runs."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    previous = system.ground
+    for k in range(5):  # n = 60 > 48: the pattern (sparse) polynomial form
+        body = system.add(mbs.RigidBody(mass=1.0, inertia=(0.1, 0.1, 0.1), name=f"link{k}"))
+        body.set_state(position=(0.5 + k, 0.0, 0.0))
+        system.add(mbs.joints.Spherical(previous, body, point=(float(k), 0.0, 0.0)))
+        previous = body
+    model = system.compile()
+    solver = make_solver("em")
+    solution = mbs.simulate(model, solver, h=1e-3, t_end=5e-3)
+    assert not solver._polynomial.dense and solver._predictor is None
+    energy = solution.energy()
+    assert abs(energy[-1] - energy[0]) <= 1e-12 * max(1.0, abs(energy[0]))

@@ -1,0 +1,192 @@
+"""The condensed sparse Newton path of large models: Schur complement on a precomputed
+pattern, the compiled condensed solve and the compiled evaluation of the sparse polynomial
+step equations (mbs.solvers.newton, mbs.solvers.polynomial_sparse)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import mbs
+from mbs.solvers import make_solver
+from mbs.solvers import newton as newton_module
+from mbs.solvers.newton import Factorization
+
+#: SuperLU itself, for reference solves that the ``superlu_calls`` fixture does not count
+SPLU = spla.splu
+needs_numba = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
+                                 reason="numba is not installed")
+KERNELS = [pytest.param(True, marks=needs_numba, id="numba"), pytest.param(False, id="scipy")]
+
+
+def saddle_matrix(seed: int, size: int = 700, block: int = 150, zeros: int = 40):
+    """A well-conditioned sparse matrix with ``matrix[0:block, block:2 block] = -I/2`` (the
+    rows of the position update: their own q-diagonal, -I/2 on p, a few other entries) and
+    some explicit zeros in its pattern (as the Jacobian of a straight chain has)."""
+    rng = np.random.default_rng(seed)
+    matrix = sp.random(size, size, density=0.006, random_state=seed, format="lil")
+    matrix.setdiag(10.0 + rng.random(size))
+    matrix[0:block, :] = 0.0
+    matrix[0:block, 0:block] = sp.identity(block)
+    matrix[0:block, block:2 * block] = -0.5 * sp.identity(block)
+    matrix[0:block, 2 * block:3 * block] = 0.3 * sp.random(block, block, density=0.02,
+                                                           random_state=seed + 1)
+    matrix = matrix.tocsr()
+    matrix.sort_indices()
+    # explicit zeros on the pattern outside the identity block (scipy keeps them in .data)
+    entry_row = np.repeat(np.arange(size), np.diff(matrix.indptr))
+    outside = np.flatnonzero((entry_row >= block) & (matrix.indices != entry_row))
+    matrix.data[rng.choice(outside, zeros, replace=False)] = 0.0
+    return matrix, (slice(0, block), slice(block, 2 * block), -0.5)
+
+
+@pytest.fixture
+def kernels(request, monkeypatch):
+    monkeypatch.setattr(newton_module, "USE_NUMBA", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("kernels", KERNELS, indirect=True)
+def test_condensed_solve_matches_a_direct_solve_of_the_full_matrix(kernels):
+    matrix, block = saddle_matrix(1)
+    rhs = np.random.default_rng(5).standard_normal(matrix.shape[0])
+    reference = spla.splu(matrix.tocsc()).solve(rhs)
+    factor = Factorization(matrix, block)
+    assert factor._block is not None
+    assert (factor._compiled is not None) == kernels
+    np.testing.assert_allclose(factor.solve(rhs), reference, rtol=0,
+                               atol=1e-12 * np.abs(reference).max())
+
+
+@pytest.mark.parametrize("kernels", KERNELS, indirect=True)
+def test_schur_pattern_is_reused_and_equals_the_sparse_formula(kernels):
+    matrix, block = saddle_matrix(2)
+    rows, cols, alpha = block
+    first = Factorization(matrix, block)
+    # same pattern, other values (zeros included): the cached index arrays are reused
+    changed = matrix.copy()
+    entry_row = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+    in_block = ((entry_row >= rows.start) & (entry_row < rows.stop)
+                & (matrix.indices >= cols.start) & (matrix.indices < cols.stop))
+    changed.data[~in_block] *= np.random.default_rng(3).uniform(0.5, 1.5, (~in_block).sum())
+    second = Factorization(changed, block)
+    assert second.pattern is first.pattern
+    other_rows = np.r_[0:rows.start, rows.stop:changed.shape[0]]
+    other_cols = np.r_[0:cols.start, cols.stop:changed.shape[0]]
+    expected = (changed[other_rows][:, other_cols]
+                - changed[other_rows][:, cols] @ changed[rows][:, other_cols] / alpha)
+    schur = second.pattern.schur(second.pattern.values(changed.data, alpha))
+    assert not np.any(schur.data == 0.0)  # zeros dropped before the ordering
+    np.testing.assert_allclose(schur.toarray(), expected.toarray(), rtol=0, atol=1e-13)
+    rhs = np.random.default_rng(4).standard_normal(changed.shape[0])
+    reference = spla.splu(changed.tocsc()).solve(rhs)
+    np.testing.assert_allclose(second.solve(rhs), reference, rtol=0,
+                               atol=1e-12 * np.abs(reference).max())
+    # another pattern gets its own index arrays
+    other, _ = saddle_matrix(6)
+    assert Factorization(other, block).pattern is not first.pattern
+
+
+@pytest.fixture
+def superlu_calls(monkeypatch):
+    """Counts the SuperLU factorisations of mbs.solvers.newton."""
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].shape)
+        return SPLU(*args, **kwargs)
+
+    monkeypatch.setattr(newton_module.spla, "splu", counting)
+    return calls
+
+
+@needs_numba
+def test_refactorisation_reuses_superlu_pivots_and_falls_back(superlu_calls, monkeypatch):
+    matrix, block = saddle_matrix(7)
+    rng = np.random.default_rng(8)
+    rhs = rng.standard_normal(matrix.shape[0])
+
+    def check(candidate):
+        reference = SPLU(candidate.tocsc()).solve(rhs)
+        solution = Factorization(candidate, block).solve(rhs)
+        np.testing.assert_allclose(solution, reference, rtol=0,
+                                   atol=1e-12 * np.abs(reference).max())
+
+    newton_module._PATTERNS.clear()
+    check(matrix)
+    assert len(superlu_calls) == 1
+    # other values on the same pattern: refactorised without SuperLU
+    entry_row = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+    outside_block = entry_row >= block[0].stop
+    changed = matrix.copy()
+    changed.data[outside_block] *= rng.uniform(0.8, 1.2, outside_block.sum())
+    check(changed)
+    assert len(superlu_calls) == 1
+    # the explicit zeros become nonzero: new fill is detected, SuperLU factorises anew
+    filled = changed.copy()
+    filled.data[filled.data == 0.0] = 3.0
+    check(filled)
+    assert len(superlu_calls) == 2
+    # a pivot test no refactorisation passes: SuperLU every time
+    monkeypatch.setattr(newton_module, "REFACTOR_PIVOT_THRESHOLD", np.inf)
+    calls = len(superlu_calls)
+    check(changed)
+    assert len(superlu_calls) == calls + 1
+
+
+def chain(links: int) -> mbs.Model:
+    """Boxes hanging from the ground by spherical joints (2n + 2m > 400 unknowns from 10
+    links on: the condensed sparse factorisation)."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    previous = system.ground
+    for k in range(links):
+        link = system.add(mbs.RigidBody.from_shape("box", lx=0.5, ly=0.05, lz=0.05,
+                                                   density=1000.0, name=f"link{k}"))
+        link.set_state(position=((k + 0.5) * 0.5, 0.0, 0.0))
+        system.add(mbs.joints.Spherical(previous, link, point=(k * 0.5, 0.0, 0.0)))
+        previous = link
+    return system.compile()
+
+
+@needs_numba
+def test_compiled_evaluation_is_bitwise_the_scipy_one(monkeypatch):
+    model = chain(12)
+    solver = make_solver("em")
+    mbs.simulate(model, solver, h=1e-3, t_end=2e-3)
+    system = solver._polynomial
+    assert not system.dense
+    q0, p0 = model.initial_state()
+    system.start(np.concatenate([q0, p0]))
+    x = (np.concatenate([q0, p0, np.zeros(2 * model.m)])
+         + 1e-2 * np.random.default_rng(0).standard_normal(2 * model.n + 2 * model.m))
+    compiled = [system.evaluate(x, True), system.evaluate(x, False)]
+    monkeypatch.setattr(newton_module, "USE_NUMBA", False)
+    reference = [system.evaluate(x, True), system.evaluate(x, False)]
+    np.testing.assert_array_equal(compiled[0][0], reference[0][0])
+    np.testing.assert_array_equal(compiled[0][1].toarray(), reference[0][1].toarray())
+    np.testing.assert_array_equal(compiled[1][0], reference[1][0])
+    assert compiled[1][1] is None
+
+
+@pytest.mark.parametrize("kernels", KERNELS, indirect=True)
+@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a"])
+def test_chain_trajectory_matches_the_assembled_backend(kernels, scheme):
+    model = chain(15)
+    solver = make_solver(scheme)
+    run = mbs.simulate(model, solver, h=1e-3, t_end=0.1)
+    reference = mbs.simulate(model, make_solver(scheme, backend="assembled"), h=1e-3,
+                             t_end=0.1)
+    factorization = solver._newton_state.factorization
+    assert factorization is not None and factorization._block is not None
+    assert (factorization._compiled is not None) == kernels
+    assert np.abs(run.q - reference.q).max() <= 1e-10
+    assert np.abs(run.p - reference.p).max() <= 1e-10 * np.abs(reference.p).max()
+    if scheme == "em":
+        energy = run.energy()
+        scale = np.abs(model.kinetic_energy(run.p)).max() + np.abs(energy[0])
+        assert np.abs(energy - energy[0]).max() <= 1e-12 * scale
+        assert np.max(run.constraint_residuals()["position"]) <= 1e-12
