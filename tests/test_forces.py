@@ -363,3 +363,31 @@ def test_discrete_gradient_independent_of_initial_invariant_scale(rng):
         assert relative_error(model.potential_discrete_gradient(q0, q1),
                               model.potential_gradient(0.5 * (q0 + q1))) < 1e-9
         assert directionality_error(model, q0, q1) <= 1e-12
+
+
+def test_remembered_invariants_follow_the_configuration(rng):
+    """The two-entry cache of PotentialGroup.invariants is keyed by value: a configuration
+    changed in place, or a third one, gets fresh invariants, and callers get copies."""
+    sys_ = mbs.System()
+    a = sys_.add(mbs.PointMass(mass=1.0, name="a"))
+    b = sys_.add(mbs.PointMass(mass=1.0, name="b"))
+    a.set_state(position=(0.0, 0.0, 0.0))
+    b.set_state(position=(1.0, 0.0, 0.0))
+    sys_.add(mbs.forces.Spring(a, b, stiffness=2.0, rest_length=0.5))
+    model = sys_.compile()
+    group = model.potential_groups[0]
+    q = rng.standard_normal(model.n)
+
+    def fresh(x):
+        return group.table.value(x).reshape(group.n_elements, group.n_invariants)
+
+    first = group.invariants(q)
+    np.testing.assert_array_equal(first, fresh(q))
+    first += 1.0  # a caller's in-place change must not reach the cache
+    np.testing.assert_array_equal(group.invariants(q), fresh(q))
+    q[0] += 0.5  # same array, new content
+    np.testing.assert_array_equal(group.invariants(q), fresh(q))
+    for _ in range(3):  # more configurations than entries
+        other = rng.standard_normal(model.n)
+        np.testing.assert_array_equal(group.invariants(other), fresh(other))
+    np.testing.assert_array_equal(group.invariants(q), fresh(q))
