@@ -583,7 +583,10 @@ class QuadraticSystem:
                 increment = float(_max(np.abs(weighted, out=weighted)))
                 if not increment < math.inf:  # NaN or inf in the q, p blocks
                     _raise_failure("increment", residual, iteration)
-                if increment <= near:  # exact: block magnitudes of the updated x
+                # The estimate bounds the exact value from above, so an estimate at the
+                # tolerance already decides convergence; the exact value (block magnitudes of
+                # the updated x) is needed only between the tolerance and the stagnation rule.
+                if tolerance < increment <= near:
                     increment = float(_max(
                         np.maximum.reduceat(np.abs(step[lead]), starts)
                         / np.maximum(floors, np.maximum.reduceat(np.abs(x[lead]), starts))))
