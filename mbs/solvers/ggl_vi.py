@@ -189,16 +189,23 @@ class GGLVI(Solver):
 
     _warm_gamma = True
 
+    def start(self, model, q0: np.ndarray, p0: np.ndarray, h: float) -> None:
+        super().start(model, q0, p0, h)
+        if self.theta is not None:
+            # v^{n+1} = theta M^-1 p^n + (1 - theta) M^-1 p^{n+1} (79c), factors folded in
+            self._theta_minv = self.theta * self._minv
+            self._rest_minv = (1.0 - self.theta) * self._minv
+
     def _polynomial_step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         if self._compiled is not None:
             return self._compiled_step(q0, p0)
-        n, m, theta = self.model.n, self.model.m, self.theta
+        n, m = self.model.n, self.model.m
         x, iterations, residual = self._solve_polynomial(
             q0, p0, self._initial_guess(q0, p0), self._potential_terms(q0))
         q1, p1 = x[:n], x[n:2 * n]
         lam, gam = x[2 * n:2 * n + m], x[2 * n + m:]
         self._record_multipliers(lam, gam, copy=False)
-        v1 = self._minv.dot(theta * p0 + (1.0 - theta) * p1)
+        v1 = self._theta_minv.dot(p0) + self._rest_minv.dot(p1)
         # (79d), (79e) at the accepted iterate
         return StepResult(q1, p1, v1, lam, gam, iterations, self._enforced_rows(residual))
 
