@@ -500,14 +500,20 @@ class CompiledSystem:
         self.linear_data = csr(sp.csr_matrix(system.linear_data))  # (indptr, indices, data)
         self.linear_unknowns = np.ascontiguousarray(linear_x.ravel()[keys])
         if overrides:
-            start, rows, uv_map, uv_from_data, uv_const, _, row_constant, _ = overrides[0]
-            factored = system.table.factored
+            start, rows, uv_map, uv_from_data, uv_const, row_sum, row_constant, _ = overrides[0]
+            # row and scale of each term from row_sum[k, 3 t] = scale_t at k = row_t - start
+            by_term = sp.csc_matrix(row_sum)[:, ::3]
+            by_term.eliminate_zeros()
+            term_row = np.zeros(by_term.shape[1], dtype=np.int64)
+            term_scale = np.zeros(by_term.shape[1])
+            counts = np.diff(by_term.indptr)
+            term_row[counts > 0] = by_term.indices[by_term.indptr[:-1][counts > 0]]
+            term_scale[counts > 0] = by_term.data[by_term.indptr[:-1][counts > 0]]
             uv_csr = sp.csr_matrix(uv_map)
             self.override = (int(start), uv_csr.indptr.astype(np.int64),
                              uv_csr.indices.astype(np.int64), uv_csr.data.astype(float),
                              csr(sp.csr_matrix(uv_from_data)), np.asarray(uv_const, float),
-                             factored.row.astype(np.int64), factored.scale.astype(float),
-                             np.asarray(row_constant, float))
+                             term_row, term_scale, np.asarray(row_constant, float))
         else:
             n_d = system.n_data
             self.override = (-1, np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0),

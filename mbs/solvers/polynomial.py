@@ -103,12 +103,11 @@ def _embed(block, row_offset: int, size: int):
     return sp.csr_matrix((coo.data, (coo.row + row_offset, coo.col)), shape=(size, size))
 
 
-def _expansion_loses_precision(factored) -> bool:
-    """Whether the expanded polynomial of some product term u.v can cancel: both factors
-    depend on q and one of them combines several coordinates or has a constant (a difference
-    such as x_b - x_a, or a point offset). Products of single coordinates (the director
-    orthonormality rows d_i . d_j) and linear rows expand exactly, so their rows need no
-    re-evaluation from the factored form."""
+def _cancelling_terms(factored) -> np.ndarray:
+    """Product terms u.v whose expanded polynomial can cancel: both factors depend on q and
+    one of them combines several coordinates or has a constant (a difference such as
+    x_b - x_a, or a point offset). Products of single coordinates (the director
+    orthonormality rows d_i . d_j) and linear rows expand exactly."""
     u_map, v_map = sp.csr_matrix(factored.u_map), sp.csr_matrix(factored.v_map)
     u_count = np.diff(u_map.indptr).reshape(-1, 3)
     v_count = np.diff(v_map.indptr).reshape(-1, 3)
@@ -116,30 +115,47 @@ def _expansion_loses_precision(factored) -> bool:
     compound = ((u_count > 1).any(axis=1) | (v_count > 1).any(axis=1)
                 | (np.asarray(factored.u_const) != 0.0).any(axis=1)
                 | (np.asarray(factored.v_const) != 0.0).any(axis=1))
-    return bool((product & compound).any())
+    return product & compound
+
+
+def _expansion_loses_precision(factored) -> bool:
+    """Whether some row needs re-evaluation from the factored form (see
+    :func:`_cancelling_terms`)."""
+    return bool(_cancelling_terms(factored).any())
 
 
 def _factored_override(table: QuadraticTable, start: int, from_data, from_unknowns,
                        convert: Callable) -> tuple | None:
     """Constraint rows g(u), u = U_d d + U_x x, from the factored form of the table: the
     affine 3-vectors of every product term are composed with u's map, so one mat-vec gives
-    them all (see :class:`mbs.quadratic.FactoredTerms`). None when the table has no factored
-    form (then the polynomial value is the value). ``convert`` makes the maps dense or CSR.
+    them all (see :class:`mbs.quadratic.FactoredTerms`). Only the contiguous range of rows
+    that holds the cancelling terms (:func:`_cancelling_terms`, e.g. the two axis rows of a
+    revolute joint) is re-evaluated, with all terms of those rows; None when there is none
+    (then the polynomial value is the value). ``convert`` makes the maps dense or CSR.
 
-    Returns (start, rows, U x-map, U d-map, constant of the 3-vectors, row_sum, explicit
-    constants, half length) where row_sum[k, 3 t + c] = scale_t for row k = row_t.
+    Returns (first row, rows, U x-map, U d-map, constant of the 3-vectors, row_sum, explicit
+    constants, half length) where row_sum[k, 3 t + c] = scale_t for row k = row_t - first.
     """
     factored = table.factored
-    if factored is None or not _expansion_loses_precision(factored):
+    if factored is None:
         return None
-    uv_map = sp.vstack([sp.csr_matrix(factored.u_map), sp.csr_matrix(factored.v_map)])
-    uv_const = np.concatenate([factored.u_const.ravel(), factored.v_const.ravel()])
-    terms = factored.row.size
-    row_sum = sp.csr_matrix((np.repeat(factored.scale, 3),
-                             (np.repeat(factored.row, 3), np.arange(3 * terms))),
-                            shape=(table.n_rows, 3 * terms))
-    return (start, table.n_rows, convert(uv_map @ from_unknowns), convert(uv_map @ from_data),
-            uv_const, convert(row_sum), factored.explicit_constant.copy(), 3 * terms)
+    cancelling = _cancelling_terms(factored)
+    if not cancelling.any():
+        return None
+    first = int(factored.row[cancelling].min())
+    stop = int(factored.row[cancelling].max()) + 1
+    terms = np.flatnonzero((factored.row >= first) & (factored.row < stop))
+    triples = (3 * terms[:, None] + np.arange(3)).ravel()
+    uv_map = sp.vstack([sp.csr_matrix(factored.u_map)[triples],
+                        sp.csr_matrix(factored.v_map)[triples]])
+    uv_const = np.concatenate([np.asarray(factored.u_const)[terms].ravel(),
+                               np.asarray(factored.v_const)[terms].ravel()])
+    row_sum = sp.csr_matrix((np.repeat(factored.scale[terms], 3),
+                             (np.repeat(factored.row[terms] - first, 3),
+                              np.arange(3 * terms.size))), shape=(stop - first, 3 * terms.size))
+    return (start + first, stop - first, convert(uv_map @ from_unknowns),
+            convert(uv_map @ from_data), uv_const, convert(row_sum),
+            factored.explicit_constant[first:stop].copy(), 3 * terms.size)
 
 
 def _halved(matrix: sp.csr_matrix) -> sp.csr_matrix:
