@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from mbs.solvers.compiled import _lu_factor, _lu_solve  # the pivoted per-member fallback
+
 
 @njit(cache=True)
 def _csr_apply(ptr, idx, val, x, k, out, o):
@@ -555,57 +557,6 @@ def _lanes_solve(a, x):
 
 
 @njit(cache=True, error_model="numpy")
-def _pivoted_lu(a, piv):
-    """LU with partial pivoting of one square matrix, in place; False if singular."""
-    size = a.shape[0]
-    for c in range(size):
-        p = c
-        big = abs(a[c, c])
-        for i in range(c + 1, size):
-            if abs(a[i, c]) > big:
-                big = abs(a[i, c])
-                p = i
-        piv[c] = p
-        if big == 0.0 or not np.isfinite(big):
-            return False
-        if p != c:
-            for j in range(size):
-                t = a[c, j]
-                a[c, j] = a[p, j]
-                a[p, j] = t
-        inv = 1.0 / a[c, c]
-        for i in range(c + 1, size):
-            f = a[i, c] * inv
-            a[i, c] = f
-            if f != 0.0:
-                for j in range(c + 1, size):
-                    a[i, j] -= f * a[c, j]
-    return True
-
-
-@njit(cache=True, error_model="numpy")
-def _pivoted_solve(a, piv, x, lane):
-    """x[:, lane] <- A^-1 x[:, lane] with the factors of :func:`_pivoted_lu`."""
-    size = a.shape[0]
-    for c in range(size):
-        p = piv[c]
-        if p != c:
-            t = x[c, lane]
-            x[c, lane] = x[p, lane]
-            x[p, lane] = t
-    for i in range(size):
-        s = x[i, lane]
-        for j in range(i):
-            s -= a[i, j] * x[j, lane]
-        x[i, lane] = s
-    for i in range(size - 1, -1, -1):
-        s = x[i, lane]
-        for j in range(i + 1, size):
-            s -= a[i, j] * x[j, lane]
-        x[i, lane] = s / a[i, i]
-
-
-@njit(cache=True, error_model="numpy")
 def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_scale, tolerance,
                  max_iterations, contraction, refactor_above, stagnation_level, qr, qi, qj, qc, lr,
                  li, lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val, use_factored, fr, fs, u_ptr,
@@ -735,7 +686,7 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
                         for i in range(size):
                             for j in range(size):
                                 lu_pivoted[lane, i, j] = original[i, j, lane]
-                        if not _pivoted_lu(lu_pivoted[lane], piv[lane]):
+                        if not _lu_factor(lu_pivoted[lane], piv[lane]):
                             status[k] = SINGULAR
                             increment[k] = np.inf
                             alive[lane] = False
@@ -813,7 +764,7 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
                 if active[lane] and pivoted[lane]:
                     for i in range(size):
                         x[i, lane] = pending[i, lane]
-                    _pivoted_solve(lu_pivoted[lane], piv[lane], x, lane)
+                    _lu_solve(lu_pivoted[lane], piv[lane], x[:, lane])
             # dp = 2 (M dq / h - H_f dq / 2 - G_mid,f^T dgam + r_a)
             _lanes_csr(m_ptr, m_idx, m_val, x[:n], tmp)
             tmp2[:n] = 0.0

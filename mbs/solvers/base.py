@@ -340,6 +340,22 @@ class Solver:
              sp.identity(m) if self._warm_gamma else sp.csr_matrix((m, m))]])
         return builder.build_map(post)
 
+    def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
+        """Newton's x0 = (q1, p1, lambda, gamma) of the polynomial step systems (and EM's
+        assembled one): the predictor map where it applies, else :meth:`_predict_state` with
+        the multiplier warm start (gamma only for schemes with :attr:`_warm_gamma`)."""
+        guess = self._explicit_guess(q0, p0)
+        if guess is not None:
+            return guess
+        lam, gam = self._multiplier_guess()
+        return np.concatenate([*self._predict_state(q0, p0), lam,
+                               gam if self._warm_gamma else np.zeros_like(gam)])
+
+    def _polynomial_newton_system(self, q0: np.ndarray, p0: np.ndarray):
+        """(residual_and_jacobian, x0) of the polynomial step system from (q0, p0)."""
+        self._polynomial.start(np.concatenate([q0, p0]), self._potential_terms(q0))
+        return self._polynomial.evaluate, self._initial_guess(q0, p0)
+
     def _explicit_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray | None:
         """Newton's x0 from the predictor map, or None where it does not apply."""
         if self._predictor is None or self.initial_guess != "explicit":

@@ -76,17 +76,6 @@ class EnergyMomentum(Solver):
         return (model.potential_discrete_gradient(q0, q1),
                 model.potential_discrete_gradient_jacobian_matrix(q0, q1) if jacobian else None)
 
-    def _polynomial_newton_system(self, q0: np.ndarray, p0: np.ndarray):
-        self._polynomial.start(np.concatenate([q0, p0]), self._potential_terms(q0))
-        return self._polynomial.evaluate, self._initial_guess(q0, p0)
-
-    def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
-        guess = self._explicit_guess(q0, p0)
-        if guess is not None:
-            return guess
-        return np.concatenate([*self._predict_state(q0, p0), self._multiplier_guess()[0],
-                               np.zeros(self.model.m)])
-
     def _velocity_map(self):
         n, m = self.model.n, self.model.m
         half_inverse = 0.5 * self.model.inverse_mass_matrix.toarray()
@@ -144,9 +133,7 @@ class EnergyMomentum(Solver):
             ], dense)
             return residual, jac
 
-        x0 = np.concatenate([*self._predict_state(q0, p0), self._multiplier_guess()[0],
-                             np.zeros(m)])
-        return residual_and_jacobian, x0
+        return residual_and_jacobian, self._initial_guess(q0, p0)
 
     def _step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         if self._polynomial is not None:

@@ -169,16 +169,6 @@ class GGLVI(Solver):
         return (model.potential_gradient(q_th),
                 theta * model.potential_hessian_matrix(q_th) if jacobian else None)
 
-    def _polynomial_newton_system(self, q0: np.ndarray, p0: np.ndarray):
-        self._polynomial.start(np.concatenate([q0, p0]), self._potential_terms(q0))
-        return self._polynomial.evaluate, self._initial_guess(q0, p0)
-
-    def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
-        guess = self._explicit_guess(q0, p0)
-        if guess is not None:
-            return guess
-        return np.concatenate([*self._predict_state(q0, p0), *self._multiplier_guess()])
-
     def _velocity_map(self):
         n, m, theta = self.model.n, self.model.m, self.theta
         inverse = self.model.inverse_mass_matrix.toarray()
