@@ -1,7 +1,7 @@
 """Ensemble of heavy tops: one vectorised EM run against a single run of the same length.
 
 Usage: python -m benchmarks.ensemble [K] [steps] [h in us]   (default 1000 members, 100 steps,
-h = 2000 us)
+h = 2000 us; medians of 5 alternated runs of each)
 Issue 7 target: total time <= 20x a single run of the same length.
 """
 
@@ -28,22 +28,27 @@ def states(model: mbs.Model, count: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(qs), np.array(ps)
 
 
-def measure(count: int = 1000, steps: int = 100, h_us: int = 2000) -> dict:
+def measure(count: int = 1000, steps: int = 100, h_us: int = 2000, repeats: int = 5) -> dict:
     """Wall times of one vectorised EM run of ``count`` tops and of a single run (numpy
-    path), same length; the ratio is the issue-7 target (<= 20)."""
+    path), same length, medians of ``repeats`` alternated runs; the ratio is the issue-7
+    target (<= 20)."""
     model = heavy_top().compile()
     q0, p0 = states(model, count)
     h = 1e-6 * h_us
     mbs.simulate(model, "em", h=h, t_end=h * 5)  # warm-up
     mbs.simulate_ensemble(model, (q0[:2], p0[:2]), h=h, t_end=h * 2)  # loads compiled kernels
-    start = time.perf_counter()
-    mbs.simulate(model, "em", h=h, t_end=h * steps, initial_state=(q0[0], p0[0]))
-    single = time.perf_counter() - start
-    start = time.perf_counter()
-    ensemble = mbs.simulate_ensemble(model, (q0, p0), h=h, t_end=h * steps)
-    total = time.perf_counter() - start
+    singles, totals = [], []
+    for _ in range(repeats):  # alternated, so that machine drift hits both alike
+        start = time.perf_counter()
+        mbs.simulate(model, "em", h=h, t_end=h * steps, initial_state=(q0[0], p0[0]))
+        singles.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        ensemble = mbs.simulate_ensemble(model, (q0, p0), h=h, t_end=h * steps)
+        totals.append(time.perf_counter() - start)
+    single, total = float(np.median(singles)), float(np.median(totals))
     energy = ensemble.energy()
     return {"count": count, "steps": steps, "h": h, "ensemble_s": total, "single_s": single,
+            "ensemble_all_s": totals, "single_all_s": singles,
             "ratio": total / single, "per_member_step_s": total / (count * steps),
             "single_per_step_s": single / steps,
             "energy_drift": float(np.max(np.abs(energy - energy[:, :1])
@@ -55,9 +60,10 @@ def measure(count: int = 1000, steps: int = 100, h_us: int = 2000) -> dict:
 
 def main(count: int = 1000, steps: int = 100, h_us: int = 2000) -> None:
     r = measure(count, steps, h_us)
-    print(f"{count} heavy tops x {steps} EM steps: ensemble {r['ensemble_s']:.2f} s, single run "
+    print(f"{count} heavy tops x {steps} EM steps (medians of {len(r['single_all_s'])} alternated "
+          f"runs): ensemble {r['ensemble_s']:.2f} s, single run "
           f"{r['single_s']:.3f} s, ratio {r['ratio']:.1f} (target <= 20); per member and step "
-          f"{1e6 * r['per_member_step_s']:.0f} us (single run "
+          f"{1e6 * r['per_member_step_s']:.1f} us (single run "
           f"{1e6 * r['single_per_step_s']:.0f} us); max energy drift {r['energy_drift']:.1e}; "
           f"Newton it. {r['newton_iterations']:.2f} (slowest member), "
           f"{r['factorizations_per_member_step']:.2f} factorisations per member and step, "

@@ -22,7 +22,10 @@ b q_i), values g(q1) from its factored form (differences before products, as
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from mbs.solvers.compiled import _lu_factor, _lu_solve  # the pivoted per-member fallback
 
@@ -335,17 +338,21 @@ CONVERGED, SINGULAR, NOT_FINITE, NOT_CONVERGED = 0, 1, 2, 3
 
 
 # -- members in SIMD lanes ---------------------------------------------------------------------
-# The kernels below hold LANES members per array, member-innermost ((n, LANES), (size, size,
-# LANES)): every arithmetic operation is an independent loop over the lanes, which LLVM turns
-# into vector instructions without reassociating anything (each lane computes exactly the
-# sequence of operations of a scalar run, so no fastmath is needed). Products with the
-# constraint Jacobian and Hessians go through the quadratic table's entries (few per row).
+# The kernels below hold LANES members per array, member-innermost ((n, LANES), (nnz,
+# LANES)): every arithmetic operation acts on a row of LANES values, one per member, as
+# vector instructions that reassociate nothing (each lane computes exactly the sequence of
+# operations of a scalar run, so no fastmath is needed). Products with the constraint
+# Jacobian and Hessians go through the quadratic table's entries (few per row); the
+# condensed Newton matrix is stored, assembled, factorised and solved entry by entry with
+# the structure found once per model (:func:`mbs.ensemble._lane_plan`).
 
-#: Members per SIMD block. The kernels read the lane count from their arrays' shapes: with a
-#: compile-time constant LLVM unrolls the lane loops completely and, numba's pipeline having
-#: no SLP vectoriser, leaves them scalar (measured: LU of 30 unknowns 5.8 us per member with
-#: 8 constant lanes, 3.2 with 16 run-time lanes, which leave room for the runtime alias
-#: checks of the loop vectoriser).
+#: Members per SIMD block, the vector width of the row operations below (<LANES x double>,
+#: a compile-time constant of the intrinsics; the remaining loops over lanes read the lane
+#: count from their arrays' shapes: with a compile-time constant LLVM unrolls such loops
+#: completely and, numba's pipeline having no SLP vectoriser, leaves them scalar).
+#: Measured per member for the top's sparse LU (single updates): 4 lanes 1.9 us, 8 lanes 1.3,
+#: 16 lanes 1.2, 32 lanes 1.1 (the fixed costs of a row operation spread over more lanes;
+#: past 16 little is left to gain, and blocks of fewer members share the cores better).
 LANES = 16
 #: Default of ``pivot_threshold`` (:func:`run_lanes`): a static pivot is accepted when it is
 #: at least this fraction of the largest entry below it in its column (threshold pivoting:
@@ -354,218 +361,438 @@ LANES = 16
 STATIC_PIVOT_THRESHOLD = 0.1
 
 
+# -- whole-row vector operations ---------------------------------------------------------------
+# The kernels below work on rows of LANES values, one row per vector or matrix entry
+# (``d[t] -= x[i] * y[j]``). Written as loops over the lanes, each such operation pays the
+# loop vectoriser's set-up (trip count and alias checks) and the index wraparound, ~8 ns,
+# more than its arithmetic (measured: 4-6 ns per LU update as a row intrinsic against 7-10
+# ns as a loop, the G^T y products 3.5 times faster). The intrinsics below emit each row
+# operation as LLVM operations on <LANES x double> values, which LLVM splits into the
+# machine's vector registers (4 AVX2 registers for 16 lanes): plain IEEE mul, add, sub, div,
+# compares and selects without fast-math flags, each lane rounding exactly as the scalar
+# expression written in the comment (same operations, same order). Their arrays must be
+# C-contiguous float64 (rows, LANES) (the typing rejects others); row indices are not
+# checked (nor are they in numba's own indexing).
+
+
+def _rows_array(ty):
+    return (isinstance(ty, types.Array) and ty.ndim == 2 and ty.layout == "C"
+            and ty.dtype == types.float64)
+
+
+def _vector_type():
+    return ir.VectorType(ir.DoubleType(), LANES)
+
+
+def _row_pointer(context, builder, array_type, array, index_type, index):
+    """<LANES x double>* to row ``index`` of a C-contiguous (rows, LANES) array."""
+    data = context.make_array(array_type)(context, builder, array).data
+    index = context.cast(builder, index, index_type, types.intp)
+    offset = builder.mul(index, ir.Constant(index.type, LANES))
+    pointer = builder.gep(data, [offset], inbounds=True)
+    return builder.bitcast(pointer, _vector_type().as_pointer())
+
+
+def _splat(builder, value):
+    vector = _vector_type()
+    value = builder.insert_element(ir.Constant(vector, None), value,
+                                   ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(value, ir.Constant(vector, None),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), LANES),
+                                              [0] * LANES))
+
+
+def _rows_intrinsic(name, arity, emit, scalars=0):
+    """The intrinsic ``name(d, t, c_1 .. c_scalars, x_1, i_1, .., x_arity, i_arity)``: row t of
+    d becomes ``emit(builder, d[t], c_1, .., x_1[i_1], ..)`` (vector values; the scalars
+    splat to every lane)."""
+    def typing(args):
+        arrays = [args[0]] + [args[2 + scalars + 2 * k] for k in range(arity)]
+        indices = [args[1]] + [args[3 + scalars + 2 * k] for k in range(arity)]
+        if not (all(_rows_array(a) for a in arrays)
+                and all(isinstance(i, types.Integer) for i in indices)
+                and all(isinstance(args[2 + k], (types.Float, types.Integer))
+                        for k in range(scalars))):
+            return None
+
+        def codegen(context, builder, sig, values):
+            kinds = sig.args
+            target = _row_pointer(context, builder, kinds[0], values[0], kinds[1], values[1])
+            operands = [builder.load(target, align=8)]
+            for k in range(2, 2 + scalars):
+                operands.append(_splat(builder, context.cast(builder, values[k], kinds[k],
+                                                             types.float64)))
+            for k in range(arity):
+                at = 2 + scalars + 2 * k
+                pointer = _row_pointer(context, builder, kinds[at], values[at],
+                                       kinds[at + 1], values[at + 1])
+                operands.append(builder.load(pointer, align=8))
+            builder.store(emit(builder, *operands), target, align=8)
+            return context.get_dummy_value()
+
+        return types.void(*args), codegen
+
+    # an intrinsic's typer needs explicit parameters (no *args): write them out
+    params = (["d", "t"] + [f"c{k}" for k in range(scalars)]
+              + [f"{p}{k}" for k in range(arity) for p in ("x", "i")])
+    namespace = {"typing": typing}
+    exec(f"def {name}(typingctx, {', '.join(params)}):\n"
+         f"    return typing(({', '.join(params)},))\n", namespace)
+    return intrinsic(namespace[name])
+
+
+def _fabs(b, x):
+    fabs = cgutils.get_or_insert_function(b.module, ir.FunctionType(x.type, [x.type]),
+                                          f"llvm.fabs.v{LANES}f64")
+    return b.call(fabs, [x])
+
+
+def _infinity():
+    return ir.Constant(_vector_type(), [float("inf")] * LANES)
+
+
+# d[t] = d[t] - x[i] * y[j]
+_v_sub_mul = _rows_intrinsic("_v_sub_mul", 2, lambda b, d, x, y: b.fsub(d, b.fmul(x, y)))
+# d[t] = d[t] + x[i] * y[j]
+_v_add_mul = _rows_intrinsic("_v_add_mul", 2, lambda b, d, x, y: b.fadd(d, b.fmul(x, y)))
+# d[t] = d[t] + (c * x[i]) * y[j]
+_v_add_cmul = _rows_intrinsic("_v_add_cmul", 2,
+                              lambda b, d, c, x, y: b.fadd(d, b.fmul(b.fmul(c, x), y)), 1)
+# d[t] = d[t] + c * (x[i] * y[j] + u[k] * v[l])
+_v_add_cdot = _rows_intrinsic(
+    "_v_add_cdot", 4,
+    lambda b, d, c, x, y, u, v: b.fadd(d, b.fmul(c, b.fadd(b.fmul(x, y), b.fmul(u, v)))), 1)
+# d[t] = d[t] + c * x[i]
+_v_add_scaled = _rows_intrinsic("_v_add_scaled", 1,
+                                lambda b, d, c, x: b.fadd(d, b.fmul(c, x)), 1)
+# d[t] = d[t] + x[i];  d[t] = d[t] - x[i];  d[t] = d[t] * x[i];  d[t] = d[t] / x[i]
+_v_add = _rows_intrinsic("_v_add", 1, lambda b, d, x: b.fadd(d, x))
+_v_sub = _rows_intrinsic("_v_sub", 1, lambda b, d, x: b.fsub(d, x))
+_v_mul = _rows_intrinsic("_v_mul", 1, lambda b, d, x: b.fmul(d, x))
+_v_div = _rows_intrinsic("_v_div", 1, lambda b, d, x: b.fdiv(d, x))
+# d[t] = c;  d[t] = x[i];  d[t] = -x[i]
+_v_fill = _rows_intrinsic("_v_fill", 0, lambda b, d, c: c, 1)
+_v_copy = _rows_intrinsic("_v_copy", 1, lambda b, d, x: x)
+_v_neg = _rows_intrinsic("_v_neg", 1, lambda b, d, x: b.fneg(x))
+# d[t] = x[i] - y[j];  d[t] = x[i] + c * y[j];  d[t] = c * (x[i] + y[j])
+_v_diff = _rows_intrinsic("_v_diff", 2, lambda b, d, x, y: b.fsub(x, y))
+_v_sum_scaled = _rows_intrinsic("_v_sum_scaled", 2,
+                                lambda b, d, c, x, y: b.fadd(x, b.fmul(c, y)), 1)
+_v_half_sum = _rows_intrinsic("_v_half_sum", 2, lambda b, d, c, x, y: b.fmul(c, b.fadd(x, y)),
+                              1)
+# d[t] = d[t] + c * (x[i] + y[j])
+_v_add_half_sum = _rows_intrinsic(
+    "_v_add_half_sum", 2, lambda b, d, c, x, y: b.fadd(d, b.fmul(c, b.fadd(x, y))), 1)
+# d[t] = x[i] - c1 * (c2 + y[j])   (the predictor's momentum)
+_v_predict = _rows_intrinsic(
+    "_v_predict", 2, lambda b, d, c1, c2, x, y: b.fsub(x, b.fmul(c1, b.fadd(c2, y))), 2)
+# d[t] = x[i] / c - y[j]   (residual a)
+_v_div_sub = _rows_intrinsic("_v_div_sub", 2, lambda b, d, c, x, y: b.fsub(b.fdiv(x, c), y),
+                             1)
+# d[t] = (x[i] - y[j]) / c1 + c2   (residual b)
+_v_diff_div_add = _rows_intrinsic(
+    "_v_diff_div_add", 2, lambda b, d, c1, c2, x, y: b.fadd(b.fdiv(b.fsub(x, y), c1), c2), 2)
+# d[t] = -x[i] - (c1 * y[j]) / c2 - z[k]   (right-hand side, q rows)
+_v_rhs_q = _rows_intrinsic(
+    "_v_rhs_q", 3,
+    lambda b, d, c1, c2, x, y, z: b.fsub(b.fsub(b.fneg(x), b.fdiv(b.fmul(c1, y), c2)), z), 2)
+# d[t] = -x[i] - c * y[j]   (right-hand side, d rows)
+_v_rhs_d = _rows_intrinsic("_v_rhs_d", 2,
+                           lambda b, d, c, x, y: b.fsub(b.fneg(x), b.fmul(c, y)), 1)
+# d[t] = c1 * (((x[i] / c2 - c3 * y[j]) - z[k]) + w[l])   (the momentum increment)
+_v_dp = _rows_intrinsic(
+    "_v_dp", 4,
+    lambda b, d, c1, c2, c3, x, y, z, w: b.fmul(c1, b.fadd(b.fsub(b.fsub(
+        b.fdiv(x, c2), b.fmul(c3, y)), z), w)), 3)
+# d[t] = d[t] + x[i] where m[k] != 0 (lanes of a mask row), else d[t]
+_v_add_where = _rows_intrinsic(
+    "_v_add_where", 2,
+    lambda b, d, x, m: b.select(b.fcmp_unordered("!=", m, ir.Constant(_vector_type(), None)),
+                                b.fadd(d, x), d))
+# d[t] = x[i] where m[k] != 0, else d[t]
+_v_copy_where = _rows_intrinsic(
+    "_v_copy_where", 2,
+    lambda b, d, x, m: b.select(b.fcmp_unordered("!=", m, ir.Constant(_vector_type(), None)),
+                                x, d))
+# d[t] = max(d[t], abs(x[i])) as Python's max (a NaN x leaves d)
+_v_abs_max = _rows_intrinsic(
+    "_v_abs_max", 1, lambda b, d, x: b.select(b.fcmp_ordered(">", _fabs(b, x), d),
+                                              _fabs(b, x), d))
+# d[t] = d[t] if abs(x[i]) < inf else inf
+_v_flag_nonfinite = _rows_intrinsic(
+    "_v_flag_nonfinite", 1,
+    lambda b, d, x: b.select(b.fcmp_ordered("<", _fabs(b, x), _infinity()), d, _infinity()))
+
+
+# Runs of row operations driven by index tables, the loop inside the intrinsic: the rows
+# that every operation of the run shares (the multipliers of an elimination step, an
+# accumulated sum) stay in registers instead of being stored and loaded again.
+
+
+def _int_table(ty):
+    return (isinstance(ty, types.Array) and ty.ndim == 2 and ty.layout == "C"
+            and ty.dtype == types.int64)
+
+
+def _table_entry(context, builder, table, columns, o, k):
+    """table[o, k] of a C-contiguous int64 (N, columns) table with data pointer ``table``."""
+    offset = builder.add(builder.mul(o, ir.Constant(o.type, columns)), ir.Constant(o.type, k))
+    return builder.load(builder.gep(table, [offset], inbounds=True))
+
+
+def _sub_mul_run(name, k):
+    """``name(d, m, l_1, .., l_k, s, ops, start, stop)``: for every row o of the int64 table
+    ``ops`` (N, k + 1) from start to stop, with t = ops[o, 0] and u_j = ops[o, j]:
+    d[t] = (((d[t] - m[l_1] * s[u_1]) - m[l_2] * s[u_2]) ...) (the rows m[l_j] loaded once)."""
+    def typing(args):
+        d, mult, *ls, src, ops, start, stop = args
+        if not (_rows_array(d) and _rows_array(mult) and _rows_array(src) and _int_table(ops)
+                and all(isinstance(i, types.Integer) for i in (*ls, start, stop))):
+            return None
+
+        def codegen(context, builder, sig, values):
+            kinds = sig.args
+            mults = [builder.load(_row_pointer(context, builder, kinds[1], values[1],
+                                               kinds[2 + j], values[2 + j]), align=8)
+                     for j in range(k)]
+            table = context.make_array(kinds[3 + k])(context, builder, values[3 + k]).data
+            begin = context.cast(builder, values[4 + k], kinds[4 + k], types.intp)
+            end = context.cast(builder, values[5 + k], kinds[5 + k], types.intp)
+            with cgutils.for_range_slice(builder, begin, end, ir.Constant(begin.type, 1)) as (o,
+                                                                                         _):
+                target = _row_pointer(context, builder, kinds[0], values[0], types.int64,
+                                      _table_entry(context, builder, table, k + 1, o, 0))
+                value = builder.load(target, align=8)
+                for j in range(k):
+                    source = _row_pointer(context, builder, kinds[2 + k], values[2 + k],
+                                          types.int64,
+                                          _table_entry(context, builder, table, k + 1, o, j + 1))
+                    value = builder.fsub(value, builder.fmul(mults[j],
+                                                             builder.load(source, align=8)))
+                builder.store(value, target, align=8)
+            return context.get_dummy_value()
+
+        return types.void(*args), codegen
+
+    params = ["d", "m"] + [f"l{j}" for j in range(k)] + ["s", "ops", "start", "stop"]
+    namespace = {"typing": typing}
+    exec(f"def {name}(typingctx, {', '.join(params)}):\n"
+         f"    return typing(({', '.join(params)},))\n", namespace)
+    return intrinsic(namespace[name])
+
+
+_v_sub_mul_run = _sub_mul_run("_v_sub_mul_run", 1)
+_v_sub_mul2_run = _sub_mul_run("_v_sub_mul2_run", 2)
+
+
+@intrinsic
+def _v_dot_div(typingctx, x, i, lu, ops, start, stop, dg):
+    """x[i] = (x[i] - lu[ops[start, 0]] * x[ops[start, 1]] - ...) / lu[dg] for the rows of
+    the int64 table ``ops`` (N, 2) from start to stop (the sum accumulated in registers, the
+    terms subtracted in table order)."""
+    if not (_rows_array(x) and _rows_array(lu) and _int_table(ops)
+            and all(isinstance(v, types.Integer) for v in (i, start, stop, dg))):
+        return None
+
+    def codegen(context, builder, sig, values):
+        kinds = sig.args
+        target = _row_pointer(context, builder, kinds[0], values[0], kinds[1], values[1])
+        table = context.make_array(kinds[3])(context, builder, values[3]).data
+        begin = context.cast(builder, values[4], kinds[4], types.intp)
+        end = context.cast(builder, values[5], kinds[5], types.intp)
+        accumulator = cgutils.alloca_once_value(builder, builder.load(target, align=8))
+        with cgutils.for_range_slice(builder, begin, end, ir.Constant(begin.type, 1)) as (o, _):
+            u = _row_pointer(context, builder, kinds[2], values[2], types.int64,
+                             _table_entry(context, builder, table, 2, o, 0))
+            v = _row_pointer(context, builder, kinds[0], values[0], types.int64,
+                             _table_entry(context, builder, table, 2, o, 1))
+            builder.store(builder.fsub(builder.load(accumulator),
+                                       builder.fmul(builder.load(u, align=8),
+                                                    builder.load(v, align=8))), accumulator)
+        pivot = _row_pointer(context, builder, kinds[2], values[2], kinds[6], values[6])
+        builder.store(builder.fdiv(builder.load(accumulator), builder.load(pivot, align=8)),
+                      target, align=8)
+        return context.get_dummy_value()
+
+    return types.void(x, i, lu, ops, start, stop, dg), codegen
+
+
+@intrinsic
+def _v_assemble(typingctx, a, xv, a_const, t_ptr, t_coef, t_var):
+    """a[e] = a_const[e] + (t_coef[o] xv[t_var[o, 0]]) xv[t_var[o, 1]] + ... over the terms o
+    of entry e (t_ptr[e] .. t_ptr[e + 1]), summed in registers in that order, for every
+    entry e."""
+    floats = (isinstance(a_const, types.Array) and a_const.ndim == 1
+              and a_const.dtype == types.float64 and isinstance(t_coef, types.Array)
+              and t_coef.ndim == 1 and t_coef.dtype == types.float64)
+    ints = (isinstance(t_ptr, types.Array) and t_ptr.ndim == 1
+            and t_ptr.dtype == types.int64 and _int_table(t_var))
+    if not (_rows_array(a) and _rows_array(xv) and floats and ints):
+        return None
+
+    def codegen(context, builder, sig, values):
+        kinds = sig.args
+        const = context.make_array(kinds[2])(context, builder, values[2])
+        ptr = context.make_array(kinds[3])(context, builder, values[3]).data
+        coef = context.make_array(kinds[4])(context, builder, values[4]).data
+        table = context.make_array(kinds[5])(context, builder, values[5]).data
+        entries = cgutils.unpack_tuple(builder, const.shape)[0]
+        accumulator = cgutils.alloca_once(builder, _vector_type())
+        with cgutils.for_range(builder, entries) as loop:
+            e = loop.index
+            builder.store(_splat(builder, builder.load(builder.gep(const.data, [e],
+                                                                   inbounds=True))),
+                          accumulator)
+            begin = builder.load(builder.gep(ptr, [e], inbounds=True))
+            end = builder.load(builder.gep(ptr, [builder.add(e, ir.Constant(e.type, 1))],
+                                           inbounds=True))
+            with cgutils.for_range_slice(builder, begin, end, ir.Constant(begin.type, 1)) as (
+                    o, _):
+                c = _splat(builder, builder.load(builder.gep(coef, [o], inbounds=True)))
+                x = _row_pointer(context, builder, kinds[1], values[1], types.int64,
+                                 _table_entry(context, builder, table, 2, o, 0))
+                y = _row_pointer(context, builder, kinds[1], values[1], types.int64,
+                                 _table_entry(context, builder, table, 2, o, 1))
+                term = builder.fmul(builder.fmul(c, builder.load(x, align=8)),
+                                    builder.load(y, align=8))
+                builder.store(builder.fadd(builder.load(accumulator), term), accumulator)
+            builder.store(builder.load(accumulator),
+                          _row_pointer(context, builder, kinds[0], values[0], types.intp, e),
+                          align=8)
+        return context.get_dummy_value()
+
+    return types.void(a, xv, a_const, t_ptr, t_coef, t_var), codegen
+
+
+# ok[t] = ok[t] where p = abs(a[i]) satisfies p >= c * m[j] and 0 < p < inf, else 0.0
+_v_pivot_ok = _rows_intrinsic(
+    "_v_pivot_ok", 2,
+    lambda b, d, c, x, m: b.select(
+        b.and_(b.and_(b.fcmp_ordered(">=", _fabs(b, x), b.fmul(c, m)),
+                      b.fcmp_ordered(">", _fabs(b, x), ir.Constant(_vector_type(), None))),
+               b.fcmp_ordered("<", _fabs(b, x), _infinity())),
+        d, ir.Constant(_vector_type(), None)), 1)
+
+
 @njit(cache=True, error_model="numpy")
 def _lanes_jt(out, qv, y, qr, qi, qj, qc, lr, li, lc, linear):
     """out += G(qv)^T y in every lane; without ``linear`` the quadratic part only, which
     is H(y) qv."""
-    lanes = out.shape[-1]
     for e in range(qr.size):
         r, i, j, c = qr[e], qi[e], qj[e], qc[e]
-        for lane in range(lanes):
-            cy = c * y[r, lane]
-            out[i, lane] += cy * qv[j, lane]
-            out[j, lane] += cy * qv[i, lane]
+        _v_add_cmul(out, i, c, y, r, qv, j)      # out[i] += (c y[r]) qv[j]
+        _v_add_cmul(out, j, c, y, r, qv, i)
     if linear:
         for e in range(lr.size):
-            r, i, c = lr[e], li[e], lc[e]
-            for lane in range(lanes):
-                out[i, lane] += c * y[r, lane]
+            _v_add_scaled(out, li[e], lc[e], y, lr[e])
 
 
 @njit(cache=True, error_model="numpy")
 def _lanes_j(out, qv, x, qr, qi, qj, qc, lr, li, lc, linear):
     """out += G(qv) x in every lane; without ``linear`` the quadratic part, HV(qv) x."""
-    lanes = out.shape[-1]
     for e in range(qr.size):
         r, i, j, c = qr[e], qi[e], qj[e], qc[e]
-        for lane in range(lanes):
-            out[r, lane] += c * (qv[j, lane] * x[i, lane] + qv[i, lane] * x[j, lane])
+        _v_add_cdot(out, r, c, qv, j, x, i, qv, i, x, j)   # c (qv[j] x[i] + qv[i] x[j])
     if linear:
         for e in range(lr.size):
-            r, i, c = lr[e], li[e], lc[e]
-            for lane in range(lanes):
-                out[r, lane] += c * x[i, lane]
-
-
-@njit(cache=True, error_model="numpy")
-def _lanes_dense_j(out, qv, qr, qi, qj, qc, lr, li, lc, linear):
-    """out[r, i, :] = G(qv)[r, i] (HV(qv) without ``linear``)."""
-    lanes = out.shape[-1]
-    out[:] = 0.0
-    for e in range(qr.size):
-        r, i, j, c = qr[e], qi[e], qj[e], qc[e]
-        for lane in range(lanes):
-            out[r, i, lane] += c * qv[j, lane]
-            out[r, j, lane] += c * qv[i, lane]
-    if linear:
-        for e in range(lr.size):
-            r, i, c = lr[e], li[e], lc[e]
-            for lane in range(lanes):
-                out[r, i, lane] += c
+            _v_add_scaled(out, lr[e], lc[e], x, li[e])
 
 
 @njit(cache=True, error_model="numpy")
 def _lanes_csr(ptr, idx, val, x, out):
     """out[i, :] = (A x)[i] in every lane for the CSR matrix A."""
-    lanes = out.shape[-1]
     for i in range(ptr.size - 1):
-        for lane in range(lanes):
-            out[i, lane] = 0.0
+        _v_fill(out, i, 0.0)
         for e in range(ptr[i], ptr[i + 1]):
-            c, col = val[e], idx[e]
-            for lane in range(lanes):
-                out[i, lane] += c * x[col, lane]
+            _v_add_scaled(out, i, val[e], x, idx[e])
+
+
+# -- structurally sparse condensed matrices ----------------------------------------------------
+# The condensed Newton matrix has a fixed structure per model (the quadratic table and the
+# mass matrix patterns): :func:`mbs.ensemble._lane_plan` expands every entry once into
+# monomials of the lane variables (gamma, lambda, q_mid, q1, v_mid, v1, 1), computes the
+# fill of elimination without row exchanges in the static order (rows q, d, c; columns q,
+# lambda, gamma) and lists the operations. The matrix and its factors are stored entry by
+# entry (nnz, LANES), the fill included, in row-major order.
 
 
 @njit(cache=True, error_model="numpy")
-def _lanes_matrix(a, h, q_mid, q1, v_mid, v1, lam, gam, qr, qi, qj, qc, lr, li, lc, m_ptr,
-                  m_idx, m_val, mi_ptr, mi_idx, mi_val, gm, g1, hvm, hv1, hg, hl, w, ugm, vg):
-    """Condensed Newton matrix in every lane, rows ordered (q, d, c) and columns
-    (q, lambda, gamma) so that elimination without row exchanges meets O(1/h^2), O(h) and
-    O(h) pivots (:func:`_lanes_lu`):
-
-        q rows: 2M/h^2 + H(lam)/2 - H(gam) M^-1 H(gam)/2 | G_mid^T | HV_mid^T - 2/h G_mid^T
-                - H(gam) M^-1 G_mid^T
-        d rows: HV1 + 2/h G1 - G1 M^-1 H(gam) | 0 | -2 G1 M^-1 G_mid^T
-        c rows: G1 | 0 | 0
-
-    The other arguments are workspaces (dense G_mid, G1, HV(v_mid), HV(v1), H(gam),
-    H(lam), M^-1 H(gam), M^-1 G_mid^T, G1 M^-1).
-    """
-    lanes = a.shape[-1]
-    n, m = q1.shape[0], lam.shape[0]
-    two_h = 2.0 / h
-    _lanes_dense_j(gm, q_mid, qr, qi, qj, qc, lr, li, lc, True)
-    _lanes_dense_j(g1, q1, qr, qi, qj, qc, lr, li, lc, True)
-    _lanes_dense_j(hvm, v_mid, qr, qi, qj, qc, lr, li, lc, False)
-    _lanes_dense_j(hv1, v1, qr, qi, qj, qc, lr, li, lc, False)
-    hg[:] = 0.0
-    hl[:] = 0.0
-    for e in range(qr.size):
-        r, i, j, c = qr[e], qi[e], qj[e], qc[e]
-        for lane in range(lanes):
-            hg[i, j, lane] += c * gam[r, lane]
-            hg[j, i, lane] += c * gam[r, lane]
-            hl[i, j, lane] += c * lam[r, lane]
-            hl[j, i, lane] += c * lam[r, lane]
-    # M^-1 H(gam), and with M^-1 symmetric: (M^-1 G_mid^T)^T and G1 M^-1, row by row of M^-1
-    w[:] = 0.0
-    ugm[:] = 0.0
-    vg[:] = 0.0
-    for i in range(n):
-        for e in range(mi_ptr[i], mi_ptr[i + 1]):
-            c, col = mi_val[e], mi_idx[e]
-            for j in range(n):
-                for lane in range(lanes):
-                    w[i, j, lane] += c * hg[col, j, lane]
-            for s in range(m):
-                for lane in range(lanes):
-                    ugm[s, i, lane] += c * gm[s, col, lane]
-                    vg[s, i, lane] += c * g1[s, col, lane]
-    a[:] = 0.0
-    for i in range(n):
-        for j in range(n):
-            for lane in range(lanes):
-                a[i, j, lane] = 0.5 * hl[i, j, lane]
-        for e in range(m_ptr[i], m_ptr[i + 1]):
-            c = 2.0 * m_val[e] / (h * h)
-            col = m_idx[e]
-            for lane in range(lanes):
-                a[i, col, lane] += c
-        for s in range(m):
-            for lane in range(lanes):
-                a[i, n + s, lane] = gm[s, i, lane]
-                a[i, n + m + s, lane] = hvm[s, i, lane] - two_h * gm[s, i, lane]
-    for s in range(m):
-        for j in range(n):
-            for lane in range(lanes):
-                a[n + s, j, lane] = hv1[s, j, lane] + two_h * g1[s, j, lane]
-                a[n + m + s, j, lane] = g1[s, j, lane]
-    # the H(gam) products, entry by entry of the table (H(gam) has two per entry)
-    for e in range(qr.size):
-        r, i, j, c = qr[e], qi[e], qj[e], qc[e]
-        for lane in range(lanes):
-            cg = c * gam[r, lane]
-            for col in range(n):
-                a[i, col, lane] -= 0.5 * cg * w[j, col, lane]
-                a[j, col, lane] -= 0.5 * cg * w[i, col, lane]
-            for s in range(m):
-                a[i, n + m + s, lane] -= cg * ugm[s, j, lane]
-                a[j, n + m + s, lane] -= cg * ugm[s, i, lane]
-                a[n + s, j, lane] -= cg * vg[s, i, lane]
-                a[n + s, i, lane] -= cg * vg[s, j, lane]
-    # -2 G1 M^-1 G_mid^T through the entries of G_mid's rows t
-    for e in range(qr.size):
-        t, i, j, c = qr[e], qi[e], qj[e], qc[e]
-        for s in range(m):
-            for lane in range(lanes):
-                a[n + s, n + m + t, lane] -= 2.0 * c * (vg[s, i, lane] * q_mid[j, lane]
-                                                        + vg[s, j, lane] * q_mid[i, lane])
-    for e in range(lr.size):
-        t, i, c = lr[e], li[e], lc[e]
-        for s in range(m):
-            for lane in range(lanes):
-                a[n + s, n + m + t, lane] -= 2.0 * c * vg[s, i, lane]
+def _lanes_zero(a, rows):
+    """a[:rows] = 0."""
+    for i in range(rows):
+        _v_fill(a, i, 0.0)
 
 
 @njit(cache=True, error_model="numpy")
-def _lanes_lu(a, ok, inverse, column_max, threshold):
-    """LU without row exchanges of every lane of ``a`` (size, size, LANES), in place.
-    ``ok[lane]`` becomes False where a pivot is zero, not finite or smaller than
-    ``threshold`` times the largest entry below it."""
-    lanes = a.shape[-1]
-    size = a.shape[0]
+def _lanes_assemble(a, xv, a_const, term_ptr, term_coef, term_var):
+    """The condensed matrices of every lane (nnz, LANES) from the lane variables ``xv`` with
+    the assembly tables of :func:`mbs.ensemble._lane_plan` (see :func:`_v_assemble`)."""
+    _v_assemble(a, xv, a_const, term_ptr, term_coef, term_var)
+
+
+@njit(cache=True, error_model="numpy")
+def _lanes_sparse_lu(a, ok, column_max, inverse, threshold, diag, pairs, pair_ops, single_ops):
+    """LU without row exchanges of every lane of ``a`` (nnz, LANES), in place, with the
+    tables of :func:`mbs.ensemble._lane_plan`: for each pair (c1, c2) of L entries of a row
+    i, the multipliers (times the inverse pivots) and the updates of row i from rows c1 and
+    c2, two at a time where both rows have the column (the multipliers stay in registers);
+    the inverse pivot of a row once it is finished. Every entry receives the updates of
+    column-by-column elimination in the same order, so the factors are those of the dense
+    elimination without its structural zeros. ``ok`` (1, LANES) becomes 0.0 in lanes where a
+    pivot is zero, not finite or smaller than ``threshold`` times the largest entry below
+    it in its column (collected in ``column_max`` (size, LANES) as the rows pass;
+    ``inverse`` (size, LANES) holds the inverse pivots). (Assembling each row just before
+    its elimination instead of the whole matrix first measured the same.)"""
+    size = diag.size
     for c in range(size):
-        for lane in range(lanes):
-            column_max[lane] = 0.0
-        for i in range(c + 1, size):
-            for lane in range(lanes):
-                column_max[lane] = max(column_max[lane], abs(a[i, c, lane]))
-        for lane in range(lanes):
-            pivot = abs(a[c, c, lane])
-            if not (pivot >= threshold * column_max[lane] and pivot > 0.0
-                    and pivot < np.inf):
-                ok[lane] = False
-            inverse[lane] = 1.0 / a[c, c, lane]
-        for i in range(c + 1, size):
-            nonzero = False
-            for lane in range(lanes):
-                f = a[i, c, lane] * inverse[lane]
-                a[i, c, lane] = f
-                nonzero |= f != 0.0
-            if nonzero:   # structural zeros of G1 and the zero blocks: skip the row
-                for j in range(c + 1, size):
-                    for lane in range(lanes):
-                        a[i, j, lane] -= a[i, c, lane] * a[c, j, lane]
+        _v_fill(column_max, c, 0.0)
+    for p in range(pairs.shape[0] - 1):
+        l1, c1, l2, c2 = pairs[p, 0], pairs[p, 1], pairs[p, 2], pairs[p, 3]
+        if c1 >= 0:
+            _v_abs_max(column_max, c1, a, l1)
+            _v_mul(a, l1, inverse, c1)                  # the multiplier a[i, c1] / a[c1, c1]
+            if c2 >= 0:
+                if pairs[p, 4] >= 0:
+                    _v_sub_mul(a, l2, a, l1, a, pairs[p, 4])
+                _v_abs_max(column_max, c2, a, l2)
+                _v_mul(a, l2, inverse, c2)
+                # a[i, j] -= a[i, c1] a[c1, j], then a[i, c2] a[c2, j]
+                _v_sub_mul2_run(a, a, l1, l2, a, pair_ops, pairs[p, 5], pairs[p + 1, 5])
+                _v_sub_mul_run(a, a, l2, a, single_ops, pairs[p, 7], pairs[p + 1, 6])
+            _v_sub_mul_run(a, a, l1, a, single_ops, pairs[p, 6], pairs[p, 7])
+        i = pairs[p, 8]
+        if i >= 0:
+            _v_fill(inverse, i, 1.0)
+            _v_div(inverse, i, a, diag[i])
+    for c in range(size):
+        _v_pivot_ok(ok, 0, threshold, a, diag[c], column_max, c)
 
 
 @njit(cache=True, error_model="numpy")
-def _lanes_solve(a, x):
-    """x <- A^-1 x in every lane with the factors of :func:`_lanes_lu`."""
-    lanes = x.shape[-1]
-    size = a.shape[0]
-    for i in range(size):
-        for j in range(i):
-            for lane in range(lanes):
-                x[i, lane] -= a[i, j, lane] * x[j, lane]
+def _lanes_sparse_solve(lu, x, diag, forward_ptr, forward, backward_ptr, backward):
+    """x <- A^-1 x in every lane with the factors of :func:`_lanes_sparse_lu`: forward
+    column by column (x[t] -= L[t, j] x[j]), backward row by row (x[i] = (x[i] - U[i, j]
+    x[j] ...) / U[i, i]); every x_i receives its terms in the order of the dense
+    substitutions."""
+    size = diag.size
+    for j in range(size):
+        _v_sub_mul_run(x, x, j, lu, forward, forward_ptr[j], forward_ptr[j + 1])
     for i in range(size - 1, -1, -1):
-        for j in range(i + 1, size):
-            for lane in range(lanes):
-                x[i, lane] -= a[i, j, lane] * x[j, lane]
-        for lane in range(lanes):
-            x[i, lane] = x[i, lane] / a[i, i, lane]
+        _v_dot_div(x, i, lu, backward, backward_ptr[i], backward_ptr[i + 1], diag[i])
 
 
 @njit(cache=True, error_model="numpy")
 def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_scale, tolerance,
                  max_iterations, contraction, refactor_above, stagnation_level, qr, qi, qj, qc, lr,
                  li, lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val, use_factored, fr, fs, u_ptr,
-                 u_idx, u_val, u_const, v_ptr, v_idx, v_val, v_const, explicit, const, increment,
-                 status, iterations, factorizations, failed_step, fallbacks):
+                 u_idx, u_val, u_const, v_ptr, v_idx, v_val, v_const, explicit, const, nv,
+                 a_const, term_ptr, term_coef, term_var, diag, pairs, pair_ops,
+                 single_ops, forward_ptr, forward, backward_ptr, backward, e_row, e_col,
+                 increment, status, iterations, factorizations, failed_step, fallbacks):
     """Every step of members first .. first + lanes - 1 (see :func:`run_lanes`). The lane
-    count is an argument, not the constant LANES: see :data:`LANES`."""
+    count is an argument (``lanes == LANES``) for the loops over lanes: see :data:`LANES`."""
     count, steps, n = q_out.shape[0], q_out.shape[1] - 1, q_out.shape[2]
-    m = lam_size = const.size
+    m = const.size
     size = n + 2 * m
     # lane state: alive (a member that has not failed), active (still iterating this step)
     alive = np.zeros(lanes, dtype=np.bool_)
@@ -577,33 +804,36 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
     active = np.zeros(lanes, dtype=np.bool_)
     fresh = np.zeros(lanes, dtype=np.bool_)
     pivoted = np.zeros(lanes, dtype=np.bool_)
-    ok = np.zeros(lanes, dtype=np.bool_)
+    ok = np.zeros((1, lanes))        # 1.0 / 0.0: static pivots accepted
     previous, done = np.zeros(lanes), np.zeros(lanes, dtype=np.int64)
     q_scale, p_scale = np.zeros(lanes), np.zeros(lanes)
-    inverse, column_max = np.zeros(lanes), np.zeros(lanes)
+    masks = np.zeros((2, lanes))     # 1.0 / 0.0 rows: 0 active, 1 takes new factors
     big = np.zeros((4, lanes))
-    q0, p0, q1, p1 = (np.zeros((n, lanes)), np.zeros((n, lanes)), np.zeros((n, lanes)),
-                      np.zeros((n, lanes)))
-    lam, gam = np.zeros((lam_size, lanes)), np.zeros((lam_size, lanes))
-    lam_prev, gam_prev = np.zeros((lam_size, lanes)), np.zeros((lam_size, lanes))
+    q0, p0, p1 = np.zeros((n, lanes)), np.zeros((n, lanes)), np.zeros((n, lanes))
+    lam_prev, gam_prev = np.zeros((m, lanes)), np.zeros((m, lanes))
+    # the lane variables of the matrix assembly (see _lane_plan), rows of xv: gamma, lambda,
+    # q_mid, q1, v_mid, v1, 1
+    xv = np.zeros((nv, lanes))
+    gam, lam = xv[:m], xv[m:2 * m]
+    q_mid, q1 = xv[2 * m:2 * m + n], xv[2 * m + n:2 * m + 2 * n]
+    v_mid, v1 = xv[2 * m + 2 * n:2 * m + 3 * n], xv[2 * m + 3 * n:2 * m + 4 * n]
+    _v_fill(xv, nv - 1, 1.0)
     # factor-time data of each lane's stored matrix: gamma, q1, q_mid
     gam_f, q1_f, qmid_f = np.zeros((m, lanes)), np.zeros((n, lanes)), np.zeros((n, lanes))
-    vec = np.zeros((12, max(n, m), lanes))   # n- and m-vectors, rows named below
+    vec = np.zeros((7, max(n, m), lanes))   # n- and m-vectors, rows named below
+    p_mid, tmp, tmp2, mr, hq, dp = vec[0], vec[1], vec[2], vec[3], vec[4], vec[5]
     x = np.zeros((size, lanes))
     res = np.zeros((2 * n + 2 * m, lanes))
-    work = np.zeros((size, size, lanes))
-    original = np.zeros((size, size, lanes))
-    lu = np.zeros((size, size, lanes))
+    ra, rb, rc, rd = 0, n, 2 * n, 2 * n + m
+    res_a, res_d = res[ra:ra + n], res[rd:]
+    dq, dmul = x[:n], x[n + m:]
+    # condensed matrices entry by entry (see _lane_plan): the factors in use, the matrix
+    # being factorised
+    lu = np.zeros((e_row.size, lanes))
+    work = np.zeros((e_row.size, lanes))
+    column_max, inverse = np.zeros((size, lanes)), np.zeros((size, lanes))
     lu_pivoted = np.zeros((lanes, size, size))
     piv = np.zeros((lanes, size), dtype=np.int64)
-    gm, g1 = np.zeros((m, n, lanes)), np.zeros((m, n, lanes))
-    hvm, hv1 = np.zeros((m, n, lanes)), np.zeros((m, n, lanes))
-    hg, hl, w = np.zeros((n, n, lanes)), np.zeros((n, n, lanes)), np.zeros((n, n, lanes))
-    ugm, vg = np.zeros((m, n, lanes)), np.zeros((m, n, lanes))
-    q_mid, p_mid, v_mid, v1 = vec[0], vec[1], vec[2], vec[3]
-    tmp, tmp2, mr = vec[4], vec[5], vec[6]
-    uu, vv, dot = big[0], big[1], big[2]
-    ra, rb, rc, rd = 0, n, 2 * n, 2 * n + m
     for s in range(steps):
         anyone = -1
         for lane in range(lanes):
@@ -626,25 +856,23 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
                 for r in range(m):
                     lam_prev[r, lane] = lam_prev[r, anyone]
                     gam_prev[r, lane] = gam_prev[r, anyone]
-        # explicit predictor (see _predict)
+        # explicit predictor (see _predict): p1 = p0 - h (f + G0^T lam + H(gam) M^-1 p0),
+        # q1 = q0 + h M^-1 ((p0 + p1) / 2 + G0^T gam)
         _lanes_csr(mi_ptr, mi_idx, mi_val, p0, v1)
-        tmp[:n] = 0.0
-        tmp2[:n] = 0.0
+        _lanes_zero(tmp, n)
+        _lanes_zero(tmp2, n)
         _lanes_jt(tmp, q0, lam_prev, qr, qi, qj, qc, lr, li, lc, True)
         _lanes_jt(tmp, v1, gam_prev, qr, qi, qj, qc, lr, li, lc, False)
         _lanes_jt(tmp2, q0, gam_prev, qr, qi, qj, qc, lr, li, lc, True)
         for i in range(n):
-            for lane in range(lanes):
-                p1[i, lane] = p0[i, lane] - h * (force[0, i] + tmp[i, lane])
-                tmp2[i, lane] += 0.5 * (p0[i, lane] + p1[i, lane])
+            _v_predict(p1, i, h, force[0, i], p0, i, tmp, i)     # p0 - h (f + tmp)
+            _v_add_half_sum(tmp2, i, 0.5, p0, i, p1, i)         # tmp2 + 0.5 (p0 + p1)
         _lanes_csr(mi_ptr, mi_idx, mi_val, tmp2, tmp)
         for i in range(n):
-            for lane in range(lanes):
-                q1[i, lane] = q0[i, lane] + h * tmp[i, lane]
+            _v_sum_scaled(q1, i, h, q0, i, tmp, i)               # q0 + h tmp
         for r in range(m):
-            for lane in range(lanes):
-                lam[r, lane] = lam_prev[r, lane]
-                gam[r, lane] = 0.0
+            _v_copy(lam, r, lam_prev, r)
+            _v_fill(gam, r, 0.0)
         for lane in range(lanes):
             active[lane] = alive[lane]
             fresh[lane] = True
@@ -652,40 +880,48 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
             done[lane] = 0
         for iteration in range(1, max_iterations + 1):
             for i in range(n):
-                for lane in range(lanes):
-                    q_mid[i, lane] = 0.5 * (q0[i, lane] + q1[i, lane])
-                    p_mid[i, lane] = 0.5 * (p0[i, lane] + p1[i, lane])
+                _v_half_sum(q_mid, i, 0.5, q0, i, q1, i)         # 0.5 (q0 + q1)
+                _v_half_sum(p_mid, i, 0.5, p0, i, p1, i)
             _lanes_csr(mi_ptr, mi_idx, mi_val, p_mid, v_mid)
             _lanes_csr(mi_ptr, mi_idx, mi_val, p1, v1)
             refactor = False
+            everyone = True
             for lane in range(lanes):
-                refactor |= active[lane] and fresh[lane]
+                take = active[lane] and fresh[lane]
+                masks[1, lane] = 1.0 if take else 0.0
+                refactor |= take
+                everyone &= take
             if refactor:
-                _lanes_matrix(work, h, q_mid, q1, v_mid, v1, lam, gam, qr, qi, qj, qc, lr, li,
-                              lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val, gm, g1, hvm,
-                              hv1, hg, hl, w, ugm, vg)
-                original[:] = work
-                ok[:] = True
-                _lanes_lu(work, ok, inverse, column_max, pivot_threshold)
+                _lanes_assemble(work, xv, a_const, term_ptr, term_coef, term_var)
+                _v_fill(ok, 0, 1.0)
+                _lanes_sparse_lu(work, ok, column_max, inverse, pivot_threshold, diag, pairs,
+                                 pair_ops, single_ops)
+                if everyone:        # the usual case: the new factors are every lane's
+                    lu, work = work, lu
+                else:
+                    for e in range(e_row.size):
+                        _v_copy_where(lu, e, work, e, masks, 1)
+                for i in range(n):
+                    _v_copy_where(q1_f, i, q1, i, masks, 1)
+                    _v_copy_where(qmid_f, i, q_mid, i, masks, 1)
+                for r in range(m):
+                    _v_copy_where(gam_f, r, gam, r, masks, 1)
+                fallback = False
                 for lane in range(lanes):
-                    if not (active[lane] and fresh[lane]):
-                        continue
-                    k = first + lane
-                    factorizations[k] += 1
-                    for i in range(size):
-                        for j in range(size):
-                            lu[i, j, lane] = work[i, j, lane]
-                    for i in range(n):
-                        q1_f[i, lane] = q1[i, lane]
-                        qmid_f[i, lane] = q_mid[i, lane]
-                    for r in range(m):
-                        gam_f[r, lane] = gam[r, lane]
-                    pivoted[lane] = not ok[lane]
-                    if pivoted[lane]:
+                    if masks[1, lane] != 0.0:
+                        factorizations[first + lane] += 1
+                        pivoted[lane] = ok[0, lane] == 0.0
+                        fallback |= pivoted[lane]
+                if fallback:   # the matrix again (work is free now): partial pivoting
+                    _lanes_assemble(work, xv, a_const, term_ptr, term_coef, term_var)
+                    for lane in range(lanes):
+                        if not (masks[1, lane] != 0.0 and pivoted[lane]):
+                            continue
+                        k = first + lane
                         fallbacks[k] += 1
-                        for i in range(size):
-                            for j in range(size):
-                                lu_pivoted[lane, i, j] = original[i, j, lane]
+                        lu_pivoted[lane] = 0.0
+                        for e in range(e_row.size):
+                            lu_pivoted[lane, e_row[e], e_col[e]] = work[e, lane]
                         if not _lu_factor(lu_pivoted[lane], piv[lane]):
                             status[k] = SINGULAR
                             increment[k] = np.inf
@@ -693,111 +929,89 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
                             active[lane] = False
             # residual (84a, b, e, d) at the iterate
             for i in range(n):
-                for lane in range(lanes):
-                    tmp[i, lane] = q1[i, lane] - q0[i, lane]
+                _v_diff(tmp, i, q1, i, q0, i)
             _lanes_csr(m_ptr, m_idx, m_val, tmp, tmp2)                  # M (q1 - q0)
             for i in range(n):
-                for lane in range(lanes):
-                    res[ra + i, lane] = tmp2[i, lane] / h - p_mid[i, lane]
-                    res[rb + i, lane] = (p1[i, lane] - p0[i, lane]) / h + force[0, i]
-            tmp[:n] = 0.0
+                _v_div_sub(res, ra + i, h, tmp2, i, p_mid, i)           # M dq / h - p_mid
+                _v_diff_div_add(res, rb + i, h, force[0, i], p1, i, p0, i)  # dp / h + f
+            _lanes_zero(tmp, n)
             _lanes_jt(tmp, q_mid, gam, qr, qi, qj, qc, lr, li, lc, True)
-            tmp2[:n] = 0.0
+            _lanes_zero(tmp2, n)
             _lanes_jt(tmp2, q_mid, lam, qr, qi, qj, qc, lr, li, lc, True)
             _lanes_jt(tmp2, v_mid, gam, qr, qi, qj, qc, lr, li, lc, False)
             for i in range(n):
-                for lane in range(lanes):
-                    res[ra + i, lane] -= tmp[i, lane]
-                    res[rb + i, lane] += tmp2[i, lane]
-            for r in range(m):
-                for lane in range(lanes):
-                    res[rd + r, lane] = 0.0
-            _lanes_j(res[rd:], q1, v1, qr, qi, qj, qc, lr, li, lc, True)
+                _v_sub(res, ra + i, tmp, i)
+                _v_add(res, rb + i, tmp2, i)
+            _lanes_zero(res_d, m)
+            _lanes_j(res_d, q1, v1, qr, qi, qj, qc, lr, li, lc, True)
             if use_factored:    # g(q1), differences before products
                 for r in range(m):
-                    for lane in range(lanes):
-                        res[rc + r, lane] = explicit[r]
+                    _v_fill(res, rc + r, explicit[r])
                 for t in range(fr.size):
-                    for lane in range(lanes):
-                        dot[lane] = 0.0
+                    _v_fill(big, 2, 0.0)
                     for xyz in range(3):
                         row = 3 * t + xyz
-                        for lane in range(lanes):
-                            uu[lane] = u_const[t, xyz]
-                            vv[lane] = v_const[t, xyz]
+                        _v_fill(big, 0, u_const[t, xyz])
+                        _v_fill(big, 1, v_const[t, xyz])
                         for e in range(u_ptr[row], u_ptr[row + 1]):
-                            for lane in range(lanes):
-                                uu[lane] += u_val[e] * q1[u_idx[e], lane]
+                            _v_add_scaled(big, 0, u_val[e], q1, u_idx[e])
                         for e in range(v_ptr[row], v_ptr[row + 1]):
-                            for lane in range(lanes):
-                                vv[lane] += v_val[e] * q1[v_idx[e], lane]
-                        for lane in range(lanes):
-                            dot[lane] += uu[lane] * vv[lane]
-                    for lane in range(lanes):
-                        res[rc + fr[t], lane] += fs[t] * dot[lane]
+                            _v_add_scaled(big, 1, v_val[e], q1, v_idx[e])
+                        _v_add_mul(big, 2, big, 0, big, 1)
+                    _v_add_scaled(res, rc + fr[t], fs[t], big, 2)
             else:
                 for r in range(m):
-                    for lane in range(lanes):
-                        res[rc + r, lane] = const[r]
+                    _v_fill(res, rc + r, const[r])
                 for e in range(qr.size):
-                    for lane in range(lanes):
-                        res[rc + qr[e], lane] += qc[e] * q1[qi[e], lane] * q1[qj[e], lane]
+                    _v_add_cmul(res, rc + qr[e], qc[e], q1, qi[e], q1, qj[e])
                 for e in range(lr.size):
-                    for lane in range(lanes):
-                        res[rc + lr[e], lane] += lc[e] * q1[li[e], lane]
+                    _v_add_scaled(res, rc + lr[e], lc[e], q1, li[e])
             # condensed right-hand side with the stored blocks, rows (q, d, c)
-            _lanes_csr(mi_ptr, mi_idx, mi_val, res[ra:ra + n], mr)      # M^-1 r_a
-            tmp[:n] = 0.0
+            _lanes_csr(mi_ptr, mi_idx, mi_val, res_a, mr)              # M^-1 r_a
+            _lanes_zero(tmp, n)
             _lanes_jt(tmp, mr, gam_f, qr, qi, qj, qc, lr, li, lc, False)  # H_f M^-1 r_a
             for i in range(n):
-                for lane in range(lanes):
-                    x[i, lane] = -res[rb + i, lane] - 2.0 * res[ra + i, lane] / h - tmp[i, lane]
-            tmp2[:m] = 0.0
+                _v_rhs_q(x, i, 2.0, h, res, rb + i, res, ra + i, tmp, i)  # -r_b - 2 r_a/h - tmp
+            _lanes_zero(tmp2, m)
             _lanes_j(tmp2, q1_f, mr, qr, qi, qj, qc, lr, li, lc, True)   # G1_f M^-1 r_a
             for r in range(m):
-                for lane in range(lanes):
-                    x[n + r, lane] = -res[rd + r, lane] - 2.0 * tmp2[r, lane]
-                    x[n + m + r, lane] = -res[rc + r, lane]
+                _v_rhs_d(x, n + r, 2.0, res, rd + r, tmp2, r)           # -r_d - 2 tmp2
+                _v_neg(x, n + m + r, res, rc + r)                       # -r_c
             pending = x.copy() if _any_pivoted(active, pivoted) else x
-            _lanes_solve(lu, x)
+            _lanes_sparse_solve(lu, x, diag, forward_ptr, forward, backward_ptr, backward)
             for lane in range(lanes):
                 if active[lane] and pivoted[lane]:
                     for i in range(size):
                         x[i, lane] = pending[i, lane]
                     _lu_solve(lu_pivoted[lane], piv[lane], x[:, lane])
             # dp = 2 (M dq / h - H_f dq / 2 - G_mid,f^T dgam + r_a)
-            _lanes_csr(m_ptr, m_idx, m_val, x[:n], tmp)
-            tmp2[:n] = 0.0
-            _lanes_jt(tmp2, x[:n], gam_f, qr, qi, qj, qc, lr, li, lc, False)
-            vec[7, :n] = 0.0
-            _lanes_jt(vec[7], qmid_f, x[n + m:], qr, qi, qj, qc, lr, li, lc, True)
+            _lanes_csr(m_ptr, m_idx, m_val, dq, tmp)
+            _lanes_zero(tmp2, n)
+            _lanes_jt(tmp2, dq, gam_f, qr, qi, qj, qc, lr, li, lc, False)
+            _lanes_zero(hq, n)
+            _lanes_jt(hq, qmid_f, dmul, qr, qi, qj, qc, lr, li, lc, True)
             for i in range(n):
-                for lane in range(lanes):
-                    vec[8, i, lane] = 2.0 * ((tmp[i, lane] / h - 0.5 * tmp2[i, lane])
-                                             - vec[7, i, lane] + res[ra + i, lane])
-            big[:] = 0.0
+                _v_dp(dp, i, 2.0, h, 0.5, tmp, i, tmp2, i, hq, i, res, ra + i)
+            # update the iterating lanes; big: |dq|, |dp| (inf if not finite), |q1|, |p1|
             for lane in range(lanes):
-                big[3, lane] = 1.0
+                masks[0, lane] = 1.0 if active[lane] else 0.0
+            for j in range(3):
+                _v_fill(big, j, 0.0)
+            _v_fill(big, 3, 1.0)
             for i in range(n):
-                for lane in range(lanes):
-                    if active[lane]:
-                        dq, dp = x[i, lane], vec[8, i, lane]
-                        q1[i, lane] += dq
-                        p1[i, lane] += dp
-                        big[0, lane] = max(big[0, lane], abs(dq))
-                        big[1, lane] = max(big[1, lane], abs(dp))
-                        big[2, lane] = max(big[2, lane], abs(q1[i, lane]))
-                        big[3, lane] = max(big[3, lane], abs(p1[i, lane]))
-                        if not (abs(dq) < np.inf and abs(dp) < np.inf):
-                            big[0, lane] = np.inf
+                _v_add_where(q1, i, dq, i, masks, 0)
+                _v_add_where(p1, i, dp, i, masks, 0)
+                _v_abs_max(big, 0, dq, i)
+                _v_abs_max(big, 1, dp, i)
+                _v_abs_max(big, 2, q1, i)
+                _v_abs_max(big, 3, p1, i)
+                _v_flag_nonfinite(big, 0, dq, i)
+                _v_flag_nonfinite(big, 0, dp, i)
             for r in range(m):
-                for lane in range(lanes):
-                    if active[lane]:
-                        dl, dg = x[n + r, lane], x[n + m + r, lane]
-                        lam[r, lane] += dl
-                        gam[r, lane] += dg
-                        if not (abs(dl) < np.inf and abs(dg) < np.inf):
-                            big[0, lane] = np.inf
+                _v_add_where(lam, r, x, n + r, masks, 0)
+                _v_add_where(gam, r, x, n + m + r, masks, 0)
+                _v_flag_nonfinite(big, 0, x, n + r)
+                _v_flag_nonfinite(big, 0, x, n + m + r)
             any_active = False
             for lane in range(lanes):
                 if not active[lane]:
@@ -855,7 +1069,9 @@ def _any_pivoted(active, pivoted):
 def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, tolerance,
               max_iterations, contraction, refactor_above, stagnation_level, qr, qi, qj, qc, lr, li,
               lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val, use_factored, fr, fs, u_ptr, u_idx,
-              u_val, u_const, v_ptr, v_idx, v_val, v_const, explicit, const, increment, status,
+              u_val, u_const, v_ptr, v_idx, v_val, v_const, explicit, const, nv, a_const,
+              term_ptr, term_coef, term_var, diag, pairs, pair_ops, single_ops,
+              forward_ptr, forward, backward_ptr, backward, e_row, e_col, increment, status,
               iterations, factorizations, failed_step, fallbacks):
     """Every step of every member for a potential linear in q (constant ``force`` = grad V
     in a (1, n) array, largest entry ``force_scale``), ``lanes`` members per SIMD block and
@@ -868,10 +1084,13 @@ def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, toler
     keeps its factors once the relative increment is below ``refactor_above`` and contracts
     by ``contraction`` (:func:`mbs.solvers.newton.newton`). A failing member stops:
     ``status[k]`` (codes above), ``failed_step[k]`` and its last ``increment[k]`` say why;
-    the others go on. The condensed matrices are
-    factorised without row exchanges (:func:`_lanes_lu`) and, for a member whose static
-    pivots fail the ``pivot_threshold`` test, again with partial pivoting
-    (``fallbacks[k]`` counts those factorisations)."""
+    the others go on. The condensed matrices are assembled entry by entry and factorised
+    without row exchanges with the operation lists of :func:`mbs.ensemble._lane_plan`
+    (``nv`` .. ``e_col``; :func:`_lanes_sparse_lu`) and, for a member whose static pivots
+    fail the ``pivot_threshold`` test, again with partial pivoting (``fallbacks[k]`` counts
+    those factorisations)."""
+    if lanes != LANES:
+        raise ValueError("run_lanes: lanes must be LANES (the width of the row operations)")
     count = q_out.shape[0]
     blocks = (count + lanes - 1) // lanes
     for b in prange(blocks):
@@ -879,5 +1098,7 @@ def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, toler
                      tolerance, max_iterations, contraction, refactor_above, stagnation_level, qr,
                      qi, qj, qc, lr, li, lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val,
                      use_factored, fr, fs, u_ptr, u_idx, u_val, u_const, v_ptr, v_idx, v_val,
-                     v_const, explicit, const, increment, status, iterations, factorizations,
-                     failed_step, fallbacks)
+                     v_const, explicit, const, nv, a_const, term_ptr, term_coef, term_var,
+                     diag, pairs, pair_ops, single_ops, forward_ptr, forward,
+                     backward_ptr, backward, e_row, e_col, increment, status, iterations,
+                     factorizations, failed_step, fallbacks)
