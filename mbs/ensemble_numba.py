@@ -62,17 +62,6 @@ from mbs.solvers.compiled import _lu_factor, _lu_solve  # the pivoted per-member
 
 
 @njit(cache=True)
-def _csr_apply(ptr, idx, val, x, k, out, o):
-    """out[k, o, :] = A x[k] for the CSR matrix A (arrays indexed, no views: views of shared
-    arrays cost atomic reference counts, which dominate when threads share them)."""
-    for i in range(ptr.size - 1):
-        s = 0.0
-        for e in range(ptr[i], ptr[i + 1]):
-            s += val[e] * x[k, idx[e]]
-        out[k, o, i] = s
-
-
-@njit(cache=True)
 def _factor(k, h, q0, p0, q1, p1, lam, gam, dvjac, jac_step, qr, qi, qj, qc, lr, li, lc,
             m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val, a, piv, hg, gm, g1, vec, wnn, wmn):
     """Condensed Newton matrix of member k at the current iterate, LU-factorised in place

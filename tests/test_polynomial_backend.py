@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from mechanisms import JOINT_EQUATIONS, random_tree
 
 import mbs
+from benchmarks.chain_compile import build_chain
 from mbs.solvers import EnergyMomentum, NewtonOptions, compiled, make_solver
 from mbs.solvers.newton import Factorization
 
@@ -242,17 +243,11 @@ def test_condensed_factorization_solves_the_full_system():
 # -- large (sparse) models ----------------------------------------------------------------------
 def hanging_chain_with_spring(links: int = 14) -> mbs.Model:
     """Boxes on spherical joints (n > 150: sparse path) and a point mass on a spring."""
-    system = mbs.System(gravity=(0.0, 0.0, -9.81))
-    previous = system.ground
-    for k in range(links):
-        link = system.add(mbs.RigidBody.from_shape("box", lx=0.5, ly=0.05, lz=0.05,
-                                                   density=1000.0, name=f"link{k}"))
-        link.set_state(position=((k + 0.5) * 0.5, 0.0, 0.0))
-        system.add(mbs.joints.Spherical(previous, link, point=(k * 0.5, 0.0, 0.0)))
-        previous = link
+    system = build_chain(links)
     bob = system.add(mbs.PointMass(mass=1.0, name="bob"))
     bob.set_state(position=(links * 0.5, 0.0, -0.4))
-    system.add(mbs.forces.Spring(previous, bob, stiffness=200.0, rest_length=0.3))
+    system.add(mbs.forces.Spring(system[f"link{links - 1}"], bob, stiffness=200.0,
+                                 rest_length=0.3))
     return system.compile()
 
 

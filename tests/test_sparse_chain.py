@@ -12,6 +12,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import mbs
+from benchmarks.chain_compile import build_chain
 from mbs.solvers import make_solver
 from mbs.solvers import newton as newton_module
 from mbs.solvers.newton import Factorization
@@ -141,15 +142,7 @@ def test_refactorisation_reuses_superlu_pivots_and_falls_back(superlu_calls, mon
 def chain(links: int) -> mbs.Model:
     """Boxes hanging from the ground by spherical joints (2n + 2m > 400 unknowns from 10
     links on: the condensed sparse factorisation)."""
-    system = mbs.System(gravity=(0.0, 0.0, -9.81))
-    previous = system.ground
-    for k in range(links):
-        link = system.add(mbs.RigidBody.from_shape("box", lx=0.5, ly=0.05, lz=0.05,
-                                                   density=1000.0, name=f"link{k}"))
-        link.set_state(position=((k + 0.5) * 0.5, 0.0, 0.0))
-        system.add(mbs.joints.Spherical(previous, link, point=(k * 0.5, 0.0, 0.0)))
-        previous = link
-    return system.compile()
+    return build_chain(links).compile()
 
 
 @needs_numba
