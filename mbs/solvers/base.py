@@ -161,7 +161,9 @@ class Solver:
                           f"polynomial path: {reason}", stacklevel=4)
             return None
         self._inverse_mass_dense = np.ascontiguousarray(self.model.inverse_mass_matrix.toarray())
-        self._velocity_maps = tuple(np.ascontiguousarray(a) for a in self._velocity_map())
+        # (indptr, indices, data) of V_d and V_x: each row of a velocity map has a few entries
+        self._velocity_maps = tuple(compiled.csr_arrays(sp.csr_matrix(a))
+                                    for a in self._velocity_map())
         # immutable arrays: built once per (model, scheme, h), like the polynomial system
         cache = self.model.__dict__.setdefault("_compiled_systems", {})
         key = (type(self).__name__, self._polynomial_key(), self.h)

@@ -8,10 +8,12 @@ can run in compiled code with no Python in the loop (:func:`_run_steps`, blocks 
 * the step data folded into the equations, then per Newton iteration the residual and the
   Jacobian on its fixed sparsity pattern (one CSR tensor product), the constraint rows from the
   factored form;
-* the Newton matrix condensed on its alpha I momentum block (as
-  :class:`mbs.solvers.newton.Factorization` does for sparse models) and factorised by a small
-  LU with partial pivoting that skips zero multipliers, reused while the increments are below
-  ``refactor_above``; stopping rules as in :func:`mbs.solvers.newton.newton`.
+* the Newton matrix, kept as its values on the fixed pattern, condensed on its alpha I
+  momentum block (as :class:`mbs.solvers.newton.Factorization` does for sparse models) with
+  only the structural products (a pattern split made once, :func:`_condensation_plan`), and
+  factorised by a small dense LU with partial pivoting that skips zero multipliers, reused
+  while the increments are below ``refactor_above``; stopping rules as in
+  :func:`mbs.solvers.newton.newton`.
 
 It is used by ``backend="compiled"`` and falls back to the numpy polynomial path, with a
 warning, when numba is not installed or the model has a term the kernel does not cover
@@ -133,72 +135,79 @@ def _lu_solve(a, pivots, b):
 
 
 @_jit
-def _condense(jac, block_rows, block_cols, alpha, other_rows, other_cols, schur):
-    """Schur complement S = J[o_r, o_c] - J[o_r, c] J[a, o_c] / alpha of J on the block
-    J[a, c] = alpha I (a = block_rows, c = block_cols; o_* the others), see
-    :class:`mbs.solvers.newton.Factorization`."""
-    size = other_rows.shape[0]
-    for i in range(size):
-        for j in range(size):
-            schur[i, j] = jac[other_rows[i], other_cols[j]]
+def _condense(values, alpha, direct_entry, direct_target, coupling_entry, coupling_row,
+              coupling_block, block_start, block_col, block_entry, schur):
+    """Schur complement S = J_oo - J_ob J_ao / alpha of the Newton matrix J on its block
+    J_ab = alpha I (a: block rows, b: block columns, o: the others), see
+    :class:`mbs.solvers.newton.Factorization`, from the values of J on its fixed sparsity
+    pattern (``values[p]`` = J at pattern entry p).
+
+    The pattern is split once (:class:`CompiledSystem`): ``direct_*`` are the entries of J_oo
+    with their flat position in S; ``coupling_*`` the entries of J_ob (row of S, block index k),
+    sorted by (row, k); row k of J_ao is ``block_entry[block_start[k]:block_start[k + 1]]``
+    with its columns of S in ``block_col``. Only structural products are formed (heavy top:
+    375 instead of 1890 of a dense row update per coupling)."""
+    flat = schur.reshape(-1)
+    flat[:] = 0.0
+    for t in range(direct_entry.shape[0]):
+        flat[direct_target[t]] = values[direct_entry[t]]
     inverse = 1.0 / alpha
-    for i in range(size):
-        row = other_rows[i]
-        for k in range(block_rows.shape[0]):
-            coupling = jac[row, block_cols[k]]
-            if coupling != 0.0:
-                coupling *= inverse
-                block_row = block_rows[k]
-                for j in range(size):
-                    schur[i, j] -= coupling * jac[block_row, other_cols[j]]
+    for t in range(coupling_entry.shape[0]):
+        coupling = values[coupling_entry[t]]
+        if coupling != 0.0:
+            coupling *= inverse
+            row = coupling_row[t]
+            k = coupling_block[t]
+            for e in range(block_start[k], block_start[k + 1]):
+                schur[row, block_col[e]] -= coupling * values[block_entry[e]]
 
 
 @_jit
-def _condensed_solve(jac, schur, pivots, block_rows, block_cols, alpha, other_rows,
-                     other_cols, rhs, reduced, out):
-    """Solve J out = rhs with the LU factors of the Schur complement of :func:`_condense`."""
+def _condensed_solve(values, schur, pivots, block_rows, block_cols, alpha, other_rows,
+                     other_cols, coupling_entry, coupling_row, coupling_block, block_start,
+                     block_col, block_entry, rhs, reduced, out):
+    """Solve J out = rhs with the LU factors of the Schur complement of :func:`_condense`
+    (same pattern split)."""
     inverse = 1.0 / alpha
     for i in range(other_rows.shape[0]):
-        row = other_rows[i]
-        s = rhs[row]
-        for k in range(block_rows.shape[0]):
-            coupling = jac[row, block_cols[k]]
-            if coupling != 0.0:
-                s -= coupling * inverse * rhs[block_rows[k]]
-        reduced[i] = s
+        reduced[i] = rhs[other_rows[i]]
+    for t in range(coupling_entry.shape[0]):
+        coupling = values[coupling_entry[t]]
+        if coupling != 0.0:
+            reduced[coupling_row[t]] -= coupling * inverse * rhs[block_rows[coupling_block[t]]]
     _lu_solve(schur, pivots, reduced)
     for i in range(other_cols.shape[0]):
         out[other_cols[i]] = reduced[i]
     for k in range(block_rows.shape[0]):
-        block_row = block_rows[k]
-        s = rhs[block_row]
-        for j in range(other_cols.shape[0]):
-            s -= jac[block_row, other_cols[j]] * reduced[j]
+        s = rhs[block_rows[k]]
+        for e in range(block_start[k], block_start[k + 1]):
+            s -= values[block_entry[e]] * reduced[block_col[e]]
         out[block_cols[k]] = s * inverse
 
 
 @_jit
-def _residual(x, c_step, l_step, pattern_row, pattern_col, tensor_indptr, tensor_indices,
-              tensor_data, jac, override_start, uv_indptr, uv_indices, uv_data, uv_step,
-              term_row, term_scale, row_constant, residual):
-    """R(x) = c + (L + D(x)/2) x into ``residual``; the Jacobian L + D(x) into ``jac`` when
-    it is given (size > 0); constraint rows from the factored form.
+def _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_indptr, tensor_indices,
+              tensor_data, jac_values, override_start, uv_indptr, uv_indices, uv_data, uv_step,
+              term_row, term_scale, row_constant, residual, first_row):
+    """R(x) = c + (L + D(x)/2) x into ``residual``; the values of the Jacobian L + D(x) on its
+    pattern into ``jac_values`` when it is given (size > 0); constraint rows from the
+    factored form. Only rows from ``first_row`` on are formed (0 for all of R).
 
-    L and D live on the Jacobian's fixed sparsity pattern (entry p at pattern_row[p],
-    pattern_col[p]): ``l_step[p]`` and row p of the CSR tensor (D(x)[p] = T[p] . x)."""
-    with_jacobian = jac.shape[0] > 0
-    residual[:] = c_step
-    if with_jacobian:
-        jac[:, :] = 0.0
-    for p in range(pattern_row.shape[0]):
-        s = 0.0
-        for k in range(tensor_indptr[p], tensor_indptr[p + 1]):
-            s += tensor_data[k] * x[tensor_indices[k]]
-        row = pattern_row[p]
-        j = pattern_col[p]
-        residual[row] += (l_step[p] + 0.5 * s) * x[j]
-        if with_jacobian:
-            jac[row, j] = l_step[p] + s
+    L and D live on the Jacobian's fixed sparsity pattern, sorted by row: row i holds the
+    entries p = pattern_start[i] .. pattern_start[i + 1] - 1, in column pattern_col[p], with
+    ``l_step[p]`` and row p of the CSR tensor (D(x)[p] = T[p] . x). A row is summed in a
+    register, in the order of its entries."""
+    with_jacobian = jac_values.shape[0] > 0
+    for row in range(first_row, c_step.shape[0]):
+        total = c_step[row]
+        for p in range(pattern_start[row], pattern_start[row + 1]):
+            s = 0.0
+            for k in range(tensor_indptr[p], tensor_indptr[p + 1]):
+                s += tensor_data[k] * x[tensor_indices[k]]
+            total += (l_step[p] + 0.5 * s) * x[pattern_col[p]]
+            if with_jacobian:
+                jac_values[p] = l_step[p] + s
+        residual[row] = total
     if override_start >= 0:
         # constraint rows sum_t scale_t (u_t . v_t) + e from the factored form; u (then v)
         # are the first (second) half of the affine vectors uv = U x + uv_step
@@ -221,59 +230,54 @@ def _residual(x, c_step, l_step, pattern_row, pattern_col, tensor_indptr, tensor
 
 
 @_jit
-def _newton_step(data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, tensor_dd_data,
-                 pattern_row, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
+def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
+                 tensor_dd_indices, tensor_dd_data,
+                 pattern_start, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
                  pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
                  constant, linear_data, linear_pattern,
                  override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
                  term_row, term_scale, row_constant,
                  segment_lo, segment_hi, floors, tolerance, stagnation, contraction,
                  refactor_above, max_iterations, block_rows, block_cols, alpha, other_rows,
-                 other_cols, residual_out):
+                 other_cols, direct_entry, direct_target, coupling_entry, coupling_row,
+                 coupling_block, block_start, block_col, block_entry, constraint_row,
+                 work, residual_out):
     """Newton on R(x) = c + L x + 1/2 D(x) x = 0 at step data ``data`` (see polynomial.py),
     with the stopping rules and factorisation reuse of :func:`mbs.solvers.newton.newton`.
 
     ``x`` holds the initial guess and is overwritten with the solution; ``residual_out``
-    receives R at the accepted iterate. Returns (code, iterations, residual max-norm,
-    last relative increment, factorisations).
+    receives the constraint rows of R (rows from ``constraint_row`` on) at the accepted
+    iterate, the other rows at the iterate before. ``work`` holds the scratch arrays of
+    :func:`_newton_workspace`. Returns (code, iterations, residual
+    max-norm, last relative increment, factorisations).
     """
     n_eq = constant.shape[0]
-    n_d = data.shape[0]
     n_x = x.shape[0]
     # fold the data: c_step = c + L_d d + 1/2 D_dd(d) d,  L_step = L_x + D_xd(d)
-    c_step = np.empty(n_eq)
+    c_step, l_step, uv_step, jac_values, no_jacobian, schur, reduced, pivots, step = work
     _affine_sparse(linear_data, data, constant, c_step)
-    for flat in tensor_dd_rows:
+    for t in range(tensor_dd_equation.shape[0]):
         s = 0.0
-        for p in range(tensor_dd_indptr[flat], tensor_dd_indptr[flat + 1]):
+        for p in range(tensor_dd_indptr[t], tensor_dd_indptr[t + 1]):
             s += tensor_dd_data[p] * data[tensor_dd_indices[p]]
-        row = flat // n_d
-        c_step[row] += 0.5 * s * data[flat - row * n_d]
-    l_step = linear_pattern.copy()
+        c_step[tensor_dd_equation[t]] += 0.5 * s * data[tensor_dd_datum[t]]
+    l_step[:] = linear_pattern
     for p in range(l_step.shape[0]):
         s = 0.0
         for k in range(tensor_xd_indptr[p], tensor_xd_indptr[p + 1]):
             s += tensor_xd_data[k] * data[tensor_xd_indices[k]]
         l_step[p] += s
-    uv_step = np.empty(uv_const.shape[0])
     _affine_sparse(uv_from_data, data, uv_const, uv_step)
-    jac = np.empty((n_eq, n_x))
-    no_jacobian = np.empty((0, 0))
-    reduced_size = other_rows.shape[0]
-    schur = np.empty((reduced_size, reduced_size))
-    reduced = np.empty(reduced_size)
-    pivots = np.empty(reduced_size, dtype=np.int64)
-    step = np.empty(n_x)
     previous = np.inf
     increment = np.inf
     norm = np.inf
     fresh = True
     factorizations = 0
     for iteration in range(1, max_iterations + 1):
-        _residual(x, c_step, l_step, pattern_row, pattern_col, tensor_xx_indptr,
-                  tensor_xx_indices, tensor_xx_data, jac if fresh else no_jacobian,
+        _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_xx_indptr,
+                  tensor_xx_indices, tensor_xx_data, jac_values if fresh else no_jacobian,
                   override_start, uv_indptr, uv_indices, uv_data, uv_step, term_row,
-                  term_scale, row_constant, residual_out)
+                  term_scale, row_constant, residual_out, 0)
         norm = 0.0
         for row in range(n_eq):
             norm = max(norm, abs(residual_out[row]))
@@ -281,11 +285,14 @@ def _newton_step(data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, t
             return RESIDUAL_NOT_FINITE, iteration, norm, increment, factorizations
         if fresh:
             factorizations += 1
-            _condense(jac, block_rows, block_cols, alpha, other_rows, other_cols, schur)
+            _condense(jac_values, alpha, direct_entry, direct_target, coupling_entry,
+                      coupling_row, coupling_block, block_start, block_col, block_entry,
+                      schur)
             if not _lu_factor(schur, pivots):
                 return SINGULAR, iteration, norm, increment, factorizations
-        _condensed_solve(jac, schur, pivots, block_rows, block_cols, alpha, other_rows,
-                         other_cols, residual_out, reduced, step)
+        _condensed_solve(jac_values, schur, pivots, block_rows, block_cols, alpha, other_rows,
+                         other_cols, coupling_entry, coupling_row, coupling_block, block_start,
+                         block_col, block_entry, residual_out, reduced, step)
         for j in range(n_x):
             if not np.isfinite(step[j]):
                 return INCREMENT_NOT_FINITE, iteration, norm, increment, factorizations
@@ -300,10 +307,11 @@ def _newton_step(data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, t
             increment = max(increment, largest_step / largest_x)
         if (increment <= tolerance
                 or (fresh and increment <= stagnation and increment > 0.5 * previous)):
-            _residual(x, c_step, l_step, pattern_row, pattern_col, tensor_xx_indptr,
+            # the constraint rows at the accepted iterate (the enforced residuals reported)
+            _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_xx_indptr,
                       tensor_xx_indices, tensor_xx_data, no_jacobian, override_start,
                       uv_indptr, uv_indices, uv_data, uv_step, term_row, term_scale,
-                      row_constant, residual_out)
+                      row_constant, residual_out, constraint_row)
             return CONVERGED, iteration, norm, increment, factorizations
         fresh = increment > contraction * previous or increment > refactor_above
         previous = increment
@@ -311,19 +319,32 @@ def _newton_step(data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, t
 
 
 @_jit
+def _newton_workspace(n_eq, pattern_size, uv_size, reduced_size, n_x):
+    """Scratch arrays of :func:`_newton_step`, allocated once per block of steps: (c_step,
+    l_step, uv_step, Jacobian values, empty Jacobian, Schur complement, reduced right-hand
+    side, pivots, increment)."""
+    return (np.empty(n_eq), np.empty(pattern_size), np.empty(uv_size), np.empty(pattern_size),
+            np.empty(0), np.empty((reduced_size, reduced_size)), np.empty(reduced_size),
+            np.empty(reduced_size, dtype=np.int64), np.empty(n_x))
+
+
+@_jit
 def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
                first, count, inverse_mass, h, guess_mode, force_scale, lam_guess, gam_guess,
                warm_gamma, velocity_from_data, velocity_from_unknowns, m,
-               tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, tensor_dd_data,
-               pattern_row, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
+               tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr, tensor_dd_indices,
+               tensor_dd_data,
+               pattern_start, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
                pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
                constant, linear_data, linear_pattern,
                override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
-                 term_row, term_scale, row_constant,
+               term_row, term_scale, row_constant,
                tolerance, stagnation, contraction, refactor_above, max_iterations,
-               block_rows, block_cols, alpha, other_rows, other_cols, force, new_weight,
+               block_rows, block_cols, alpha, other_rows, other_cols, direct_entry,
+               direct_target, coupling_entry, coupling_row, coupling_block, block_start,
+               block_col, block_entry, force, new_weight,
                jac_indptr, jac_indices, jac_data, jac_offset, jac_rows, jac_cols, lag,
-               lam_before_guess, gam_before_guess):
+               lam_before_guess, gam_before_guess, constraint_row):
     """Steps first .. first + count - 1 of a run whose unknowns are (q1, p1, lambda, gamma).
 
     Row k of q_out/p_out is the state at step k; rows k + 1 are written. The predictor
@@ -331,9 +352,10 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     explicit one (2): p1 = p - h (grad V + G(q)^T lambda), q1 = q + h M^-1 ((1 - w) p + w p1)
     with G from the table's Jacobian map (data = map q + offset at (jac_rows, jac_cols));
     lambda and gamma are those of the previous step (``lag`` 1) or of the one before (2, for
-    multipliers that alternate); gamma starts from zero unless ``warm_gamma``. Returns (steps
-    done, code of the failed step or CONVERGED, its residual norm, increment, iterations, LU
-    factorisations).
+    multipliers that alternate); gamma starts from zero unless ``warm_gamma``. The scheme
+    velocity is V_d (q, p) + V_x x with the CSR arrays (indptr, indices, data) of V_d and V_x
+    in ``velocity_from_data`` and ``velocity_from_unknowns``. Returns (steps done, code of the
+    failed step or CONVERGED, its residual norm, increment, iterations, LU factorisations).
     """
     n = q_out.shape[1]
     n_x = 2 * n + 2 * m
@@ -353,6 +375,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     correction = np.empty(n)
     velocity_part = np.empty(n)
     zero_velocity = np.zeros(n)
+    work = _newton_workspace(constant.shape[0], linear_pattern.shape[0], uv_const.shape[0],
+                             other_rows.shape[0], n_x)
     total_factorizations = 0
     for k in range(first, first + count):
         q0 = q_out[k]
@@ -404,27 +428,31 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
         floors[0] = largest_q
         floors[1] = max(largest_p, 1e-300)
         code, iterations, norm, increment, factorizations = _newton_step(
-            data, x, tensor_dd_rows, tensor_dd_indptr, tensor_dd_indices, tensor_dd_data,
-            pattern_row, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
+            data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
+            tensor_dd_indices, tensor_dd_data,
+            pattern_start, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
             pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
             constant, linear_data, linear_pattern,
             override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
                  term_row, term_scale, row_constant,
             segment_lo, segment_hi, floors, tolerance, stagnation, contraction, refactor_above,
-            max_iterations, block_rows, block_cols, alpha, other_rows, other_cols, residual)
+            max_iterations, block_rows, block_cols, alpha, other_rows, other_cols,
+            direct_entry, direct_target, coupling_entry, coupling_row, coupling_block,
+            block_start, block_col, block_entry, constraint_row, work, residual)
         total_factorizations += factorizations
         if code != CONVERGED:
             return k - first, code, norm, increment, iterations, total_factorizations
         q_out[k + 1] = x[:n]
         p_out[k + 1] = x[n:2 * n]
-        lam_before = lam
-        gam_before = gam
-        lam = x[2 * n:2 * n + m].copy()
-        gam = x[2 * n + m:].copy()
+        # the step's multipliers become the newest; the older buffer is reused
+        lam_before, lam = lam, lam_before
+        gam_before, gam = gam, gam_before
+        lam[:] = x[2 * n:2 * n + m]
+        gam[:] = x[2 * n + m:]
         lam_out[k] = lam
         gam_out[k] = gam
-        _affine(velocity_from_data, data, zero_velocity, 1.0, velocity_part)
-        _affine(velocity_from_unknowns, x, velocity_part, 1.0, velocity_out[k])
+        _affine_sparse(velocity_from_data, data, zero_velocity, velocity_part)
+        _affine_sparse(velocity_from_unknowns, x, velocity_part, velocity_out[k])
         position = 0.0
         velocity = 0.0
         for row in range(m):
@@ -441,6 +469,46 @@ def record_compile_time(seconds: float) -> None:
     global _compile_seconds
     if _compile_seconds is None:
         _compile_seconds = seconds
+
+
+def csr_arrays(matrix: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr, indices, data) of a CSR matrix in the dtypes of the kernels."""
+    matrix = sp.csr_matrix(matrix)
+    return (matrix.indptr.astype(np.int64), matrix.indices.astype(np.int64),
+            matrix.data.astype(float))
+
+
+def _condensation_plan(pattern_row: np.ndarray, pattern_col: np.ndarray, size: int,
+                       block_rows: np.ndarray, block_cols: np.ndarray, other_rows: np.ndarray,
+                       other_cols: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Split the Jacobian's pattern entries for :func:`_condense` and
+    :func:`_condensed_solve`: (direct_entry, direct_target, coupling_entry, coupling_row,
+    coupling_block, block_start, block_col, block_entry).
+
+    Entries of the block rows in the block columns are the alpha I block and are not read.
+    Couplings are sorted by (row, block index) and each block row by column, so that every
+    sum is formed in the order of a dense row-by-row condensation.
+    """
+    def position(indices):
+        where = np.full(size, -1, dtype=np.int64)
+        where[indices] = np.arange(indices.size)
+        return where
+
+    row_other, row_block = position(other_rows)[pattern_row], position(block_rows)[pattern_row]
+    col_other, col_block = position(other_cols)[pattern_col], position(block_cols)[pattern_col]
+    entries = np.arange(pattern_row.size, dtype=np.int64)
+    direct = (row_other >= 0) & (col_other >= 0)
+    direct_target = row_other[direct] * other_cols.size + col_other[direct]
+    coupling = (row_other >= 0) & (col_block >= 0)
+    coupling_order = np.lexsort((col_block[coupling], row_other[coupling]))
+    block = (row_block >= 0) & (col_other >= 0)
+    block_order = np.lexsort((col_other[block], row_block[block]))
+    block_start = np.searchsorted(row_block[block][block_order],
+                                  np.arange(block_rows.size + 1)).astype(np.int64)
+    return (entries[direct], direct_target.astype(np.int64),
+            entries[coupling][coupling_order], row_other[coupling][coupling_order],
+            col_block[coupling][coupling_order], block_start,
+            col_other[block][block_order], entries[block][block_order])
 
 
 class CompiledSystem:
@@ -461,10 +529,6 @@ class CompiledSystem:
         if len(overrides) > 1:
             raise ValueError("the compiled backend supports one block of constraint rows")
 
-        def csr(matrix):
-            return (matrix.indptr.astype(np.int64), matrix.indices.astype(np.int64),
-                    matrix.data.astype(float))
-
         n_x = system.n_unknowns
         linear_x = np.asarray(system.linear_unknowns)
         # the Jacobian's sparsity pattern: L_x, and the (row, j) slots of D_xd and D_xx
@@ -472,11 +536,21 @@ class CompiledSystem:
             np.flatnonzero(linear_x.ravel()),
             np.flatnonzero(np.diff(system.tensor_xd.indptr)),
             np.flatnonzero(np.diff(system.tensor_xx.indptr))])).astype(np.int64)
+        # rows (equation, datum) of D_dd that are not empty, split once: an integer division
+        # per entry in the kernel cost ~0.5 us per step on the heavy top (variant A)
+        n_d = system.n_data
         dd_rows = np.flatnonzero(np.diff(system.tensor_dd.indptr)).astype(np.int64)
-        self.tensors = (dd_rows, *csr(system.tensor_dd),
-                        keys // n_x, *csr(sp.csr_matrix(system.tensor_xd)[keys]),
-                        keys % n_x, *csr(sp.csr_matrix(system.tensor_xx)[keys]))
+        # the pattern (keys, sorted) by row: entries pattern_start[i] .. of row i
+        pattern_start = np.searchsorted(keys // n_x, np.arange(system.constant.shape[0] + 1)
+                                        ).astype(np.int64)
+        self.tensors = (dd_rows // n_d, dd_rows % n_d,
+                        *csr_arrays(sp.csr_matrix(system.tensor_dd)[dd_rows]),
+                        pattern_start, *csr_arrays(sp.csr_matrix(system.tensor_xd)[keys]),
+                        keys % n_x, *csr_arrays(sp.csr_matrix(system.tensor_xx)[keys]))
         self.pattern_size = keys.size
+        self.pattern_row, self.pattern_col = keys // n_x, keys % n_x
+        # rows 2n.. of the step equations are the constraint rows
+        self.constraint_row = system.n_unknowns - 2 * m
         # Columns of the condensed matrix in ascending order of their pattern counts: the LU
         # skips zero multipliers, and eliminating the sparse columns (the multipliers) first
         # keeps the fill small (measured LU work on the heavy top 4900 -> 1800 multiply-adds,
@@ -484,20 +558,23 @@ class CompiledSystem:
         column_count = np.bincount(keys % n_x, minlength=n_x)
         if identity_block is None:  # no block to condense: the Schur complement is J
             everything = np.arange(size, dtype=np.int64)
-            self.condensation = (np.zeros(0, np.int64), np.zeros(0, np.int64), 1.0,
-                                 everything,
-                                 np.argsort(column_count, kind="stable").astype(np.int64))
+            block_rows = block_cols = np.zeros(0, np.int64)
+            alpha = 1.0
+            other_rows = everything
+            other_cols = np.argsort(column_count, kind="stable").astype(np.int64)
         else:
             rows, cols, alpha = identity_block
+            block_rows = np.arange(rows.start, rows.stop, dtype=np.int64)
+            block_cols = np.arange(cols.start, cols.stop, dtype=np.int64)
+            other_rows = np.r_[0:rows.start, rows.stop:size].astype(np.int64)
             other_cols = np.r_[0:cols.start, cols.stop:size]
-            other_cols = other_cols[np.argsort(column_count[other_cols], kind="stable")]
-            self.condensation = (
-                np.arange(rows.start, rows.stop, dtype=np.int64),
-                np.arange(cols.start, cols.stop, dtype=np.int64), float(alpha),
-                np.r_[0:rows.start, rows.stop:size].astype(np.int64),
-                other_cols.astype(np.int64))
+            other_cols = other_cols[np.argsort(column_count[other_cols],
+                                              kind="stable")].astype(np.int64)
+        self.condensation = (block_rows, block_cols, float(alpha), other_rows, other_cols,
+                             *_condensation_plan(keys // n_x, keys % n_x, size, block_rows,
+                                                 block_cols, other_rows, other_cols))
         self.constant = system.constant
-        self.linear_data = csr(sp.csr_matrix(system.linear_data))  # (indptr, indices, data)
+        self.linear_data = csr_arrays(system.linear_data)  # (indptr, indices, data)
         self.linear_unknowns = np.ascontiguousarray(linear_x.ravel()[keys])
         if overrides:
             start, rows, uv_map, uv_from_data, uv_const, row_sum, row_constant, _ = overrides[0]
@@ -512,12 +589,12 @@ class CompiledSystem:
             uv_csr = sp.csr_matrix(uv_map)
             self.override = (int(start), uv_csr.indptr.astype(np.int64),
                              uv_csr.indices.astype(np.int64), uv_csr.data.astype(float),
-                             csr(sp.csr_matrix(uv_from_data)), np.asarray(uv_const, float),
+                             csr_arrays(uv_from_data), np.asarray(uv_const, float),
                              term_row, term_scale, np.asarray(row_constant, float))
         else:
-            n_d = system.n_data
             self.override = (-1, np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0),
-                             csr(sp.csr_matrix((0, n_d))), np.zeros(0), np.zeros(0, np.int64),
+                             csr_arrays(sp.csr_matrix((0, n_d))), np.zeros(0),
+                             np.zeros(0, np.int64),
                              np.zeros(0), np.zeros(0))
 
     def run(self, q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
@@ -536,7 +613,7 @@ class CompiledSystem:
                             options.contraction, options.refactor_above,
                             options.max_iterations, *self.condensation, force,
                             float(new_weight), *self.jacobian_map, int(lag),
-                            lam_before_guess, gam_before_guess)
+                            lam_before_guess, gam_before_guess, self.constraint_row)
         if started is not None:
             record_compile_time(time.perf_counter() - started)
         return result
