@@ -8,8 +8,8 @@ What is measured (mbs rows; the peers' rows are measured the same way where they
 
 * per-step time: wall time (time.perf_counter) of ``mbs.simulate`` over ``steps`` fixed steps
   from the case's initial state, divided by ``steps``; the median over ``repeats`` runs made
-  after one untimed warm-up run. It includes everything ``simulate`` does (solver set-up,
-  Newton iterations, storing the trajectory);
+  after one untimed warm-up run, the solvers of a case alternated run by run. It includes
+  everything ``simulate`` does (solver set-up, Newton iterations, storing the trajectory);
 * Newton iterations per step: mean of ``Solution.stats["newton_iterations"]``;
 * compile time: ``System.compile()`` (wall), measured once per case;
 * peak memory: tracemalloc peak (Python objects and numpy buffers, not the C/Fortran workspace
@@ -146,7 +146,12 @@ def solver_for(spec: str):
 
 
 def mbs_case(case: cases.Case, solvers, steps: int, repeats: int) -> list[dict]:
-    """Per-step rows of the mbs solvers on one case."""
+    """Per-step rows of the mbs solvers on one case.
+
+    Each solver gets an untimed warm-up and memory run first; the timed runs then go round
+    the solvers ``repeats`` times, one run of each per round, so that a slow phase of the
+    machine hits every solver of the case alike (ratios between rows, e.g. VI-A / EM, are
+    not decided by when a row happened to run)."""
     started = time.perf_counter()
     system = case.build()
     build_time = time.perf_counter() - started
@@ -154,14 +159,15 @@ def mbs_case(case: cases.Case, solvers, steps: int, repeats: int) -> list[dict]:
     model = system.compile()
     compile_time = time.perf_counter() - started
     compile_peak = traced_peak(lambda: case.build().compile())
-    rows = []
+    rows, timed = [], {}
     for solver in solvers:
-        log(f"  mbs {case.name} {solver}: {repeats} x {steps} steps")
+        log(f"  mbs {case.name} {solver}: warm-up")
         row = {"case": case.name, "label": case.label, "code": "mbs", "solver": solver,
                "n": model.n, "m": model.m, "dense": bool(model.dense), "h": case.h,
                "steps": steps, "repeats": repeats, "build_s": build_time,
                "compile_s": compile_time, "compile_peak_mib": compile_peak,
                "n_links": case.n_links}
+        rows.append(row)
         try:
             first_kernel = compiled.compile_seconds() is None
             started = time.perf_counter()
@@ -174,17 +180,29 @@ def mbs_case(case: cases.Case, solvers, steps: int, repeats: int) -> list[dict]:
             row["run_peak_mib"] = traced_peak(
                 lambda s=solver: mbs.simulate(model, solver_for(s), h=case.h,
                                               t_end=2 * case.h))
-            times, iterations = [], []
-            for _ in range(repeats):
-                started = time.perf_counter()
-                sol = mbs.simulate(model, solver_for(solver), h=case.h, t_end=steps * case.h)
-                times.append((time.perf_counter() - started) / steps)
-                iterations.append(float(np.mean(sol.stats["newton_iterations"])))
-            row.update(per_step_s=statistics.median(times), per_step_all_s=times,
-                       newton_per_step=statistics.median(iterations))
+            timed[solver] = ([], [])
         except Exception as exc:  # a failing solver gives an n/a row, never a failed run
             row["na"] = f"{type(exc).__name__}: {str(exc)[:160]}"
-        rows.append(row)
+    log(f"  mbs {case.name}: {repeats} rounds of {steps} steps per solver")
+    for _ in range(repeats):
+        for row in rows:
+            solver = row["solver"]
+            if solver not in timed:
+                continue
+            try:
+                started = time.perf_counter()
+                sol = mbs.simulate(model, solver_for(solver), h=case.h,
+                                   t_end=steps * case.h)
+                timed[solver][0].append((time.perf_counter() - started) / steps)
+                timed[solver][1].append(float(np.mean(sol.stats["newton_iterations"])))
+            except Exception as exc:
+                row["na"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+                del timed[solver]
+    for row in rows:
+        if row["solver"] in timed:
+            times, iterations = timed[row["solver"]]
+            row.update(per_step_s=statistics.median(times), per_step_all_s=times,
+                       newton_per_step=statistics.median(iterations))
     return rows
 
 
@@ -688,8 +706,9 @@ def main(argv=None) -> int:
                     else f"n/a ({pydykit_reason})")
     out.append(f"peers: exudyn {exudyn_text}; pydykit {pydykit_text}")
     out.append("=" * 118)
-    out.append("Per-step cost (median of repeats after a warm-up run; wall time / steps; "
-               "mem: tracemalloc peak of compile / of a 2-step run)")
+    out.append("Per-step cost (median of repeats after a warm-up run, solvers of a case "
+               "alternated; wall time / steps; mem: tracemalloc peak of compile / of a 2-step "
+               "run)")
     out.extend(per_step_table(rows))
     side_lines, step_ratios = side_by_side(rows)
     if side_lines:
@@ -737,7 +756,8 @@ def main(argv=None) -> int:
                         "pydykit": ({**pydykit_meta, "interpreter": pydykit_info}
                                     if use_pydykit else f"n/a ({pydykit_reason})")},
               "methods": {"per_step": "median over repeats of perf_counter wall time of one "
-                                      "run / steps, after one warm-up run",
+                                      "run / steps, after one warm-up run; the solvers of a "
+                                      "case alternated run by run",
                           "memory": "tracemalloc peak in MiB (Python + numpy allocations; not "
                                     "C/Fortran workspaces or Exudyn's C++ heap)",
                           "accuracy": "time.process_time of the integration; h halved from h0",

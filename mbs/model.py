@@ -424,24 +424,23 @@ class Model:
         return sp.vstack([self.constraint_jacobian(q), self._removed.jacobian(q)]).tocsr()
 
     def _residuals(self, q: np.ndarray, p: np.ndarray) -> tuple[float, float]:
+        return self._residuals_and_scale(q, p)[:2]
+
+    def _residuals_and_scale(self, q: np.ndarray, p: np.ndarray) -> tuple[float, float, float]:
+        """(max |g(q)|, max |G(q) v|, velocity scale max(1, max |G| |v|)) with v = M^-1 p,
+        from one Jacobian (this runs at the start of every simulation)."""
         if self.m + self._removed.n_rows == 0:
-            return 0.0, 0.0
+            return 0.0, 0.0, 1.0
         jac = self._all_jacobian(q)
         v = self.apply_inverse_mass(p)
+        scale = max(1.0, float(np.max(abs(jac) @ np.abs(v))))
         return (float(np.max(np.abs(self._all_constraints(q)))),
-                float(np.max(np.abs(jac @ v))))
-
-    def _velocity_scale(self, q: np.ndarray, p: np.ndarray) -> float:
-        if self.m + self._removed.n_rows == 0:
-            return 1.0
-        terms = abs(self._all_jacobian(q)) @ np.abs(self.apply_inverse_mass(p))
-        return max(1.0, float(np.max(terms)))
+                float(np.max(np.abs(jac @ v))), scale)
 
     def is_consistent(self, q: np.ndarray, p: np.ndarray) -> bool:
         """Whether (q, p) satisfies g = 0 and G M^-1 p = 0 within the tolerances."""
-        g, gv = self._residuals(q, p)
-        return (g <= POSITION_TOLERANCE
-                and gv <= VELOCITY_TOLERANCE * self._velocity_scale(q, p))
+        g, gv, scale = self._residuals_and_scale(q, p)
+        return g <= POSITION_TOLERANCE and gv <= VELOCITY_TOLERANCE * scale
 
     def initial_state(self, project: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(q0, p0) with p0 = M v0 from the states set on the bodies.

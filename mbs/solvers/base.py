@@ -161,16 +161,17 @@ class Solver:
                           f"polynomial path: {reason}", stacklevel=4)
             return None
         self._inverse_mass_dense = np.ascontiguousarray(self.model.inverse_mass_matrix.toarray())
-        # (indptr, indices, data) of V_d and V_x: each row of a velocity map has a few entries
-        self._velocity_maps = tuple(compiled.csr_arrays(sp.csr_matrix(a))
-                                    for a in self._velocity_map())
         # immutable arrays: built once per (model, scheme, h), like the polynomial system
         cache = self.model.__dict__.setdefault("_compiled_systems", {})
         key = (type(self).__name__, self._polynomial_key(), self.h)
         if key not in cache:
-            cache[key] = compiled.CompiledSystem(self._polynomial, self.model.m,
-                                                 self._identity_block(polynomial=True))
-        return cache[key]
+            # (indptr, indices, data) of V_d and V_x: a row of a velocity map has few entries
+            velocity_maps = tuple(compiled.csr_arrays(a) for a in self._velocity_map())
+            cache[key] = (compiled.CompiledSystem(self._polynomial, self.model.m,
+                                                  self._identity_block(polynomial=True)),
+                          velocity_maps)
+        system, self._velocity_maps = cache[key]
+        return system
 
     def _velocity_map(self) -> tuple[np.ndarray, np.ndarray]:
         """(V_d, V_x): the scheme velocity as V_d (q0, p0) + V_x x (compiled backend)."""
