@@ -168,10 +168,26 @@ class Solver:
             # (indptr, indices, data) of V_d and V_x: a row of a velocity map has few entries
             velocity_maps = tuple(compiled.csr_arrays(a) for a in self._velocity_map())
             cache[key] = (compiled.CompiledSystem(self._polynomial, self.model.m,
-                                                  self._identity_block(polynomial=True)),
+                                                  self._identity_block(polynomial=True),
+                                                  self._sample_newton_matrix()),
                           velocity_maps)
         system, self._velocity_maps = cache[key]
         return system
+
+    def _sample_newton_matrix(self) -> np.ndarray | None:
+        """The polynomial step's Newton matrix at the model's own initial state, with
+        multipliers drawn from a fixed seed (so that their Hessian terms are present): the
+        sample on which the compiled backend measures LU orders. Depends on the model only,
+        never on the run that happens to build the compiled system first."""
+        model, system = self.model, self._polynomial
+        q0, p0 = model.q0, model.p0
+        multipliers = np.random.default_rng(0).standard_normal(2 * model.m)
+        try:
+            system.start(np.concatenate([q0, p0]), self._potential_terms(q0))
+            _, jacobian = system.evaluate(np.concatenate([q0, p0, multipliers]))
+        except (ArithmeticError, ValueError, np.linalg.LinAlgError):
+            return None
+        return jacobian.toarray() if sp.issparse(jacobian) else np.asarray(jacobian)
 
     def _velocity_map(self) -> tuple[np.ndarray, np.ndarray]:
         """(V_d, V_x): the scheme velocity as V_d (q0, p0) + V_x x (compiled backend)."""
