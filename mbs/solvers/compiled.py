@@ -374,7 +374,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
                direct_target, coupling_entry, coupling_row, coupling_block, block_start,
                block_col, block_entry, force, new_weight,
                jac_indptr, jac_indices, jac_data, jac_offset, jac_rows, jac_cols, lag,
-               lam_before_guess, gam_before_guess, constraint_row):
+               lam_before_guess, gam_before_guess, constraint_row, correction_order, defects,
+               defect_count):
     """Steps first .. first + count - 1 of a run whose unknowns are (q1, p1, lambda, gamma).
 
     Row k of q_out/p_out is the state at step k; rows k + 1 are written. The predictor
@@ -384,8 +385,11 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     lambda and gamma are those of the previous step (``lag`` 1) or of the one before (2, for
     multipliers that alternate); gamma starts from zero unless ``warm_gamma``. The scheme
     velocity is V_d (q, p) + V_x x with the CSR arrays (indptr, indices, data) of V_d and V_x
-    in ``velocity_from_data`` and ``velocity_from_unknowns``. Returns (steps done, code of the
-    failed step or CONVERGED, its residual norm, increment, iterations, LU factorisations).
+    in ``velocity_from_data`` and ``velocity_from_unknowns``. With the explicit guess and
+    ``correction_order`` >= 0 the guess is corrected by the extrapolated defects (rows
+    0 .. defect_count - 1 of ``defects``, newest last, updated in place; see
+    ``Solver.predictor_correction``). Returns (steps done, code of the failed step or
+    CONVERGED, its residual norm, increment, iterations, LU factorisations, defect count).
     """
     n = q_out.shape[1]
     n_x = 2 * n + 2 * m
@@ -405,6 +409,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     correction = np.empty(n)
     velocity_part = np.empty(n)
     zero_velocity = np.zeros(n)
+    raw_guess = np.empty(n_x)
+    defect_sum = np.empty(n_x)
     work = _newton_workspace(constant.shape[0], linear_pattern.shape[0], uv_const.shape[0],
                              other_rows.shape[0], n_x)
     total_factorizations = 0
@@ -450,6 +456,10 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
             x[2 * n + m:] = gam_guess_k
         else:
             x[2 * n + m:] = 0.0
+        raw_guess[:] = x
+        correcting = guess_mode == 2 and correction_order >= 0
+        if correcting:
+            _correct_guess(x, data, defects, defect_count, correction_order, lag, defect_sum)
         largest_q = 1e-300
         largest_p = h * force_scale
         for j in range(n):
@@ -471,7 +481,18 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
             block_start, block_col, block_entry, constraint_row, work, residual)
         total_factorizations += factorizations
         if code != CONVERGED:
-            return k - first, code, norm, increment, iterations, total_factorizations
+            return (k - first, code, norm, increment, iterations, total_factorizations,
+                    defect_count)
+        if correcting:  # keep x - raw guess, the newest last (at most 3 lag of them)
+            if defect_count == defects.shape[0]:
+                for row in range(defect_count - 1):
+                    defects[row] = defects[row + 1]
+                defect_count -= 1
+            for j in range(n_x):
+                defects[defect_count, j] = x[j] - raw_guess[j]
+            defect_count += 1
+        else:  # a step from another guess: the history starts afresh
+            defect_count = 0
         q_out[k + 1] = x[:n]
         p_out[k + 1] = x[n:2 * n]
         # the step's multipliers become the newest; the older buffer is reused
@@ -491,7 +512,38 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
         enforced_out[k, 0] = position
         enforced_out[k, 1] = velocity
         iterations_out[k] = iterations
-    return count, CONVERGED, 0.0, 0.0, 0, total_factorizations
+    return count, CONVERGED, 0.0, 0.0, 0, total_factorizations, defect_count
+
+
+@_jit
+def _correct_guess(x, data, defects, defect_count, order, lag, correction):
+    """x += the extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess`
+    (same terms in the same order), unless it is larger than the predicted change of (q, p).
+    """
+    usable = min(order + 1, defect_count // lag)
+    if usable == 0:
+        return
+    n_x = x.shape[0]
+    newest = defect_count - lag
+    if usable == 1:
+        for j in range(n_x):
+            correction[j] = defects[newest, j]
+    elif usable == 2:
+        for j in range(n_x):
+            correction[j] = 2.0 * defects[newest, j] + -1.0 * defects[newest - lag, j]
+    else:
+        for j in range(n_x):
+            correction[j] = (3.0 * defects[newest, j] + -3.0 * defects[newest - lag, j]
+                             + 1.0 * defects[newest - 2 * lag, j])
+    size = 0.0
+    change = 0.0
+    for j in range(data.shape[0]):
+        size = max(size, abs(correction[j]))
+        change = max(change, abs(x[j] - data[j]))
+    if size > change:
+        return
+    for j in range(n_x):
+        x[j] += correction[j]
 
 
 def record_compile_time(seconds: float) -> None:
@@ -692,7 +744,8 @@ class CompiledSystem:
             first: int, count: int, inverse_mass, h: float, guess_mode: int,
             force_scale: float, lam_guess, gam_guess, warm_gamma: bool, velocity_maps,
             options, force: np.ndarray, new_weight: float, lag: int, lam_before_guess,
-            gam_before_guess):
+            gam_before_guess, correction_order: int, defects: np.ndarray,
+            defect_count: int):
         """Run :func:`_run_steps` (see there) with this system's arrays."""
         started = time.perf_counter() if _compile_seconds is None else None
         result = _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
@@ -704,7 +757,8 @@ class CompiledSystem:
                             options.contraction, options.refactor_above,
                             options.max_iterations, *self.condensation, force,
                             float(new_weight), *self.jacobian_map, int(lag),
-                            lam_before_guess, gam_before_guess, self.constraint_row)
+                            lam_before_guess, gam_before_guess, self.constraint_row,
+                            int(correction_order), defects, int(defect_count))
         if started is not None:
             record_compile_time(time.perf_counter() - started)
         return result
