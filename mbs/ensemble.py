@@ -28,6 +28,7 @@ import scipy.sparse as sp
 
 from mbs.errors import ModelError, SolverError
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
+from mbs.solvers.base import _EXTRAPOLATION
 from mbs.solvers.newton import NewtonOptions
 from mbs.validation import as_scalar
 
@@ -67,7 +68,8 @@ class EnsembleSolution:
 
 def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
                       tolerance: float = 1e-12, max_iterations: int = 25,
-                      backend: str = "auto") -> EnsembleSolution:
+                      backend: str = "auto", predictor_correction: int | None = None
+                      ) -> EnsembleSolution:
     """Integrate K members of ``model`` with the EM scheme, vectorised over the members.
 
     Parameters
@@ -84,6 +86,14 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     backend : {"auto", "numba", "numpy"}
         Compiled kernels (parallel over the members; needs numba) or batched numpy; "auto"
         takes numba when it can be imported. Both compute the same iteration.
+    predictor_correction : int or None
+        Degree of the extrapolated predictor defect added to each member's guess, as
+        ``Solver.predictor_correction`` of a single run. Off (None) by default: the numba
+        backend factorises without row exchanges, its reused factors contract the chord
+        iterations less, and with the corrected (closer) guess more steps stop just below
+        the tolerance (measured, 16 heavy tops, h = 2 ms, 100 steps, degree 2: 1.76 instead
+        of 2.01 LUs per member and step, but energy drift up to 5e-14 instead of 2e-15;
+        with ``tolerance=1e-13`` 1.9e-15 at the same LU count).
 
     Returns
     -------
@@ -100,7 +110,11 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     q0, p0 = _initial_arrays(model, initial_states)
     steps = max(1, int(round(t_end / h)))
     count, n = q0.shape
-    kernel = _BatchedEnergyMomentum(model, h, tolerance, max_iterations, count, backend)
+    if predictor_correction not in (None, 0, 1, 2):
+        raise ModelError(f"simulate_ensemble: predictor_correction must be None, 0, 1 or 2, "
+                         f"got {predictor_correction!r}")
+    kernel = _BatchedEnergyMomentum(model, h, tolerance, max_iterations, count, backend,
+                                    predictor_correction)
     q = np.empty((count, steps + 1, n))
     p = np.empty((count, steps + 1, n))
     q[:, 0], p[:, 0] = q0, p0
@@ -233,8 +247,10 @@ class _BatchedEnergyMomentum:
     static_pivot_threshold = 0.1
 
     def __init__(self, model: Model, h: float, tolerance: float, max_iterations: int,
-                 count: int, backend: str = "auto"):
+                 count: int, backend: str = "auto", predictor_correction: int | None = None):
         self.model, self.h = model, h
+        self.predictor_correction = predictor_correction
+        self._defects: list[np.ndarray] = []  # (K, 2n + 2m) per past step, newest last
         self.tolerance, self.max_iterations = tolerance, max_iterations
         n, m = model.n, model.m
         self.n, self.m, self.count = n, m, count
@@ -351,6 +367,8 @@ class _BatchedEnergyMomentum:
         q1, p1 = self._predict(q0, p0, gradient, lam_prev, gam_prev)
         lam = np.array(lam_prev, dtype=float, order="C")
         gam = np.zeros((count, self.m))
+        raw = np.concatenate([q1, p1, lam, gam], axis=1)
+        q1, p1, lam, gam = self._corrected_guess(raw, np.concatenate([q0, p0], axis=1))
         q_scale = np.maximum(np.abs(q0).max(axis=1), 1e-300)
         p_scale = np.maximum(np.maximum(np.abs(p0).max(axis=1), h * force), 1e-300)
         previous = np.full(count, np.inf)
@@ -374,11 +392,35 @@ class _BatchedEnergyMomentum:
             previous[active] = increment
             active = active[~done]
             if active.size == 0:
+                if self.predictor_correction is not None:
+                    self._defects.append(np.concatenate([q1, p1, lam, gam], axis=1) - raw)
+                    del self._defects[:-3]
                 return q1, p1, lam, gam, iteration
         worst = float(np.max(previous[active]))
         raise SolverError(f"ensemble EM: Newton did not converge in {self.max_iterations} "
                           f"iterations for members {active[:10].tolist()} (relative increment "
                           f"{worst:.3e})", hint="reduce the step size")
+
+    def _corrected_guess(self, raw: np.ndarray, data: np.ndarray):
+        """(q1, p1, lambda, gamma) of every member: the predictor's ``raw`` guess plus the
+        extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess` (same terms,
+        same order, same guard per member), as C-ordered arrays."""
+        guess = raw.copy()
+        order = self.predictor_correction
+        usable = 0 if order is None else min(order + 1, len(self._defects))
+        if usable:
+            coefficients = _EXTRAPOLATION[usable]
+            correction = coefficients[0] * self._defects[-1]
+            for j in range(1, usable):
+                correction = correction + coefficients[j] * self._defects[-(j + 1)]
+            lead = data.shape[1]
+            take = (np.abs(correction[:, :lead]).max(axis=1, initial=0.0)
+                    <= np.abs(raw[:, :lead] - data).max(axis=1, initial=0.0))
+            guess[take] += correction[take]
+        n, m = self.n, self.m
+        return (np.ascontiguousarray(guess[:, :n]), np.ascontiguousarray(guess[:, n:2 * n]),
+                np.ascontiguousarray(guess[:, 2 * n:2 * n + m]),
+                np.ascontiguousarray(guess[:, 2 * n + m:]))
 
     # -- numpy kernels ------------------------------------------------------------------------
     def _jacobians(self, q, with_linear=True):
@@ -515,7 +557,9 @@ class _BatchedEnergyMomentum:
         force_scale = float(np.abs(force).max()) if n else 0.0
         kernels.run_lanes(kernels.LANES, self.static_pivot_threshold, self.h, q, p, force,
                           force_scale, self.tolerance, self.max_iterations, self.contraction,
-                          self.refactor_above, self.stagnation_level, *self._table_args,
+                          self.refactor_above, self.stagnation_level,
+                          -1 if self.predictor_correction is None
+                          else int(self.predictor_correction), *self._table_args,
                           *self._lane_args, self.increments, self.status, iterations,
                           factorizations, failed_step, self.fallbacks)
         self.factorizations += int(factorizations.sum())

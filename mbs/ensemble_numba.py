@@ -481,8 +481,53 @@ def _lanes_sparse_solve(lu, x, diag, forward_ptr, forward, backward_ptr, backwar
 
 
 @njit(cache=True, error_model="numpy")
+def _lanes_correct_guess(q0, p0, q1, p1, lam, gam, raw, defects, defect_count, order):
+    """Keep the predictor's guess (q1, p1, lambda, gamma) in ``raw`` and add to it, lane by
+    lane, the extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess` (same
+    terms in the same order), unless it is larger than the predicted change of (q, p)."""
+    n, m, lanes = q1.shape[0], lam.shape[0], q1.shape[1]
+    for lane in range(lanes):
+        for i in range(n):
+            raw[i, lane] = q1[i, lane]
+            raw[n + i, lane] = p1[i, lane]
+        for r in range(m):
+            raw[2 * n + r, lane] = lam[r, lane]
+            raw[2 * n + m + r, lane] = gam[r, lane]
+    usable = min(order + 1, defect_count)
+    if usable == 0:
+        return
+    newest = defect_count - 1
+    correction = np.empty(raw.shape[0])
+    for lane in range(lanes):
+        for j in range(raw.shape[0]):
+            if usable == 1:
+                correction[j] = defects[newest, j, lane]
+            elif usable == 2:
+                correction[j] = (2.0 * defects[newest, j, lane]
+                                 + -1.0 * defects[newest - 1, j, lane])
+            else:
+                correction[j] = (3.0 * defects[newest, j, lane]
+                                 + -3.0 * defects[newest - 1, j, lane]
+                                 + 1.0 * defects[newest - 2, j, lane])
+        size = 0.0
+        change = 0.0
+        for i in range(n):
+            size = max(size, abs(correction[i]), abs(correction[n + i]))
+            change = max(change, abs(q1[i, lane] - q0[i, lane]), abs(p1[i, lane] - p0[i, lane]))
+        if size > change:
+            continue
+        for i in range(n):
+            q1[i, lane] += correction[i]
+            p1[i, lane] += correction[n + i]
+        for r in range(m):
+            lam[r, lane] += correction[2 * n + r]
+            gam[r, lane] += correction[2 * n + m + r]
+
+
+@njit(cache=True, error_model="numpy")
 def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_scale, tolerance,
-                 max_iterations, contraction, refactor_above, stagnation_level, qr, qi, qj, qc, lr,
+                 max_iterations, contraction, refactor_above, stagnation_level,
+                 correction_order, qr, qi, qj, qc, lr,
                  li, lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val, use_factored, fr, fs, u_ptr,
                  u_idx, u_val, u_const, v_ptr, v_idx, v_val, v_const, explicit, const, nv,
                  a_const, term_ptr, term_coef, term_var, diag, pairs, pair_ops,
@@ -533,6 +578,11 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
     column_max, inverse = np.zeros((size, lanes)), np.zeros((size, lanes))
     lu_pivoted = np.zeros((lanes, size, size))
     piv = np.zeros((lanes, size), dtype=np.int64)
+    # predictor defects (q1, p1, lambda, gamma) - guess of the last three steps, newest last
+    unknowns = 2 * n + 2 * m
+    defects = np.zeros((3, unknowns, lanes))
+    defect_count = 0
+    raw = np.zeros((unknowns, lanes))
     for s in range(steps):
         anyone = -1
         for lane in range(lanes):
@@ -572,6 +622,9 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
         for r in range(m):
             _v_copy(lam, r, lam_prev, r)
             _v_fill(gam, r, 0.0)
+        if correction_order >= 0:
+            _lanes_correct_guess(q0, p0, q1, p1, lam, gam, raw, defects, defect_count,
+                                 correction_order)
         for lane in range(lanes):
             active[lane] = alive[lane]
             fresh[lane] = True
@@ -752,6 +805,20 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
             for r in range(m):
                 lam_prev[r, lane] = lam[r, lane]
                 gam_prev[r, lane] = gam[r, lane]
+        if correction_order >= 0:
+            if defect_count == 3:  # drop the oldest
+                defects[0, :, :] = defects[1]
+                defects[1, :, :] = defects[2]
+                defect_count = 2
+            newest = defects[defect_count]
+            for lane in range(lanes):
+                for i in range(n):
+                    newest[i, lane] = q1[i, lane] - raw[i, lane]
+                    newest[n + i, lane] = p1[i, lane] - raw[n + i, lane]
+                for r in range(m):
+                    newest[2 * n + r, lane] = lam[r, lane] - raw[2 * n + r, lane]
+                    newest[2 * n + m + r, lane] = gam[r, lane] - raw[2 * n + m + r, lane]
+            defect_count += 1
         for lane in range(lanes):
             k = first + lane
             if k < count and status[k] != CONVERGED and failed_step[k] < 0:
@@ -766,7 +833,8 @@ def _any_pivoted(active, pivoted):
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, tolerance,
-              max_iterations, contraction, refactor_above, stagnation_level, qr, qi, qj, qc, lr, li,
+              max_iterations, contraction, refactor_above, stagnation_level, correction_order,
+              qr, qi, qj, qc, lr, li,
               lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val, use_factored, fr, fs, u_ptr, u_idx,
               u_val, u_const, v_ptr, v_idx, v_val, v_const, explicit, const, nv, a_const,
               term_ptr, term_coef, term_var, diag, pairs, pair_ops, single_ops,
@@ -779,7 +847,9 @@ def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, toler
     Row 0 of ``q_out``, ``p_out`` (K, N + 1, n) holds the initial states; rows 1..N are
     written. Each step starts from the explicit predictor of the single runs
     (:meth:`mbs.solvers.base.Solver._predict_state`, w = 1/2) with the previous step's
-    multipliers, lambda from the previous step and gamma = 0, and runs exact Newton that
+    multipliers, lambda from the previous step and gamma = 0, corrected by the extrapolated
+    defects of the member's past steps of degree ``correction_order`` (-1: none; see
+    ``Solver.predictor_correction``), and runs exact Newton that
     keeps its factors once the relative increment is below ``refactor_above`` and contracts
     by ``contraction`` (:func:`mbs.solvers.newton.newton`). A failing member stops:
     ``status[k]`` (codes above), ``failed_step[k]`` and its last ``increment[k]`` say why;
@@ -794,7 +864,8 @@ def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, toler
     blocks = (count + lanes - 1) // lanes
     for b in prange(blocks):
         _lanes_block(b * lanes, lanes, pivot_threshold, h, q_out, p_out, force, force_scale,
-                     tolerance, max_iterations, contraction, refactor_above, stagnation_level, qr,
+                     tolerance, max_iterations, contraction, refactor_above, stagnation_level,
+                     correction_order, qr,
                      qi, qj, qc, lr, li, lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val,
                      use_factored, fr, fs, u_ptr, u_idx, u_val, u_const, v_ptr, v_idx, v_val,
                      v_const, explicit, const, nv, a_const, term_ptr, term_coef, term_var,

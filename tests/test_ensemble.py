@@ -75,6 +75,27 @@ def assert_members_match_single_runs(model, momentum_scales, backend, relative):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_ensemble_predictor_correction_matches_single_runs_with_fewer_factorisations(top,
+                                                                                     backend):
+    """The opt-in corrected predictor: members equal single runs with the same option, and
+    need fewer LU factorisations than with the plain predictor."""
+    q0, p0 = rotated_states(top, 5)
+    runs = {order: mbs.simulate_ensemble(top, (q0, p0), h=0.002, t_end=0.1, backend=backend,
+                                         tolerance=1e-13, predictor_correction=order)
+            for order in (None, 2)}
+    assert runs[2].stats["factorizations"] <= 0.95 * runs[None].stats["factorizations"]
+    for k in (0, 4):
+        solver = mbs.solvers.make_solver("em", predictor_correction=2,
+                                         newton=mbs.solvers.NewtonOptions(tolerance=1e-13))
+        single = mbs.simulate(top, solver, h=0.002, t_end=0.1, initial_state=(q0[k], p0[k]))
+        np.testing.assert_allclose(runs[2].q[k], single.q, atol=1e-12)
+    energy = runs[2].energy()
+    assert np.max(np.abs(energy - energy[:, :1]) / np.abs(energy[:, :1])) <= 1e-13
+    with pytest.raises(mbs.ModelError, match="predictor_correction"):
+        mbs.simulate_ensemble(top, (q0, p0), h=0.002, t_end=0.1, predictor_correction=5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_ensemble_at_h_1e3_and_with_a_nonlinear_potential(backend):
     """Smaller step (the issue-7 setting) and a model whose potential is not linear (spring:
     discrete gradient and its Jacobian per member) against single runs."""
