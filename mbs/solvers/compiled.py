@@ -262,7 +262,8 @@ def _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_indptr, tens
 @_jit
 def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
                  tensor_dd_indices, tensor_dd_data,
-                 pattern_start, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
+                 pattern_start, tensor_xd_entry, tensor_xd_indptr, tensor_xd_indices,
+                 tensor_xd_data,
                  pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
                  constant, linear_data, linear_pattern,
                  override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
@@ -292,11 +293,11 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
             s += tensor_dd_data[p] * data[tensor_dd_indices[p]]
         c_step[tensor_dd_equation[t]] += 0.5 * s * data[tensor_dd_datum[t]]
     l_step[:] = linear_pattern
-    for p in range(l_step.shape[0]):
+    for t in range(tensor_xd_entry.shape[0]):
         s = 0.0
-        for k in range(tensor_xd_indptr[p], tensor_xd_indptr[p + 1]):
+        for k in range(tensor_xd_indptr[t], tensor_xd_indptr[t + 1]):
             s += tensor_xd_data[k] * data[tensor_xd_indices[k]]
-        l_step[p] += s
+        l_step[tensor_xd_entry[t]] += s
     _affine_sparse(uv_from_data, data, uv_const, uv_step)
     previous = np.inf
     increment = np.inf
@@ -364,7 +365,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
                warm_gamma, velocity_from_data, velocity_from_unknowns, m,
                tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr, tensor_dd_indices,
                tensor_dd_data,
-               pattern_start, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
+               pattern_start, tensor_xd_entry, tensor_xd_indptr, tensor_xd_indices,
+               tensor_xd_data,
                pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
                constant, linear_data, linear_pattern,
                override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
@@ -470,7 +472,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
         code, iterations, norm, increment, factorizations = _newton_step(
             data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
             tensor_dd_indices, tensor_dd_data,
-            pattern_start, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
+            pattern_start, tensor_xd_entry, tensor_xd_indptr, tensor_xd_indices,
+            tensor_xd_data,
             pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
             constant, linear_data, linear_pattern,
             override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
@@ -672,12 +675,17 @@ class CompiledSystem:
         # per entry in the kernel cost ~0.5 us per step on the heavy top (variant A)
         n_d = system.n_data
         dd_rows = np.flatnonzero(np.diff(system.tensor_dd.indptr)).astype(np.int64)
+        # pattern entries whose value depends on the step data (D_xd rows that are not
+        # empty): the fold visits only those
+        xd_entries = np.flatnonzero(np.diff(sp.csr_matrix(system.tensor_xd)[keys].indptr)
+                                    ).astype(np.int64)
         # the pattern (keys, sorted) by row: entries pattern_start[i] .. of row i
         pattern_start = np.searchsorted(keys // n_x, np.arange(system.constant.shape[0] + 1)
                                         ).astype(np.int64)
         self.tensors = (dd_rows // n_d, dd_rows % n_d,
                         *csr_arrays(sp.csr_matrix(system.tensor_dd)[dd_rows]),
-                        pattern_start, *csr_arrays(sp.csr_matrix(system.tensor_xd)[keys]),
+                        pattern_start, xd_entries,
+                        *csr_arrays(sp.csr_matrix(system.tensor_xd)[keys][xd_entries]),
                         keys % n_x, *csr_arrays(sp.csr_matrix(system.tensor_xx)[keys]))
         self.pattern_size = keys.size
         self.pattern_row, self.pattern_col = keys // n_x, keys % n_x
