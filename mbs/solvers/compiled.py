@@ -90,35 +90,20 @@ def _lu_factor(a, pivots):
     """In-place LU with partial pivoting of the C-ordered square matrix ``a`` (row swaps
     in ``pivots``); returns False when a pivot is zero. Row operations skip zero
     multipliers: Newton matrices of multibody steps are mostly zeros."""
-    n = a.shape[0]
-    for k in range(n):
-        pivot = k
-        largest = abs(a[k, k])
-        for i in range(k + 1, n):
-            if abs(a[i, k]) > largest:
-                largest = abs(a[i, k])
-                pivot = i
-        pivots[k] = pivot
-        if largest == 0.0 or not np.isfinite(largest):
-            return False
-        if pivot != k:
-            for j in range(n):
-                a[k, j], a[pivot, j] = a[pivot, j], a[k, j]
-        inverse = 1.0 / a[k, k]
-        for i in range(k + 1, n):
-            factor = a[i, k]
-            if factor != 0.0:
-                factor *= inverse
-                a[i, k] = factor
-                for j in range(k + 1, n):
-                    a[i, j] -= factor * a[k, j]
-    return True
+    return _lu_factor_counted(a, pivots) >= 0
 
 
 @_jit
 def _lu_work(a):
-    """Multiply-adds :func:`_lu_factor` spends on ``a`` (factorised in place): the measure
-    by which :class:`CompiledSystem` chooses the column order of the condensed matrix."""
+    """Multiply-adds :func:`_lu_factor` spends on ``a`` (factorised in place; -1 when
+    singular): the measure by which :class:`CompiledSystem` chooses the column order of the
+    condensed matrix."""
+    return _lu_factor_counted(a, np.empty(a.shape[0], dtype=np.int64))
+
+
+@_jit
+def _lu_factor_counted(a, pivots):
+    """:func:`_lu_factor`, returning its multiply-adds (-1 for a zero pivot)."""
     n = a.shape[0]
     work = 0
     for k in range(n):
@@ -128,6 +113,7 @@ def _lu_work(a):
             if abs(a[i, k]) > largest:
                 largest = abs(a[i, k])
                 pivot = i
+        pivots[k] = pivot
         if largest == 0.0 or not np.isfinite(largest):
             return -1
         if pivot != k:
