@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from mbs.errors import ModelError, SolverError
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
-from mbs.solvers.base import _EXTRAPOLATION
+from mbs.solvers.base import extrapolated_defect
 from mbs.solvers.newton import NewtonOptions
 from mbs.validation import as_scalar
 
@@ -406,13 +406,8 @@ class _BatchedEnergyMomentum:
         extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess` (same terms,
         same order, same guard per member), as C-ordered arrays."""
         guess = raw.copy()
-        order = self.predictor_correction
-        usable = 0 if order is None else min(order + 1, len(self._defects))
-        if usable:
-            coefficients = _EXTRAPOLATION[usable]
-            correction = coefficients[0] * self._defects[-1]
-            for j in range(1, usable):
-                correction = correction + coefficients[j] * self._defects[-(j + 1)]
+        correction = extrapolated_defect(self._defects, self.predictor_correction)
+        if correction is not None:
             lead = data.shape[1]
             take = (np.abs(correction[:, :lead]).max(axis=1, initial=0.0)
                     <= np.abs(raw[:, :lead] - data).max(axis=1, initial=0.0))

@@ -19,6 +19,21 @@ _max = np.maximum.reduce
 #: values by a polynomial of degree k - 1 (see Solver.predictor_correction).
 _EXTRAPOLATION = {1: (1.0,), 2: (2.0, -1.0), 3: (3.0, -3.0, 1.0)}
 
+
+def extrapolated_defect(defects: list, degree: int | None, lag: int = 1):
+    """sum_j c_j d^{k+1-j L}: the polynomial extrapolation of the given ``degree`` (lowered
+    while fewer defects are known) through every L-th entry of ``defects`` (newest last), the
+    predictor correction of single runs and ensembles; None without usable defects. The
+    compiled kernels form the same terms in the same order."""
+    usable = 0 if degree is None else min(degree + 1, len(defects) // lag)
+    if usable == 0:
+        return None
+    coefficients = _EXTRAPOLATION[usable]
+    correction = coefficients[0] * defects[-lag]
+    for j in range(1, usable):
+        correction = correction + coefficients[j] * defects[-(j + 1) * lag]
+    return correction
+
 #: Models with more coordinates use simplified Newton by default (measured: equal cost at
 #: n = 36, 1.7x faster at n = 60, 5x at n = 120 and 4x at n = 12000 for EM on chains).
 SIMPLIFIED_NEWTON_ABOVE = 48
@@ -82,7 +97,7 @@ class Solver:
         "polynomial" where it applies. All solve the same equations (they agree to
         round-off).
     predictor_correction : int or None
-        With the "explicit" predictor of the polynomial and compiled backends: the degree
+        With the "explicit" predictor (all backends of EM and the GGL schemes): the degree
         (0, 1 or 2; default 2) of the polynomial through the predictor's errors (defects
         x^{k+1} - guess^{k+1}) of past steps that is added to its next guess. The defect
         of a smooth motion varies smoothly, so its extrapolation removes the leading error
@@ -231,15 +246,9 @@ class Solver:
         arrays) are written. Returns the number of steps done: fewer than ``count`` when a
         step fails, which is then left to :meth:`step` (errors, refinement).
         """
-        defects, defect_count = self._defect_buffer()
-        done, _, _, _, _, factorizations, defect_count = self._compiled.run(
+        done, _, _, _, _, factorizations = self._run_kernel(
             q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
-            count, self._inverse_mass_dense, self.h, self._guess_mode(),
-            self._constant_force, self._lam, self._gam, self._warm_gamma,
-            self._velocity_maps, self.newton, self._constant_gradient,
-            self._new_momentum_weight, *self._compiled_history(), *self._correction_args(),
-            defects, defect_count)
-        self._defects = list(defects[:defect_count])
+            count)
         self._newton_state.factorizations += factorizations
         if done >= 2:
             self._lam_before = multipliers[first + done - 2].copy()
@@ -274,19 +283,24 @@ class Solver:
                 self._lam_before if has_before else self._lam,
                 self._gam_before if has_before else self._gam)
 
-    def _correction_args(self) -> tuple[int]:
-        """(degree of the defect extrapolation, -1 for none) for the compiled kernel."""
+    def _run_kernel(self, q, p, velocities, multipliers, velocity_multipliers, enforced,
+                    iterations, first: int, count: int) -> tuple:
+        """:meth:`CompiledSystem.run` with this solver's state; the defect history goes in
+        as the kernel's (3 L, n_x) buffer and comes back updated. Returns (steps done, code,
+        residual norm, increment, iterations, factorisations) of the kernel."""
+        defects = np.zeros((3 * self._multiplier_lag, 2 * self.model.n + 2 * self.model.m))
+        if self._defects:
+            defects[:len(self._defects)] = self._defects
         order = self.predictor_correction
-        return (-1 if order is None else int(order),)
-
-    def _defect_buffer(self) -> tuple[np.ndarray, int]:
-        """The defect history as the kernel's (3 L, n_x) buffer and its row count."""
-        size = 2 * self.model.n + 2 * self.model.m
-        buffer = np.zeros((3 * self._multiplier_lag, size))
-        count = len(self._defects)
-        if count:
-            buffer[:count] = self._defects
-        return buffer, count
+        *result, defect_count = self._compiled.run(
+            q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
+            count, self._inverse_mass_dense, self.h, self._guess_mode(),
+            self._constant_force, self._lam, self._gam, self._warm_gamma,
+            self._velocity_maps, self.newton, self._constant_gradient,
+            self._new_momentum_weight, *self._compiled_history(),
+            -1 if order is None else int(order), defects, len(self._defects))
+        self._defects = list(defects[:defect_count])
+        return tuple(result)
 
     def _guess_mode(self) -> int:
         return {"simple": 0, "advanced": 1, "explicit": 2}[self.initial_guess]
@@ -300,14 +314,8 @@ class Solver:
         q[0], p[0] = q0, p0
         velocity, lam, gam = np.empty((1, n)), np.empty((1, m)), np.empty((1, m))
         enforced, iterations = np.empty((1, 2)), np.zeros(1, dtype=np.int64)
-        defects, defect_count = self._defect_buffer()
-        done, code, norm, increment, its, factorizations, defect_count = self._compiled.run(
-            q, p, velocity, lam, gam, enforced, iterations, 0, 1, self._inverse_mass_dense,
-            self.h, self._guess_mode(), self._constant_force, self._lam,
-            self._gam, self._warm_gamma, self._velocity_maps, self.newton,
-            self._constant_gradient, self._new_momentum_weight, *self._compiled_history(),
-            *self._correction_args(), defects, defect_count)
-        self._defects = list(defects[:defect_count])
+        done, code, norm, increment, its, factorizations = self._run_kernel(
+            q, p, velocity, lam, gam, enforced, iterations, 0, 1)
         if code != compiled.CONVERGED:
             raise NewtonConvergenceError(*_kernel_failure(code, norm, increment, its))
         self._record_multipliers(lam[0], gam[0])
@@ -356,21 +364,12 @@ class Solver:
         return guess + correction
 
     def _defect_extrapolation(self) -> np.ndarray | None:
-        """sum_j c_j d^{k+1-j L}, the polynomial extrapolation of degree
-        ``predictor_correction`` (lowered while fewer defects are known) through the defects
-        d of every L-th past step, L = :attr:`_multiplier_lag`; None without defects."""
-        order = self.predictor_correction
-        if order is None or self.initial_guess != "explicit":
+        """:func:`extrapolated_defect` of the past steps' defects, every
+        L = :attr:`_multiplier_lag`-th one; None without defects or "explicit" guess."""
+        if self.initial_guess != "explicit":
             return None
-        lag = self._multiplier_lag
-        usable = min(order + 1, len(self._defects) // lag)
-        if usable == 0:
-            return None
-        coefficients = _EXTRAPOLATION[usable]
-        correction = coefficients[0] * self._defects[-lag]
-        for j in range(1, usable):
-            correction = correction + coefficients[j] * self._defects[-(j + 1) * lag]
-        return correction
+        return extrapolated_defect(self._defects, self.predictor_correction,
+                                   self._multiplier_lag)
 
     def _remember_defect(self, solution: np.ndarray, guess: np.ndarray) -> None:
         """Keep solution - guess of an "explicit" step (the last 3 L); a step from another
