@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from mbs.errors import ModelError, SolverError
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
-from mbs.solvers.base import extrapolated_defect
+from mbs.solvers.base import MAX_CORRECTION_DEGREE, extrapolated_defect
 from mbs.solvers.newton import NewtonOptions
 from mbs.validation import as_scalar
 
@@ -110,9 +110,12 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     q0, p0 = _initial_arrays(model, initial_states)
     steps = max(1, int(round(t_end / h)))
     count, n = q0.shape
-    if predictor_correction not in (None, 0, 1, 2):
-        raise ModelError(f"simulate_ensemble: predictor_correction must be None, 0, 1 or 2, "
-                         f"got {predictor_correction!r}")
+    if predictor_correction is not None and (
+            isinstance(predictor_correction, bool)
+            or not isinstance(predictor_correction, (int, np.integer))
+            or not 0 <= predictor_correction <= MAX_CORRECTION_DEGREE):
+        raise ModelError(f"simulate_ensemble: predictor_correction must be None or an integer "
+                         f"0 .. {MAX_CORRECTION_DEGREE}, got {predictor_correction!r}")
     kernel = _BatchedEnergyMomentum(model, h, tolerance, max_iterations, count, backend,
                                     predictor_correction)
     q = np.empty((count, steps + 1, n))
@@ -394,7 +397,7 @@ class _BatchedEnergyMomentum:
             if active.size == 0:
                 if self.predictor_correction is not None:
                     self._defects.append(np.concatenate([q1, p1, lam, gam], axis=1) - raw)
-                    del self._defects[:-3]
+                    del self._defects[:-(self.predictor_correction + 1)]
                 return q1, p1, lam, gam, iteration
         worst = float(np.max(previous[active]))
         raise SolverError(f"ensemble EM: Newton did not converge in {self.max_iterations} "
@@ -403,8 +406,8 @@ class _BatchedEnergyMomentum:
 
     def _corrected_guess(self, raw: np.ndarray, data: np.ndarray):
         """(q1, p1, lambda, gamma) of every member: the predictor's ``raw`` guess plus the
-        extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess` (same terms,
-        same order, same guard per member), as C-ordered arrays."""
+        extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess` (same terms
+        and the same guard per member), as C-ordered arrays."""
         guess = raw.copy()
         correction = extrapolated_defect(self._defects, self.predictor_correction)
         if correction is not None:

@@ -58,7 +58,11 @@ from mbs.ensemble_rows import (
     _v_sub_mul_run,
     _v_sum_scaled,
 )
-from mbs.solvers.compiled import _lu_factor, _lu_solve  # the pivoted per-member fallback
+from mbs.solvers.compiled import (  # the pivoted per-member fallback; the correction terms
+    _lu_factor,
+    _lu_solve,
+    extrapolation_coefficient,
+)
 
 
 @njit(cache=True)
@@ -484,7 +488,7 @@ def _lanes_sparse_solve(lu, x, diag, forward_ptr, forward, backward_ptr, backwar
 def _lanes_correct_guess(q0, p0, q1, p1, lam, gam, raw, defects, defect_count, order):
     """Keep the predictor's guess (q1, p1, lambda, gamma) in ``raw`` and add to it, lane by
     lane, the extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess` (same
-    terms in the same order), unless it is larger than the predicted change of (q, p)."""
+    terms, summed term by term), unless it is larger than the predicted change of (q, p)."""
     n, m, lanes = q1.shape[0], lam.shape[0], q1.shape[1]
     for lane in range(lanes):
         for i in range(n):
@@ -500,15 +504,11 @@ def _lanes_correct_guess(q0, p0, q1, p1, lam, gam, raw, defects, defect_count, o
     correction = np.empty(raw.shape[0])
     for lane in range(lanes):
         for j in range(raw.shape[0]):
-            if usable == 1:
-                correction[j] = defects[newest, j, lane]
-            elif usable == 2:
-                correction[j] = (2.0 * defects[newest, j, lane]
-                                 + -1.0 * defects[newest - 1, j, lane])
-            else:
-                correction[j] = (3.0 * defects[newest, j, lane]
-                                 + -3.0 * defects[newest - 1, j, lane]
-                                 + 1.0 * defects[newest - 2, j, lane])
+            correction[j] = extrapolation_coefficient(usable, 0) * defects[newest, j, lane]
+        for term in range(1, usable):
+            coefficient = extrapolation_coefficient(usable, term)
+            for j in range(raw.shape[0]):
+                correction[j] = correction[j] + coefficient * defects[newest - term, j, lane]
         size = 0.0
         change = 0.0
         for i in range(n):
@@ -578,9 +578,10 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
     column_max, inverse = np.zeros((size, lanes)), np.zeros((size, lanes))
     lu_pivoted = np.zeros((lanes, size, size))
     piv = np.zeros((lanes, size), dtype=np.int64)
-    # predictor defects (q1, p1, lambda, gamma) - guess of the last three steps, newest last
+    # predictor defects (q1, p1, lambda, gamma) - guess of the last order + 1 steps, newest
+    # last
     unknowns = 2 * n + 2 * m
-    defects = np.zeros((3, unknowns, lanes))
+    defects = np.zeros((max(correction_order + 1, 1), unknowns, lanes))
     defect_count = 0
     raw = np.zeros((unknowns, lanes))
     for s in range(steps):
@@ -806,10 +807,10 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
                 lam_prev[r, lane] = lam[r, lane]
                 gam_prev[r, lane] = gam[r, lane]
         if correction_order >= 0:
-            if defect_count == 3:  # drop the oldest
-                defects[0, :, :] = defects[1]
-                defects[1, :, :] = defects[2]
-                defect_count = 2
+            if defect_count == defects.shape[0]:  # drop the oldest
+                for row in range(defect_count - 1):
+                    defects[row, :, :] = defects[row + 1]
+                defect_count -= 1
             newest = defects[defect_count]
             for lane in range(lanes):
                 for i in range(n):

@@ -92,7 +92,7 @@ def test_ensemble_predictor_correction_matches_single_runs_with_fewer_factorisat
     energy = runs[2].energy()
     assert np.max(np.abs(energy - energy[:, :1]) / np.abs(energy[:, :1])) <= 1e-13
     with pytest.raises(mbs.ModelError, match="predictor_correction"):
-        mbs.simulate_ensemble(top, (q0, p0), h=0.002, t_end=0.1, predictor_correction=5)
+        mbs.simulate_ensemble(top, (q0, p0), h=0.002, t_end=0.1, predictor_correction=7)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

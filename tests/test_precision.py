@@ -38,6 +38,10 @@ def test_invariants_and_constraints_far_from_origin(shift):
 
 
 def test_em_energy_conservation_survives_a_large_shift():
+    """At a shift of 1000 the round-off floor of the drift is ~1e-11: measured 4.7e-12 to
+    1.0e-11 over Newton settings down to tolerance 1e-14 with a fresh Jacobian every
+    iteration, so 2e-11 bounds round-off and stays 50x below the 1.06e-9 of the expanded
+    form."""
     solution = mbs.simulate(shifted_four_particle(1e3), "em", h=0.01, t_end=2.0)
     energy = solution.energy()
-    assert np.max(np.abs(energy - energy[0])) / abs(energy[0]) <= 1e-11
+    assert np.max(np.abs(energy - energy[0])) / abs(energy[0]) <= 2e-11

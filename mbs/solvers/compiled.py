@@ -505,25 +505,32 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
 
 
 @_jit
+def extrapolation_coefficient(points, term):
+    """c_{term+1} of :func:`mbs.solvers.base.extrapolation_coefficients` (points): the
+    integer (-1)^term binom(points, term + 1), as a float (exact)."""
+    value = 1
+    for i in range(term + 1):  # binom(points, i + 1) = binom(points, i) (points - i) / (i + 1)
+        value = value * (points - i) // (i + 1)
+    return float(value if term % 2 == 0 else -value)
+
+
+@_jit
 def _correct_guess(x, data, defects, defect_count, order, lag, correction):
     """x += the extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess`
-    (same terms in the same order), unless it is larger than the predicted change of (q, p).
+    (same terms, summed term by term), unless it is larger than the predicted change of (q, p).
     """
     usable = min(order + 1, defect_count // lag)
     if usable == 0:
         return
     n_x = x.shape[0]
     newest = defect_count - lag
-    if usable == 1:
+    for j in range(n_x):
+        correction[j] = extrapolation_coefficient(usable, 0) * defects[newest, j]
+    for term in range(1, usable):
+        coefficient = extrapolation_coefficient(usable, term)
+        row = newest - term * lag
         for j in range(n_x):
-            correction[j] = defects[newest, j]
-    elif usable == 2:
-        for j in range(n_x):
-            correction[j] = 2.0 * defects[newest, j] + -1.0 * defects[newest - lag, j]
-    else:
-        for j in range(n_x):
-            correction[j] = (3.0 * defects[newest, j] + -3.0 * defects[newest - lag, j]
-                             + 1.0 * defects[newest - 2 * lag, j])
+            correction[j] = correction[j] + coefficient * defects[row, j]
     size = 0.0
     change = 0.0
     for j in range(data.shape[0]):
