@@ -559,7 +559,7 @@ class QuadraticSystem:
             # Estimate max|dx_b| / floor_b, an upper bound of the relative increment (one
             # weight per coordinate); the exact value is computed only when a stopping
             # decision depends on it.
-            weights = np.repeat(1.0 / floors, sizes)
+            weights = (1.0 / floors).repeat(sizes)
         x = x0
         previous = increment = math.inf
         lu = pivots = None
