@@ -254,6 +254,7 @@ class _BatchedEnergyMomentum:
         self.model, self.h = model, h
         self.predictor_correction = predictor_correction
         self._defects: list[np.ndarray] = []  # (K, 2n + 2m) per past step, newest last
+        self._started = False
         self.tolerance, self.max_iterations = tolerance, max_iterations
         n, m = model.n, model.m
         self.n, self.m, self.count = n, m, count
@@ -395,9 +396,10 @@ class _BatchedEnergyMomentum:
             previous[active] = increment
             active = active[~done]
             if active.size == 0:
-                if self.predictor_correction is not None:
+                if self.predictor_correction is not None and self._started:
                     self._defects.append(np.concatenate([q1, p1, lam, gam], axis=1) - raw)
                     del self._defects[:-(self.predictor_correction + 1)]
+                self._started = True  # step 0's defect (zero multipliers) is not kept
                 return q1, p1, lam, gam, iteration
         worst = float(np.max(previous[active]))
         raise SolverError(f"ensemble EM: Newton did not converge in {self.max_iterations} "

@@ -806,7 +806,9 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
             for r in range(m):
                 lam_prev[r, lane] = lam[r, lane]
                 gam_prev[r, lane] = gam[r, lane]
-        if correction_order >= 0:
+        # step 0 starts from zero multipliers: its defect is not the smooth predictor error
+        # (see Solver._startup_defects)
+        if correction_order >= 0 and s > 0:
             if defect_count == defects.shape[0]:  # drop the oldest
                 for row in range(defect_count - 1):
                     defects[row, :, :] = defects[row + 1]

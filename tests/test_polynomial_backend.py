@@ -22,7 +22,7 @@ from mechanisms import JOINT_EQUATIONS, random_tree
 
 import mbs
 from benchmarks.chain_compile import build_chain
-from mbs.solvers import EnergyMomentum, NewtonOptions, compiled, make_solver
+from mbs.solvers import GGLVI, EnergyMomentum, NewtonOptions, compiled, make_solver
 from mbs.solvers.newton import Factorization
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -619,3 +619,47 @@ def test_large_models_predict_without_the_map():
     assert not solver._polynomial.dense and solver._predictor is None
     energy = solution.energy()
     assert abs(energy[-1] - energy[0]) <= 1e-12 * max(1.0, abs(energy[0]))
+
+
+@pytest.mark.parametrize("theta", [0.5, 0.6])
+def test_vi_a_polynomial_in_shifted_unknowns_has_no_data_dependent_terms(theta):
+    """VI-A's step equations are built in y = q^{n+theta}/theta, z = M v^{n+1}/(1 - theta):
+    no data-data or data-unknown quadratic terms remain (nothing to fold per step), and the
+    solver still returns (q1, p1): trajectories equal the assembled scheme (79), which is
+    written in q1, p1, v1, on the four-bar (factored revolute rows) and, compiled, equal the
+    numpy path."""
+    model = MODELS["four_bar"]()
+    solver = GGLVI(variant="A", theta=theta, backend="polynomial")
+    solver.start(model, model.q0, model.p0, 2e-3)
+    system = solver._polynomial
+    assert system.tensor_xd.nnz == 0 and system.tensor_dd.nnz == 0
+    assert system.tensor_xx.nnz > 0 and system.shift is not None
+    runs = {backend: mbs.simulate(model, GGLVI(variant="A", theta=theta, backend=backend),
+                                  h=2e-3, t_end=0.1)
+            for backend in ("assembled", "polynomial", "compiled")
+            if backend != "compiled" or compiled.available()}
+    scale = np.abs(runs["assembled"].p).max()
+    for run in runs.values():  # as test_polynomial_and_assembled_trajectories_agree
+        assert np.abs(run.q - runs["assembled"].q).max() <= 1e-11
+        assert np.abs(run.p - runs["assembled"].p).max() <= 1e-11 * scale
+        assert (np.abs(run.velocities - runs["assembled"].velocities).max()
+                <= 1e-11 * np.abs(runs["assembled"].velocities).max())
+
+
+@pytest.mark.parametrize("backend", ["polynomial", "compiled"])
+@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a"])
+def test_defects_of_the_startup_steps_are_not_kept(scheme, backend):
+    """The first L steps start from multipliers that are not the lag-L warm start (zeros,
+    then for VI-A the previous step's): their defects are left out of the history, which then
+    holds the defects of steps L, L + 1, ... only."""
+    if backend == "compiled" and not compiled.available():
+        pytest.skip("numba not installed")
+    model = MODELS["heavy_top"]()
+    solver = make_solver(scheme, backend=backend)
+    lag = solver._multiplier_lag
+    mbs.simulate(model, solver, h=1e-3, t_end=5e-3)
+    assert len(solver._defects) == 5 - lag
+    assert solver._startup_defects == 0
+    fresh = make_solver(scheme, backend=backend)
+    fresh.start(model, model.q0, model.p0, 1e-3)
+    assert fresh.checkpoint()["startup_defects"] == lag

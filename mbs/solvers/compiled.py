@@ -258,11 +258,14 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
                  refactor_above, max_iterations, block_rows, block_cols, alpha, other_rows,
                  other_cols, direct_entry, direct_target, coupling_entry, coupling_row,
                  coupling_block, block_start, block_col, block_entry, constraint_row,
-                 work, residual_out):
+                 work, residual_out, shift_step):
     """Newton on R(x) = c + L x + 1/2 D(x) x = 0 at step data ``data`` (see polynomial.py),
     with the stopping rules and factorisation reuse of :func:`mbs.solvers.newton.newton`.
 
-    ``x`` holds the initial guess and is overwritten with the solution; ``residual_out``
+    ``x`` holds the initial guess and is overwritten with the solution, both in the system's
+    unknowns x + ``shift_step`` (zero unless the system is shifted, see
+    :meth:`QuadraticSystemBuilder.build`; relative increments are measured against the
+    unshifted x); ``residual_out``
     receives the constraint rows of R (rows from ``constraint_row`` on) at the accepted
     iterate, the other rows at the iterate before. ``work`` holds the scratch arrays of
     :func:`_newton_workspace`. Returns (code, iterations, residual
@@ -320,7 +323,7 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
             largest_x = floors[b]
             for j in range(segment_lo[b], segment_hi[b]):
                 largest_step = max(largest_step, abs(step[j]))
-                largest_x = max(largest_x, abs(x[j]))
+                largest_x = max(largest_x, abs(x[j] - shift_step[j]))
             increment = max(increment, largest_step / largest_x)
         if (increment <= tolerance
                 or (fresh and increment <= stagnation and increment > 0.5 * previous)):
@@ -363,7 +366,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
                block_col, block_entry, force, new_weight,
                jac_indptr, jac_indices, jac_data, jac_offset, jac_rows, jac_cols, lag,
                lam_before_guess, gam_before_guess, constraint_row, correction_order, defects,
-               defect_count):
+               defect_count, shift_map, shifted, startup_defects):
     """Steps first .. first + count - 1 of a run whose unknowns are (q1, p1, lambda, gamma).
 
     Row k of q_out/p_out is the state at step k; rows k + 1 are written. The predictor
@@ -376,8 +379,11 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     in ``velocity_from_data`` and ``velocity_from_unknowns``. With the explicit guess and
     ``correction_order`` >= 0 the guess is corrected by the extrapolated defects (rows
     0 .. defect_count - 1 of ``defects``, newest last, updated in place; see
-    ``Solver.predictor_correction``). Returns (steps done, code of the failed step or
-    CONVERGED, its residual norm, increment, iterations, LU factorisations, defect count).
+    ``Solver.predictor_correction``). With ``shifted`` the system's unknowns are x + S d,
+    S the CSR ``shift_map``. The defects of the next ``startup_defects`` steps are not kept
+    (see ``Solver._startup_defects``). Returns (steps done, code of the failed step or
+    CONVERGED, its residual norm, increment, iterations, LU factorisations, defect count,
+    startup defects left).
     """
     n = q_out.shape[1]
     n_x = 2 * n + 2 * m
@@ -397,11 +403,14 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     correction = np.empty(n)
     velocity_part = np.empty(n)
     zero_velocity = np.zeros(n)
+    zero_unknowns = np.zeros(n_x)
+    shift_step = np.zeros(n_x)
     raw_guess = np.empty(n_x)
     defect_sum = np.empty(n_x)
     work = _newton_workspace(constant.shape[0], linear_pattern.shape[0], uv_const.shape[0],
                              other_rows.shape[0], n_x)
     total_factorizations = 0
+    oldest = 0  # ring position of the oldest defect (rows rotate instead of shifting)
     for k in range(first, first + count):
         q0 = q_out[k]
         p0 = p_out[k]
@@ -447,7 +456,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
         raw_guess[:] = x
         correcting = guess_mode == 2 and correction_order >= 0
         if correcting:
-            _correct_guess(x, data, defects, defect_count, correction_order, lag, defect_sum)
+            _correct_guess(x, data, defects, defect_count, oldest, correction_order, lag,
+                           defect_sum)
         largest_q = 1e-300
         largest_p = h * force_scale
         for j in range(n):
@@ -455,6 +465,10 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
             largest_p = max(largest_p, abs(p0[j]))
         floors[0] = largest_q
         floors[1] = max(largest_p, 1e-300)
+        if shifted:
+            _affine_sparse(shift_map, data, zero_unknowns, shift_step)
+            for j in range(n_x):
+                x[j] += shift_step[j]
         code, iterations, norm, increment, factorizations = _newton_step(
             data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
             tensor_dd_indices, tensor_dd_data,
@@ -467,21 +481,30 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
             segment_lo, segment_hi, floors, tolerance, stagnation, contraction, refactor_above,
             max_iterations, block_rows, block_cols, alpha, other_rows, other_cols,
             direct_entry, direct_target, coupling_entry, coupling_row, coupling_block,
-            block_start, block_col, block_entry, constraint_row, work, residual)
+            block_start, block_col, block_entry, constraint_row, work, residual, shift_step)
+        if shifted:
+            for j in range(n_x):
+                x[j] -= shift_step[j]
         total_factorizations += factorizations
         if code != CONVERGED:
+            _unroll_defects(defects, oldest)
             return (k - first, code, norm, increment, iterations, total_factorizations,
-                    defect_count)
-        if correcting:  # keep x - raw guess, the newest last (at most 3 lag of them)
-            if defect_count == defects.shape[0]:
-                for row in range(defect_count - 1):
-                    defects[row] = defects[row + 1]
-                defect_count -= 1
+                    defect_count, startup_defects)
+        if correcting and startup_defects > 0:
+            startup_defects -= 1
+        elif correcting:  # keep x - raw guess in the ring, overwriting the oldest when full
+            capacity = defects.shape[0]
+            if defect_count == capacity:
+                slot = oldest
+                oldest = (oldest + 1) % capacity
+            else:
+                slot = (oldest + defect_count) % capacity
+                defect_count += 1
             for j in range(n_x):
-                defects[defect_count, j] = x[j] - raw_guess[j]
-            defect_count += 1
+                defects[slot, j] = x[j] - raw_guess[j]
         else:  # a step from another guess: the history starts afresh
             defect_count = 0
+            oldest = 0
         q_out[k + 1] = x[:n]
         p_out[k + 1] = x[n:2 * n]
         # the step's multipliers become the newest; the older buffer is reused
@@ -501,7 +524,20 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
         enforced_out[k, 0] = position
         enforced_out[k, 1] = velocity
         iterations_out[k] = iterations
-    return count, CONVERGED, 0.0, 0.0, 0, total_factorizations, defect_count
+    _unroll_defects(defects, oldest)
+    return count, CONVERGED, 0.0, 0.0, 0, total_factorizations, defect_count, startup_defects
+
+
+@_jit
+def _unroll_defects(defects, oldest):
+    """Rotate the ring of defects (oldest at row ``oldest``) back to oldest-first order, the
+    layout the kernel receives and returns."""
+    if oldest == 0:
+        return
+    ordered = defects.copy()
+    capacity = defects.shape[0]
+    for row in range(capacity):
+        defects[row] = ordered[(oldest + row) % capacity]
 
 
 @_jit
@@ -515,7 +551,7 @@ def extrapolation_coefficient(points, term):
 
 
 @_jit
-def _correct_guess(x, data, defects, defect_count, order, lag, correction):
+def _correct_guess(x, data, defects, defect_count, oldest, order, lag, correction):
     """x += the extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess`
     (same terms, summed term by term), unless it is larger than the predicted change of (q, p).
     """
@@ -523,12 +559,14 @@ def _correct_guess(x, data, defects, defect_count, order, lag, correction):
     if usable == 0:
         return
     n_x = x.shape[0]
-    newest = defect_count - lag
+    capacity = defects.shape[0]
+    newest = defect_count - lag  # logical rows (0 = oldest) of a ring starting at oldest
+    row = (oldest + newest) % capacity
     for j in range(n_x):
-        correction[j] = extrapolation_coefficient(usable, 0) * defects[newest, j]
+        correction[j] = extrapolation_coefficient(usable, 0) * defects[row, j]
     for term in range(1, usable):
         coefficient = extrapolation_coefficient(usable, term)
-        row = newest - term * lag
+        row = (oldest + newest - term * lag) % capacity
         for j in range(n_x):
             correction[j] = correction[j] + coefficient * defects[row, j]
     size = 0.0
@@ -719,6 +757,9 @@ class CompiledSystem:
                              *plan)
         self.constant = system.constant
         self.linear_data = csr_arrays(system.linear_data)  # (indptr, indices, data)
+        shift = getattr(system, "shift", None)
+        self.shift = (csr_arrays(sp.csr_matrix(shift)) if shift is not None
+                      else csr_arrays(sp.csr_matrix((n_x, n_d))), shift is not None)
         self.linear_unknowns = np.ascontiguousarray(linear_x.ravel()[keys])
         if overrides:
             start, rows, uv_map, uv_from_data, uv_const, row_sum, row_constant, _ = overrides[0]
@@ -746,7 +787,7 @@ class CompiledSystem:
             force_scale: float, lam_guess, gam_guess, warm_gamma: bool, velocity_maps,
             options, force: np.ndarray, new_weight: float, lag: int, lam_before_guess,
             gam_before_guess, correction_order: int, defects: np.ndarray,
-            defect_count: int):
+            defect_count: int, startup_defects: int):
         """Run :func:`_run_steps` (see there) with this system's arrays."""
         started = time.perf_counter() if _compile_seconds is None else None
         result = _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
@@ -759,7 +800,8 @@ class CompiledSystem:
                             options.max_iterations, *self.condensation, force,
                             float(new_weight), *self.jacobian_map, int(lag),
                             lam_before_guess, gam_before_guess, self.constraint_row,
-                            int(correction_order), defects, int(defect_count))
+                            int(correction_order), defects, int(defect_count), *self.shift,
+                            int(startup_defects))
         if started is not None:
             record_compile_time(time.perf_counter() - started)
         return result

@@ -19,10 +19,11 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from mbs.errors import ModelError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
-from mbs.solvers.polynomial import QuadraticSystem
+from mbs.solvers.polynomial import QuadraticSystem, QuadraticSystemBuilder
 
 _PROPERTIES = {
     "S": SchemeProperties(
@@ -119,12 +120,26 @@ class GGLVI(Solver):
         return self.variant == "A" and super()._polynomial_applies(model)
 
     def _build_polynomial(self) -> QuadraticSystem:
-        """(79a-e) with v^{n+1} eliminated, as a quadratic polynomial in
-        (q0, p0; q1, p1, lambda, gamma)."""
+        """(79a-e) with v^{n+1} eliminated, as a quadratic polynomial in (q0, p0) and the
+        shifted unknowns y = q1 + (1 - theta)/theta q0 = q^{n+theta}/theta, z = p1 +
+        theta/(1 - theta) p0 = M v^{n+1}/(1 - theta), lambda, gamma.
+
+        In (q1, p1) the products G(q^{n+theta})^T gamma, H(gamma) v^{n+1}, g(q^{n+theta})
+        and G(q^{n+theta}) v^{n+1} mix data and unknowns (81 data-data and 162 data-unknown
+        terms on the heavy top, folded into every step); in (y, z) the data enter linearly
+        only, so the Newton matrix does not depend on the step data at all. The system's
+        public methods still take and return (q1, p1, lambda, gamma) (see
+        :meth:`QuadraticSystemBuilder.build`)."""
         model, h, n, m, theta = self.model, self.h, self.model.n, self.model.m, self.theta
-        builder, (q0, p0, q1, p1, lam, gam) = self._polynomial_builder()
-        q_th = (1.0 - theta) * q0 + theta * q1
-        momentum = theta * p0 + (1.0 - theta) * p1  # = M v^{n+1} by (79c)
+        builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
+                                         {"q0": n, "p0": n},
+                                         {"y": n, "z": n, "lam": m, "gam": m})
+        q0, p0, y, z, lam, gam = (builder.variable(name)
+                                  for name in ("q0", "p0", "y", "z", "lam", "gam"))
+        q_shift, p_shift = (1.0 - theta) / theta, theta / (1.0 - theta)
+        q_th = y * theta
+        momentum = z * (1.0 - theta)  # = M v^{n+1} by (79c)
+        q1, p1 = y - q0 * q_shift, z - p0 * p_shift
         v1 = momentum.mapped(model.inverse_mass_matrix)
         for name, size in (("a", n), ("b", n), ("d", m), ("e", m)):
             builder.equation(name, size)
@@ -138,7 +153,10 @@ class GGLVI(Solver):
             builder.add_constant("b", force)
         builder.add_constraints("d", q_th)
         builder.add_jacobian_product("e", q_th, v1)
-        return builder.build(dense=self._dense_polynomial())
+        identity = sp.identity(n, format="csr")
+        shift = sp.bmat([[q_shift * identity, None], [None, p_shift * identity],
+                         [sp.csr_matrix((2 * m, n)), None]], format="csr")
+        return builder.build(dense=self._dense_polynomial(), shift=shift)
 
     @property
     def _multiplier_lag(self) -> int:
@@ -195,7 +213,11 @@ class GGLVI(Solver):
         q1, p1 = x[:n], x[n:2 * n]
         lam, gam = x[2 * n:2 * n + m], x[2 * n + m:]
         self._record_multipliers(lam, gam, copy=False)
-        v1 = self._theta_minv.dot(p0) + self._rest_minv.dot(p1)
+        inner = getattr(self._polynomial, "shifted_solution", None)
+        if inner is not None:  # z = p1 + theta/(1 - theta) p0 = M v1/(1 - theta): one product
+            v1 = self._rest_minv.dot(inner[n:2 * n])
+        else:
+            v1 = self._theta_minv.dot(p0) + self._rest_minv.dot(p1)
         # (79d), (79e) at the accepted iterate
         return StepResult(q1, p1, v1, lam, gam, iterations, self._enforced_rows(residual))
 

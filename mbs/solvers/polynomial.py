@@ -334,8 +334,15 @@ class QuadraticSystemBuilder:
         return constant, linear, (quad[0].astype(np.int64), quad[1].astype(np.int64),
                                   quad[2].astype(np.int64), quad[3])
 
-    def build(self, dense: bool = True) -> QuadraticSystem:
-        """Freeze the collected terms into a :class:`QuadraticSystem`."""
+    def build(self, dense: bool = True, shift: sp.spmatrix | None = None) -> QuadraticSystem:
+        """Freeze the collected terms into a :class:`QuadraticSystem`.
+
+        ``shift`` (unknowns x data), when the unknowns were declared shifted: the system's
+        unknowns are then x' = x + S d, and its public methods (:meth:`QuadraticSystem.
+        evaluate`, :meth:`~QuadraticSystem.solve`) still take and return x. A scheme whose
+        quadratic terms depend on the data only through such combinations (GGL VI-A: q^{n+1/2}
+        = (q^n + q^{n+1})/2) then has no data-dependent quadratic terms to fold per step.
+        """
         n_eq, n_d, n_x = self.n_equations, self.n_data, self.n_unknowns
         constant, linear, (out, j, k, values) = self._collected()
         # Symmetric derivative tensor: d/dw_j of sum Q_ijk w_j w_k = sum_k (Q_ijk + Q_ikj) w_k.
@@ -363,14 +370,14 @@ class QuadraticSystemBuilder:
             from mbs.solvers.polynomial_sparse import SparseQuadraticSystem
 
             return SparseQuadraticSystem(self.table, constant, linear, parts, overrides, n_d,
-                                         n_x)
+                                         n_x, shift)
         tensor_xx = tensor(is_x_j, is_x_k, n_d, n_x, n_d, n_x)
         tensor_xd = tensor(is_x_j, ~is_x_k, n_d, n_x, 0, n_d)
         tensor_dd = tensor(~is_x_j, ~is_x_k, 0, n_d, 0, n_d)
         overrides = [(start, term.matrix[:, :n_d].tocsr(), term.matrix[:, n_d:].tocsr())
                      for start, term in self._overrides]
         return QuadraticSystem(self.table, constant, linear, tensor_xx, tensor_xd, tensor_dd,
-                               overrides, n_d, n_x, dense)
+                               overrides, n_d, n_x, dense, shift)
 
 
 class QuadraticMap:
@@ -415,8 +422,14 @@ class QuadraticSystem:
     def __init__(self, table: QuadraticTable, constant: np.ndarray, linear: sp.csr_matrix,
                  tensor_xx: sp.csr_matrix, tensor_xd: sp.csr_matrix,
                  tensor_dd: sp.csr_matrix, overrides: list, n_data: int, n_unknowns: int,
-                 dense: bool):
+                 dense: bool, shift: sp.spmatrix | None = None):
         self.table = table
+        # x' = x + S d: the unknowns the tensors are written in (see QuadraticSystemBuilder.
+        # build); None when they are x itself
+        self.shift = None if shift is None else sp.csr_matrix(shift)
+        self._shift_dense = None if shift is None else self.shift.toarray()
+        self._shift_step = None
+        self.shifted_solution = None  # accepted x + S d of the last solve (when shifted)
         self.n_equations = constant.size
         self.n_data, self.n_unknowns = n_data, n_unknowns
         self.constant = constant
@@ -436,6 +449,9 @@ class QuadraticSystem:
             [sp.csr_matrix(tensor_xd)[transposed], _halved(tensor_dd)], format="csr"))
         self._step_initial = np.concatenate([np.asarray(self.linear_unknowns).T.ravel(),
                                              np.asarray(self.linear_data).ravel()])
+        # no data-dependent quadratic terms (e.g. VI-A in its shifted unknowns): L_step and
+        # L_d are constant, set once per run instead of refolded every step
+        self._data_free = tensor_xd.nnz == 0 and tensor_dd.nnz == 0
         self._extra: Callable | None = None
         self._overrides = [o for o in (self._factored_map(start, from_data, from_unknowns)
                                        for start, from_data, from_unknowns in overrides)
@@ -454,6 +470,7 @@ class QuadraticSystem:
         self._scratch = np.zeros((n_x, n_eq))
         self._factor_flat = self._factor_buffer.reshape(-1)
         self._scratch_flat = self._scratch.reshape(-1)
+        self._step_buffer[...] = self._step_initial
 
     @property
     def linear_step(self) -> np.ndarray:
@@ -476,8 +493,12 @@ class QuadraticSystem:
     def start(self, data: np.ndarray, extra: Callable | None = None) -> None:
         """Fold the step data into the constant and linear parts:
         ``L_step = L_x + D_xd(d)``, ``c_step = c + (L_d + 1/2 D_dd(d)) d``."""
-        self._step_buffer[...] = self._step_initial
-        self._accumulate_step(data, self._step_buffer)
+        if self._shift_dense is not None:
+            self._shift_step = self._shift_dense.dot(data)
+        self.shifted_solution = None
+        if not self._data_free:
+            self._step_buffer[...] = self._step_initial
+            self._accumulate_step(data, self._step_buffer)
         np.dot(self._data_part, data, out=self.constant_step)
         self.constant_step += self.constant
         self._override_step = [(o[0], o[1], o[2], o[3] @ data + o[4], o[5], o[6], o[7])
@@ -485,8 +506,8 @@ class QuadraticSystem:
         self._extra = extra
 
     def _residual(self, x: np.ndarray, buffer: np.ndarray, extra: bool = True) -> np.ndarray:
-        """R(x); leaves B(x)^T, B(x) = L_step + 1/2 D_xx(x), in ``buffer`` (a C-ordered
-        (unknowns, equations) array)."""
+        """R at the system's own unknowns x (x + S d when shifted); leaves B(x)^T, B(x) =
+        L_step + 1/2 D_xx(x), in ``buffer`` (a C-ordered (unknowns, equations) array)."""
         buffer[...] = self._linear_step_t
         self._accumulate_half_xx(x, buffer.reshape(-1))
         residual = x.dot(buffer)  # B x = (x^T B^T)^T
@@ -494,7 +515,8 @@ class QuadraticSystem:
         if self._override_step:
             self._override_rows(x, residual)
         if extra and self._extra is not None:
-            r_extra, _ = self._extra(x, False)
+            r_extra, _ = self._extra(x if self._shift_step is None else x - self._shift_step,
+                                     False)
             if r_extra is not None:
                 residual += r_extra
         return residual
@@ -508,10 +530,11 @@ class QuadraticSystem:
     def evaluate(self, x: np.ndarray, jacobian: bool = True):
         """(R(x), dR/dx) at the current step data; the Jacobian is None when not asked."""
         buffer = np.empty((self.n_unknowns, self.n_equations))
-        residual = self._residual(x, buffer, extra=False)
+        inner = x if self._shift_step is None else x + self._shift_step
+        residual = self._residual(inner, buffer, extra=False)
         jac = None
         if jacobian:
-            self._accumulate_half_xx(x, buffer.reshape(-1))
+            self._accumulate_half_xx(inner, buffer.reshape(-1))
             jac = buffer.T
         if self._extra is not None:
             r_extra, j_extra = self._extra(x, jacobian)
@@ -534,7 +557,7 @@ class QuadraticSystem:
         Parameters
         ----------
         x0 : array
-            Starting iterate; it is updated in place and returned as x.
+            Starting iterate (overwritten).
         blocks : (starts, sizes, lead)
             Convergence blocks as in :func:`mbs.solvers.newton._segments`: ``x[lead]`` split at
             ``starts`` into blocks of ``sizes``.
@@ -560,7 +583,8 @@ class QuadraticSystem:
             # weight per coordinate); the exact value is computed only when a stopping
             # decision depends on it.
             weights = (1.0 / floors).repeat(sizes)
-        x = x0
+        shift = self._shift_step
+        x = x0 if shift is None else np.add(x0, shift, out=x0)  # the system's unknowns
         previous = increment = math.inf
         lu = pivots = None
         factorizations = 0
@@ -579,7 +603,7 @@ class QuadraticSystem:
             if overrides:
                 self._override_rows(x, residual)
             if extra is not None:
-                r_extra, j_extra = extra(x, fresh)
+                r_extra, j_extra = extra(x if shift is None else x - shift, fresh)
                 if r_extra is not None:
                     residual += r_extra
             if fresh:
@@ -603,9 +627,10 @@ class QuadraticSystem:
                 # tolerance already decides convergence; the exact value (block magnitudes of
                 # the updated x) is needed only between the tolerance and the stagnation rule.
                 if tolerance < increment <= near:
+                    current = x[lead] if shift is None else x[lead] - shift[lead]
                     increment = float(_max(
                         np.maximum.reduceat(np.abs(step[lead]), starts)
-                        / np.maximum(floors, np.maximum.reduceat(np.abs(x[lead]), starts))))
+                        / np.maximum(floors, np.maximum.reduceat(np.abs(current), starts))))
             else:
                 increment = 0.0
             if (increment <= tolerance
@@ -613,7 +638,11 @@ class QuadraticSystem:
                 # the multiplier blocks are outside the increment test: check them once
                 if not math.isfinite(step.dot(step)):
                     _raise_failure("increment", residual, iteration)
-                return x, iteration, factorizations, self._residual(x, self._scratch)
+                residual = self._residual(x, self._scratch)
+                if shift is None:
+                    return x, iteration, factorizations, residual
+                self.shifted_solution = x  # x + S d, for quantities simpler in those
+                return x - shift, iteration, factorizations, residual
             if increment > contraction * previous or increment > refactor_above:
                 lu = None
             previous = increment
