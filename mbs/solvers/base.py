@@ -116,13 +116,14 @@ class Solver:
         motion varies smoothly, so its extrapolation removes the leading error terms; for the
         GGL theta methods, whose q^n and multipliers alternate, every second defect is used
         (:attr:`_multiplier_lag`). None turns it off. "auto" (default) takes degree 3, or 6
-        where every second defect is used (2 with simplified Newton, i.e. large models, see
-        :attr:`correction_degree`): the extrapolation error grows with the spacing
+        where every second defect is used: the extrapolation error grows with the spacing
         (L h)^(k+1), and these degrees bring the first Newton increment of the heavy top at
         h = 1 ms to ~3e-7 (EM) and ~2e-7 (VI-A), below which the second increment is under
         the 1e-12 tolerance (measured, numpy path: EM 3.0 -> 2.0 Newton iterations per
         step against degree 2, VI-A 3.0 -> 2.0 against degree 2 with lag 2; double
-        pendulum, four-bar and 3-body chain at h = 2 ms: 2.03-2.20 instead of 2.06-2.47).
+        pendulum, four-bar and 3-body chain at h = 2 ms: 2.03-2.20 instead of 2.06-2.47;
+        chains of 10 / 100 / 1000 bodies at h = 1 ms, EM 4.10 / 4.65 / 5.55 -> 3.17 / 4.03 /
+        5.15, VI-A 5.02 / 5.58 / 6.40 -> 2.70 / 4.47 / 5.75).
         The converged steps are those of the uncorrected guess to round-off.
     """
 
@@ -380,12 +381,8 @@ class Solver:
     @property
     def correction_degree(self) -> int | None:
         """The degree of the defect extrapolation in use (``predictor_correction`` with
-        "auto" resolved: 3, or 6 for schemes that use every second defect; 2 with simplified
-        Newton, whose reused Jacobian sets the iteration count: measured on the 1000-body
-        chain, VI-A, 20 steps, degree 6 needed 10 LU factorisations instead of 7)."""
+        "auto" resolved: 3, or 6 for schemes that use every second defect)."""
         if self.predictor_correction == "auto":
-            if getattr(self, "_simplified", False):
-                return 2
             return 3 if self._multiplier_lag == 1 else 6
         return None if self.predictor_correction is None else int(self.predictor_correction)
 
