@@ -471,6 +471,9 @@ class QuadraticSystem:
         self._factor_flat = self._factor_buffer.reshape(-1)
         self._scratch_flat = self._scratch.reshape(-1)
         self._step_buffer[...] = self._step_initial
+        self._constant_and_shift = (np.vstack([self._data_part, self._shift_dense])
+                                    if self._data_free and self._shift_dense is not None
+                                    else None)
 
     @property
     def linear_step(self) -> np.ndarray:
@@ -493,14 +496,20 @@ class QuadraticSystem:
     def start(self, data: np.ndarray, extra: Callable | None = None) -> None:
         """Fold the step data into the constant and linear parts:
         ``L_step = L_x + D_xd(d)``, ``c_step = c + (L_d + 1/2 D_dd(d)) d``."""
-        if self._shift_dense is not None:
-            self._shift_step = self._shift_dense.dot(data)
         self.shifted_solution = None
-        if not self._data_free:
-            self._step_buffer[...] = self._step_initial
-            self._accumulate_step(data, self._step_buffer)
-        np.dot(self._data_part, data, out=self.constant_step)
-        self.constant_step += self.constant
+        if self._constant_and_shift is not None:
+            # data-free and shifted: L_d d and S d in one product
+            both = self._constant_and_shift.dot(data)
+            self.constant_step, self._shift_step = both[:self.n_equations], both[self.n_equations:]
+            self.constant_step += self.constant
+        else:
+            if self._shift_dense is not None:
+                self._shift_step = self._shift_dense.dot(data)
+            if not self._data_free:
+                self._step_buffer[...] = self._step_initial
+                self._accumulate_step(data, self._step_buffer)
+            np.dot(self._data_part, data, out=self.constant_step)
+            self.constant_step += self.constant
         self._override_step = [(o[0], o[1], o[2], o[3] @ data + o[4], o[5], o[6], o[7])
                                for o in self._overrides]
         self._extra = extra
