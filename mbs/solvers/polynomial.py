@@ -369,8 +369,10 @@ class QuadraticSystemBuilder:
                          for start, term in self._overrides]
             from mbs.solvers.polynomial_sparse import SparseQuadraticSystem
 
+            if shift is not None:  # no scheme shifts large models (see GGLVI)
+                raise ValueError("shifted unknowns need the dense QuadraticSystem")
             return SparseQuadraticSystem(self.table, constant, linear, parts, overrides, n_d,
-                                         n_x, shift)
+                                         n_x)
         tensor_xx = tensor(is_x_j, is_x_k, n_d, n_x, n_d, n_x)
         tensor_xd = tensor(is_x_j, ~is_x_k, n_d, n_x, 0, n_d)
         tensor_dd = tensor(~is_x_j, ~is_x_k, 0, n_d, 0, n_d)

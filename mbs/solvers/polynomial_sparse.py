@@ -88,12 +88,8 @@ class SparseQuadraticSystem:
     dense = False
 
     def __init__(self, table: QuadraticTable, constant: np.ndarray, linear: sp.csr_matrix,
-                 parts: dict, overrides: list, n_data: int, n_unknowns: int,
-                 shift: sp.spmatrix | None = None):
+                 parts: dict, overrides: list, n_data: int, n_unknowns: int):
         self.table = table
-        # x' = x + S d, the unknowns of the tensors (see QuadraticSystemBuilder.build)
-        self.shift = None if shift is None else sp.csr_matrix(shift)
-        self._shift_step = None
         self.n_equations = n_eq = constant.size
         self.n_data, self.n_unknowns = n_d, n_x = n_data, n_unknowns
         self.constant = constant
@@ -149,8 +145,6 @@ class SparseQuadraticSystem:
 
     def start(self, data: np.ndarray, extra: Callable | None = None) -> None:
         """Fold the step data into the constant and the Jacobian data."""
-        if self.shift is not None:
-            self._shift_step = self.shift @ data
         dd = self._tensor_dd @ data
         self.constant_step = (self.constant + self.linear_data @ data
                               + 0.5 * np.bincount(self._dd_rows, weights=dd * data[self._dd_cols],
@@ -162,9 +156,6 @@ class SparseQuadraticSystem:
 
     def evaluate(self, x: np.ndarray, jacobian: bool = True):
         """(R(x), dR/dx as CSR) at the current step data."""
-        original = x
-        if self._shift_step is not None:
-            x = x + self._shift_step
         kernels = _evaluate_compiled()
         if kernels is not None:
             # one compiled pass instead of two mat-vecs and three temporaries (measured on
@@ -182,7 +173,7 @@ class SparseQuadraticSystem:
                                          half_size, sum_indptr, sum_indices, sum_values,
                                          constant, residual, start, np.empty(half_size))
             return self._finish(x, residual, values if jacobian else None, jacobian,
-                                original, factored_rows=False)
+                                factored_rows=False)
         derivative = self._tensor_jx @ x
         half = self._linear_step + 0.5 * derivative
         residual = self.constant_step.copy()
@@ -193,13 +184,12 @@ class SparseQuadraticSystem:
             residual += sp.csr_matrix((half, self._indices, self._indptr),
                                       shape=(self.n_equations, self.n_unknowns)) @ x
         return self._finish(x, residual,
-                            self._linear_step + derivative if jacobian else None, jacobian,
-                            original)
+                            self._linear_step + derivative if jacobian else None, jacobian)
 
     def _finish(self, x: np.ndarray, residual: np.ndarray, jacobian_values: np.ndarray | None,
-                jacobian: bool, original: np.ndarray, factored_rows: bool = True):
+                jacobian: bool, factored_rows: bool = True):
         """Constraint rows from the factored form (unless done already), the Jacobian as
-        CSR, the extra terms (at the ``original`` unknowns; x is the shifted x')."""
+        CSR, the extra terms."""
         for start, rows, uv_map, uv_step, row_sum, constant, half_size in (
                 self._override_step if factored_rows else ()):
             uv = uv_map @ x + uv_step
@@ -207,7 +197,7 @@ class SparseQuadraticSystem:
         jac = (sp.csr_matrix((jacobian_values, self._indices, self._indptr),
                              shape=(self.n_equations, self.n_unknowns)) if jacobian else None)
         if self._extra is not None:
-            r_extra, j_extra = self._extra(original, jacobian)
+            r_extra, j_extra = self._extra(x, jacobian)
             if r_extra is not None:
                 residual += r_extra
             if jacobian and j_extra is not None:
