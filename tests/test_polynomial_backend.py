@@ -633,7 +633,10 @@ def test_large_models_predict_without_the_map():
     assert abs(energy[-1] - energy[0]) <= 1e-12 * max(1.0, abs(energy[0]))
 
 
-@pytest.mark.parametrize("theta", [0.5, 0.6])
+# theta != 1/2 is unstable (warned; the parasitic mode grows 1.22x per step at 0.55) but the
+# 50 steps here stay far from the blow-up: it checks the shift for a theta other than 1/2
+@pytest.mark.filterwarnings("ignore:GGLVI variant A with theta")
+@pytest.mark.parametrize("theta", [0.5, 0.55])
 def test_vi_a_polynomial_in_shifted_unknowns_has_no_data_dependent_terms(theta):
     """VI-A's step equations are built in y = q^{n+theta}/theta, z = M v^{n+1}/(1 - theta):
     no data-data or data-unknown quadratic terms remain (nothing to fold per step), and the

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import heavy_top as ht
 import numpy as np
 import pendulum_3d
@@ -52,7 +54,9 @@ def test_bad_solver_options_raise_model_error(pendulum, kwargs):
 
 
 def test_theta_variants_accept_their_documented_ranges(pendulum):
-    for solver in (GGLVI(variant="A", theta=0.7), GGLVI(variant="B", theta=0.0, vartheta=0.5),
+    with pytest.warns(UserWarning, match="unstable"):
+        unstable = GGLVI(variant="A", theta=0.7)
+    for solver in (unstable, GGLVI(variant="B", theta=0.0, vartheta=0.5),
                    GGLVI(variant="B", theta=0.5, vartheta=0.25)):
         sol = mbs.simulate(pendulum, solver, h=0.05, t_end=0.5)
         assert np.all(np.isfinite(sol.q)) and np.all(np.isfinite(sol.p))
@@ -145,6 +149,26 @@ def test_inconsistent_initial_state_needs_projection():
     with pytest.warns(UserWarning, match="projected"):
         sol = mbs.simulate(model, "em", h=0.05, t_end=0.1, project=True)
     assert np.max(sol.constraint_residuals()["position"]) <= 1e-12
+
+
+@pytest.mark.parametrize("theta", [0.55, 0.6])
+def test_vi_a_with_theta_above_half_warns_and_amplifies_normal_momentum(pendulum, theta):
+    """For theta > 1/2, G(q^{n+theta}) v^{n+1} = 0 with M v^{n+1} = theta p^n + (1 - theta)
+    p^{n+1} maps the normal momentum f_n = q^n . p^n of the pendulum (m = l = 1) to
+    f_{n+1} ~ -theta/(1 - theta) f_n: the measured growth per step matches that factor."""
+    with pytest.warns(UserWarning, match="unstable"):
+        solver = GGLVI(variant="A", theta=theta)
+    with pytest.raises(mbs.SolverError) as info:
+        mbs.simulate(pendulum, solver, h=0.01, t_end=10.0)
+    q, p = info.value.solution.q, info.value.solution.p
+    normal = np.abs(np.einsum("ij,ij->i", q, p))
+    first, last = 20, 50  # after the start-up, before the blow-up breaks the linear regime
+    rate = (normal[last] / normal[first]) ** (1.0 / (last - first))
+    assert rate == pytest.approx(theta / (1.0 - theta), rel=0.03)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stable = mbs.simulate(pendulum, GGLVI(variant="A", theta=0.5), h=0.01, t_end=10.0)
+    assert np.abs(np.einsum("ij,ij->i", stable.q, stable.p)).max() < 1e-2
 
 
 def test_vi_a_with_theta_below_half_warns_and_drifts_off_the_manifold(pendulum):

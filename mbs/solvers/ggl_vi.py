@@ -54,11 +54,17 @@ class GGLVI(Solver):
         "S" first-order scheme (55); "A" theta-method with intermediate constraint
         evaluation (79); "B" theta-method with trapezoidal constraint evaluation (82).
     theta : float or None
-        Variant A: theta in (0, 1), default 1/2 (second order); theta < 1/2 is accepted but
-        warned about: enforcing g at q^{n+theta} multiplies a deviation of q^n from the
-        constraint manifold by -(1 - theta)/theta each step, so the scheme blows up (measured
-        on the 3D pendulum with theta = 0.3). Variant B: theta in [0, 1], default 1 (scheme
-        (83)). Ignored by variant S.
+        Variant A: theta in (0, 1) as the paper allows, default 1/2 (second order). Any
+        other theta is accepted but warned about, because the scheme is then unstable: for
+        theta < 1/2, g(q^{n+theta}) = 0 multiplies a deviation of q^n from the constraint
+        manifold by -(1 - theta)/theta each step; for theta > 1/2, G(q^{n+theta}) v^{n+1} = 0
+        with M v^{n+1} = theta p^n + (1 - theta) p^{n+1} (79c) multiplies the momentum
+        component normal to the constraints, G M^-1 p^n, by -theta/(1 - theta). Both
+        factors hold exactly for linear constraints and do not depend on h, so smaller steps
+        do not help (measured on the 3D pendulum at h = 0.01: q.p grows by 1.225 per step
+        at theta = 0.55 (theta/(1 - theta) = 1.222) and Newton fails after 152 steps; 0.52:
+        342 steps; 0.6: 69; the heavy top and the four-bar fail alike). Variant B: theta in
+        [0, 1], default 1 (scheme (83)). Ignored by variant S.
     vartheta : float or None
         Variant B only: in (0, 1), default 1/2. The paper allows vartheta = 1, but then
         lambda^n drops out of M v^{n+1} (its coefficient is h (1 - vartheta) G(q^n)^T once
@@ -95,9 +101,18 @@ class GGLVI(Solver):
                 # g(q^{n+theta}) = 0 maps a normal deviation e_n of q^n to
                 # e_{n+1} = -(1 - theta)/theta e_n: growth for theta < 1/2.
                 warnings.warn(
-                    f"GGLVI variant A with theta = {self.theta} < 1/2 amplifies constraint "
-                    f"drift by (1 - theta)/theta = {(1 - self.theta) / self.theta:.3g} per step "
-                    f"and is unstable; use theta >= 1/2", stacklevel=3)
+                    f"GGLVI variant A with theta = {self.theta} < 1/2 amplifies the "
+                    f"constraint drift of q^n by (1 - theta)/theta = "
+                    f"{(1 - self.theta) / self.theta:.3g} per step, at any step size, and is "
+                    f"unstable; use theta = 1/2 (or variant B)", stacklevel=3)
+            elif self.theta > 0.5:
+                # G v^{n+1} = 0 with M v^{n+1} = theta p^n + (1 - theta) p^{n+1} maps the
+                # normal momentum f_n = G M^-1 p^n to f_{n+1} = -theta/(1 - theta) f_n.
+                warnings.warn(
+                    f"GGLVI variant A with theta = {self.theta} > 1/2 amplifies the momentum "
+                    f"normal to the constraints (G M^-1 p^n) by theta/(1 - theta) = "
+                    f"{self.theta / (1 - self.theta):.3g} per step, at any step size, and is "
+                    f"unstable; use theta = 1/2 (or variant B)", stacklevel=3)
         elif variant == "B":
             self.theta = 1.0 if self.theta is None else float(self.theta)
             self.vartheta = 0.5 if self.vartheta is None else float(self.vartheta)
