@@ -83,7 +83,7 @@ HEAVY_TOP_SOLVERS = ("em", "ggl-vi-a", "ggl-vi-s", "rattle", "hbvm", "em:compile
 
 CASES: dict[str, Case] = {
     # 15 rounds for the heavy top: VI-A and EM differ by a few per cent, less than the
-    # host's run-to-run noise, so their paired comparison (target 1) needs many rounds
+    # host's run-to-run noise, so their comparison (target 1, best of the rounds) needs many
     "heavy_top": Case("heavy_top", "heavy top", heavy_top, h=1e-3, steps=300, repeats=15,
                       solvers=HEAVY_TOP_SOLVERS),
     "four_particle": Case("four_particle", "four-particle", four_particle, h=0.01, steps=300,

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from mbs.errors import ModelError, SolverError
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
-from mbs.solvers.base import MAX_CORRECTION_DEGREE, extrapolated_defect
+from mbs.solvers.defects import MAX_CORRECTION_DEGREE, extrapolated_defect
 from mbs.solvers.newton import NewtonOptions
 from mbs.validation import as_scalar
 

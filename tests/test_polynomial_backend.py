@@ -23,6 +23,7 @@ from mechanisms import JOINT_EQUATIONS, random_tree
 import mbs
 from benchmarks.chain_compile import build_chain
 from mbs.solvers import GGLVI, EnergyMomentum, NewtonOptions, compiled, make_solver
+from mbs.solvers.defects import DefectHistory, extrapolated_defect
 from mbs.solvers.newton import Factorization
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -520,44 +521,59 @@ def test_predictor_correction_saves_factorisations_not_accuracy(name, scheme, ba
     assert iterations["auto"] <= iterations[2] + 0.05
 
 
+def _history(degree, lag, values):
+    """A DefectHistory fed the scalar defects ``values`` (oldest first)."""
+    history = DefectHistory(degree, lag)
+    for value in values:
+        history.append(np.array([value]), np.zeros(1))
+    return history
+
+
 def test_predictor_correction_extrapolates_polynomial_defects_exactly():
     """Defects on a quadratic in the step index (lag 1), and on a quadratic plus an
-    alternating linear part seen every second step (lag 2), are extrapolated exactly."""
-    solver = EnergyMomentum()
-    solver._defects = [np.array([float(k * k - 3 * k + 1)]) for k in range(3)]
-    np.testing.assert_allclose(solver._defect_extrapolation(), [1.0])  # 9 - 9 + 1
-    solver.predictor_correction = 1
-    np.testing.assert_allclose(solver._defect_extrapolation(), [-1.0])  # 2 (-1) - (-1)
-    solver.predictor_correction = None
-    assert solver._defect_extrapolation() is None
+    alternating linear part seen every second step (lag 2), are extrapolated exactly, by the
+    ring of the solvers and by the list form of the ensembles alike."""
+    values = [float(k * k - 3 * k + 1) for k in range(3)]
+    for extrapolate in (lambda d: _history(2, 1, values).extrapolate(),
+                        lambda d: extrapolated_defect([np.array([v]) for v in values], d)):
+        np.testing.assert_allclose(extrapolate(2), [1.0])  # 9 - 9 + 1
+    np.testing.assert_allclose(_history(1, 1, values).extrapolate(), [-1.0])  # 2 (-1) - (-1)
+    assert _history(None, 1, values).extrapolate() is None
+    assert len(_history(None, 1, values)) == 0
 
     gglvi = make_solver("ggl-vi-a")
     assert gglvi._multiplier_lag == 2
     values = [k * k + (-1) ** k * (2.0 + k) for k in range(7)]
-    gglvi._defects = [np.array([v]) for v in values[1:]]  # the last 3 L = 6 defects
     next_value = 7 * 7 + (-1) ** 7 * (2.0 + 7)
-    np.testing.assert_allclose(gglvi._defect_extrapolation(), [next_value])
+    np.testing.assert_allclose(_history(2, 2, values[1:]).extrapolate(), [next_value])
+    np.testing.assert_allclose(
+        extrapolated_defect([np.array([v]) for v in values[1:]], 2, 2), [next_value])
 
 
 def test_predictor_correction_extrapolates_high_degrees_exactly():
     """Degree 3 (the EM default) is exact on cubics; degree 6 with lag 2 (the VI-A default)
-    on a sextic plus an alternating sextic, seen every second step (14 defects)."""
-    solver = EnergyMomentum()
-    assert solver.correction_degree == 3
+    on a sextic plus an alternating sextic, seen every second step (14 defects). The ring has
+    wrapped round several times by then, and while it fills the degree is lowered."""
+    assert EnergyMomentum().correction_degree == 3
 
     def cubic(k):
         return 0.5 * k ** 3 - 2.0 * k * k + k - 7.0
-    solver._defects = [np.array([cubic(k)]) for k in range(10)]
-    np.testing.assert_allclose(solver._defect_extrapolation(), [cubic(10)])
-    gglvi = make_solver("ggl-vi-a")
-    assert gglvi.correction_degree == 6
+    np.testing.assert_allclose(_history(3, 1, [cubic(k) for k in range(10)]).extrapolate(),
+                               [cubic(10)])
+    np.testing.assert_allclose(_history(3, 1, [cubic(k) for k in range(2)]).extrapolate(),
+                               [2 * cubic(1) - cubic(0)])  # two defects: a straight line
+    assert make_solver("ggl-vi-a").correction_degree == 6
 
     def value(k):
         smooth = 1e-3 * k ** 6 - 0.02 * k ** 5 + k ** 3 - 4.0
         alternating = (-1) ** k * (2e-3 * k ** 6 + 0.1 * k ** 4 - k + 3.0)
         return smooth + alternating
-    gglvi._defects = [np.array([value(k)]) for k in range(20)]
-    np.testing.assert_allclose(gglvi._defect_extrapolation(), [value(20)], rtol=1e-12)
+    for count in (14, 20, 31):
+        history = _history(6, 2, [value(k) for k in range(count)])
+        assert len(history) == 14
+        np.testing.assert_allclose(history.extrapolate(), [value(count)], rtol=1e-12)
+        np.testing.assert_array_equal(history.rows()[:, 0],
+                                      [value(k) for k in range(count - 14, count)])
     assert make_solver("em", predictor_correction=None).correction_degree is None
     assert make_solver("em", predictor_correction=5).correction_degree == 5
 

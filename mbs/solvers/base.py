@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -10,42 +9,17 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.model import DENSE_LIMIT, Model
+from mbs.solvers.defects import (  # noqa: F401 (re-exported)
+    MAX_CORRECTION_DEGREE,
+    DefectHistory,
+    extrapolated_defect,
+    extrapolation_coefficients,
+)
 from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, NewtonState, newton
 from mbs.solvers.polynomial import QuadraticSystemBuilder, _embed
 
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
 _max = np.maximum.reduce
-
-#: Highest degree of the defect extrapolation (``Solver.predictor_correction``).
-MAX_CORRECTION_DEGREE = 6
-
-
-def extrapolation_coefficients(points: int) -> tuple[float, ...]:
-    """c_1 .. c_k of d^{k+1} ~ sum_j c_j d^{k+1-j}, the value at the next point of the
-    polynomial of degree k - 1 through k equally spaced values: c_j = (-1)^(j+1) binom(k, j)
-    (the k-th difference of the sequence vanishes). Integers, so exact in floating point."""
-    return tuple(float((-1) ** j * math.comb(points, j + 1)) for j in range(points))
-
-
-def extrapolated_defect(defects: list, degree: int | None, lag: int = 1):
-    """sum_j c_j d^{k+1-j L}: the polynomial extrapolation of the given ``degree`` (lowered
-    while fewer defects are known) through every L-th entry of ``defects`` (newest last), the
-    predictor correction of single runs and ensembles (arrays (n_x,) or (members, n_x));
-    None without usable defects. One dot product: the term-by-term sum cost ~12 us per
-    step at degree 6 on the heavy top, the dot ~3 us. The compiled kernels form the same
-    terms (summed term by term, so they differ from this by round-off)."""
-    usable = 0 if degree is None else min(degree + 1, len(defects) // lag)
-    if usable == 0:
-        return None
-    coefficients = _COEFFICIENTS[usable]
-    newest_first = defects[-lag::-lag][:usable]
-    if newest_first[0].ndim == 1:
-        return coefficients.dot(newest_first)
-    return np.tensordot(coefficients, newest_first, axes=1)
-
-
-_COEFFICIENTS = {points: np.array(extrapolation_coefficients(points))
-                 for points in range(1, MAX_CORRECTION_DEGREE + 2)}
 
 #: Models with more coordinates use simplified Newton by default (measured: equal cost at
 #: n = 36, 1.7x faster at n = 60, 5x at n = 120 and 4x at n = 12000 for EM on chains).
@@ -168,7 +142,8 @@ class Solver:
         self._lam = np.zeros(model.m)
         self._gam = np.zeros(model.m)
         self._lam_before = self._gam_before = None  # one step older (see _multiplier_lag)
-        self._defects: list[np.ndarray] = []  # predictor errors, newest last
+        # predictor errors of past steps (see predictor_correction)
+        self._defects = DefectHistory(self.correction_degree, self._multiplier_lag)
         # The first L steps start from multipliers that are not the lag-L warm start (zeros,
         # then for L = 2 the previous step's): their defects hold that jump, not the smooth
         # predictor error, and would spoil the extrapolation while in the history (measured
@@ -319,7 +294,7 @@ class Solver:
         defects = np.zeros(((0 if order is None else order + 1) * self._multiplier_lag,
                             2 * self.model.n + 2 * self.model.m))
         if self._defects:
-            defects[:len(self._defects)] = self._defects
+            defects[:len(self._defects)] = self._defects.rows()
         *result, defect_count, self._startup_defects = self._compiled.run(
             q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
             count, self._inverse_mass_dense, self.h, self._guess_mode(),
@@ -328,7 +303,7 @@ class Solver:
             self._new_momentum_weight, *self._compiled_history(),
             -1 if order is None else int(order), defects, len(self._defects),
             self._startup_defects)
-        self._defects = list(defects[:defect_count])
+        self._defects.load(defects[:defect_count])
         return tuple(result)
 
     def _guess_mode(self) -> int:
@@ -404,21 +379,18 @@ class Solver:
         L = :attr:`_multiplier_lag`-th one; None without defects or "explicit" guess."""
         if self.initial_guess != "explicit":
             return None
-        return extrapolated_defect(self._defects, self.correction_degree,
-                                   self._multiplier_lag)
+        return self._defects.extrapolate()
 
     def _remember_defect(self, solution: np.ndarray, guess: np.ndarray) -> None:
         """Keep solution - guess of an "explicit" step (the last (degree + 1) L); a step from
         another guess (the "advanced" retry of a failed step) starts the history afresh."""
-        degree = self.correction_degree
-        if degree is None or self.initial_guess != "explicit":
+        if not self._defects.capacity or self.initial_guess != "explicit":
             self._defects.clear()
             return
         if self._startup_defects:
             self._startup_defects -= 1
             return
-        self._defects.append(solution - guess)
-        del self._defects[:-(degree + 1) * self._multiplier_lag]
+        self._defects.append(solution, guess)
 
     def _update_floor_minimum(self) -> None:
         """Lower bounds of the Newton scales of q and p (see :meth:`_scales`) when they do
@@ -591,7 +563,7 @@ class Solver:
         equations depend on h and are kept per step size."""
         if h == self.h:
             return
-        self._defects = []  # they scale with h
+        self._defects.clear()  # they scale with h
         if self._polynomial is not None:
             cache = self.__dict__.setdefault("_polynomial_by_h", {})
             cache[self.h] = self._polynomial
@@ -613,7 +585,7 @@ class Solver:
         if self._lam_before is not None:
             state.update(lam_before=self._lam_before.copy(), gam_before=self._gam_before.copy())
         if getattr(self, "_defects", None):
-            state["defects"] = np.array(self._defects)
+            state["defects"] = self._defects.rows()
         if getattr(self, "_startup_defects", 0):
             state["startup_defects"] = self._startup_defects
         return state
@@ -626,7 +598,8 @@ class Solver:
         self._lam_before = None if before is None else np.asarray(before, dtype=float).copy()
         self._gam_before = (None if before is None
                             else np.asarray(state["gam_before"], dtype=float).copy())
-        self._defects = [np.array(row, dtype=float) for row in state.get("defects", ())]
+        self._defects = DefectHistory(self.correction_degree, self._multiplier_lag)
+        self._defects.load(state.get("defects", ()))
         self._startup_defects = int(state.get("startup_defects", 0))
 
     # helpers ------------------------------------------------------------------------------
