@@ -95,9 +95,9 @@ CASES: dict[str, Case] = {
     "chain10": Case("chain10", "chain N=10", lambda: chain(10), h=1e-3, steps=200, repeats=3,
                     solvers=("em", "ggl-vi-a"), n_links=10),
     "chain100": Case("chain100", "chain N=100", lambda: chain(100), h=1e-3, steps=40,
-                     repeats=3, solvers=("em", "ggl-vi-a"), warm_steps=2, n_links=100),
+                     repeats=5, solvers=("em", "ggl-vi-a"), warm_steps=2, n_links=100),
     "chain1000": Case("chain1000", "chain N=1000", lambda: chain(1000), h=1e-3, steps=20,
-                      repeats=3, solvers=("em", "ggl-vi-a"), warm_steps=1, n_links=1000),
+                      repeats=5, solvers=("em", "ggl-vi-a"), warm_steps=1, n_links=1000),
 }
 
 #: The smoke-test subset of ``--quick`` (case name -> solvers, steps, repeats).
