@@ -574,6 +574,10 @@ def test_predictor_correction_extrapolates_high_degrees_exactly():
         np.testing.assert_allclose(history.extrapolate(), [value(count)], rtol=1e-12)
         np.testing.assert_array_equal(history.rows()[:, 0],
                                       [value(k) for k in range(count - 14, count)])
+        copy = DefectHistory(6, 2)  # rows and layout restore the same sums (bitwise resume)
+        copy.load(history.rows(), history.layout())
+        assert copy.layout() == history.layout()
+        np.testing.assert_array_equal(copy.extrapolate(), history.extrapolate())
     assert make_solver("em", predictor_correction=None).correction_degree is None
     assert make_solver("em", predictor_correction=5).correction_degree == 5
 

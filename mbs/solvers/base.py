@@ -586,6 +586,7 @@ class Solver:
             state.update(lam_before=self._lam_before.copy(), gam_before=self._gam_before.copy())
         if getattr(self, "_defects", None):
             state["defects"] = self._defects.rows()
+            state["defect_layout"] = self._defects.layout()
         if getattr(self, "_startup_defects", 0):
             state["startup_defects"] = self._startup_defects
         return state
@@ -599,7 +600,7 @@ class Solver:
         self._gam_before = (None if before is None
                             else np.asarray(state["gam_before"], dtype=float).copy())
         self._defects = DefectHistory(self.correction_degree, self._multiplier_lag)
-        self._defects.load(state.get("defects", ()))
+        self._defects.load(state.get("defects", ()), state.get("defect_layout"))
         self._startup_defects = int(state.get("startup_defects", 0))
 
     # helpers ------------------------------------------------------------------------------
