@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from mbs.errors import ModelError, SolverError
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
-from mbs.solvers.defects import MAX_CORRECTION_DEGREE, extrapolated_defect
+from mbs.solvers.defects import COEFFICIENT_TABLE, MAX_CORRECTION_DEGREE, extrapolated_defect
 from mbs.solvers.newton import NewtonOptions
 from mbs.validation import as_scalar
 
@@ -559,7 +559,8 @@ class _BatchedEnergyMomentum:
                           force_scale, self.tolerance, self.max_iterations, self.contraction,
                           self.refactor_above, self.stagnation_level,
                           -1 if self.predictor_correction is None
-                          else int(self.predictor_correction), *self._table_args,
+                          else int(self.predictor_correction), COEFFICIENT_TABLE,
+                          *self._table_args,
                           *self._lane_args, self.increments, self.status, iterations,
                           factorizations, failed_step, self.fallbacks)
         self.factorizations += int(factorizations.sum())

@@ -58,10 +58,9 @@ from mbs.ensemble_rows import (
     _v_sub_mul_run,
     _v_sum_scaled,
 )
-from mbs.solvers.compiled import (  # the pivoted per-member fallback; the correction terms
+from mbs.solvers.compiled import (  # the pivoted per-member fallback
     _lu_factor,
     _lu_solve,
-    extrapolation_coefficient,
 )
 
 
@@ -485,7 +484,8 @@ def _lanes_sparse_solve(lu, x, diag, forward_ptr, forward, backward_ptr, backwar
 
 
 @njit(cache=True, error_model="numpy")
-def _lanes_correct_guess(q0, p0, q1, p1, lam, gam, raw, defects, defect_count, order):
+def _lanes_correct_guess(q0, p0, q1, p1, lam, gam, raw, defects, defect_count, order,
+                         coefficients):
     """Keep the predictor's guess (q1, p1, lambda, gamma) in ``raw`` and add to it, lane by
     lane, the extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess` (same
     terms, summed term by term), unless it is larger than the predicted change of (q, p)."""
@@ -504,9 +504,9 @@ def _lanes_correct_guess(q0, p0, q1, p1, lam, gam, raw, defects, defect_count, o
     correction = np.empty(raw.shape[0])
     for lane in range(lanes):
         for j in range(raw.shape[0]):
-            correction[j] = extrapolation_coefficient(usable, 0) * defects[newest, j, lane]
+            correction[j] = coefficients[usable, 0] * defects[newest, j, lane]
         for term in range(1, usable):
-            coefficient = extrapolation_coefficient(usable, term)
+            coefficient = coefficients[usable, term]
             for j in range(raw.shape[0]):
                 correction[j] = correction[j] + coefficient * defects[newest - term, j, lane]
         size = 0.0
@@ -527,7 +527,7 @@ def _lanes_correct_guess(q0, p0, q1, p1, lam, gam, raw, defects, defect_count, o
 @njit(cache=True, error_model="numpy")
 def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_scale, tolerance,
                  max_iterations, contraction, refactor_above, stagnation_level,
-                 correction_order, qr, qi, qj, qc, lr,
+                 correction_order, coefficients, qr, qi, qj, qc, lr,
                  li, lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val, use_factored, fr, fs, u_ptr,
                  u_idx, u_val, u_const, v_ptr, v_idx, v_val, v_const, explicit, const, nv,
                  a_const, term_ptr, term_coef, term_var, diag, pairs, pair_ops,
@@ -625,7 +625,7 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
             _v_fill(gam, r, 0.0)
         if correction_order >= 0:
             _lanes_correct_guess(q0, p0, q1, p1, lam, gam, raw, defects, defect_count,
-                                 correction_order)
+                                 correction_order, coefficients)
         for lane in range(lanes):
             active[lane] = alive[lane]
             fresh[lane] = True
@@ -837,7 +837,7 @@ def _any_pivoted(active, pivoted):
 @njit(cache=True, parallel=True, error_model="numpy")
 def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, tolerance,
               max_iterations, contraction, refactor_above, stagnation_level, correction_order,
-              qr, qi, qj, qc, lr, li,
+              coefficients, qr, qi, qj, qc, lr, li,
               lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val, use_factored, fr, fs, u_ptr, u_idx,
               u_val, u_const, v_ptr, v_idx, v_val, v_const, explicit, const, nv, a_const,
               term_ptr, term_coef, term_var, diag, pairs, pair_ops, single_ops,
@@ -852,7 +852,8 @@ def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, toler
     (:meth:`mbs.solvers.base.Solver._predict_state`, w = 1/2) with the previous step's
     multipliers, lambda from the previous step and gamma = 0, corrected by the extrapolated
     defects of the member's past steps of degree ``correction_order`` (-1: none; see
-    ``Solver.predictor_correction``), and runs exact Newton that
+    ``Solver.predictor_correction``; ``coefficients`` is
+    :data:`mbs.solvers.defects.COEFFICIENT_TABLE`), and runs exact Newton that
     keeps its factors once the relative increment is below ``refactor_above`` and contracts
     by ``contraction`` (:func:`mbs.solvers.newton.newton`). A failing member stops:
     ``status[k]`` (codes above), ``failed_step[k]`` and its last ``increment[k]`` say why;
@@ -868,7 +869,7 @@ def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, toler
     for b in prange(blocks):
         _lanes_block(b * lanes, lanes, pivot_threshold, h, q_out, p_out, force, force_scale,
                      tolerance, max_iterations, contraction, refactor_above, stagnation_level,
-                     correction_order, qr,
+                     correction_order, coefficients, qr,
                      qi, qj, qc, lr, li, lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val,
                      use_factored, fr, fs, u_ptr, u_idx, u_val, u_const, v_ptr, v_idx, v_val,
                      v_const, explicit, const, nv, a_const, term_ptr, term_coef, term_var,

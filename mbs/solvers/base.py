@@ -291,8 +291,7 @@ class Solver:
         as the kernel's ((degree + 1) L, n_x) buffer and comes back updated. Returns (steps
         done, code, residual norm, increment, iterations, factorisations) of the kernel."""
         order = self.correction_degree
-        defects = np.zeros(((0 if order is None else order + 1) * self._multiplier_lag,
-                            2 * self.model.n + 2 * self.model.m))
+        defects = np.zeros((self._defects.capacity, 2 * self.model.n + 2 * self.model.m))
         if self._defects:
             defects[:len(self._defects)] = self._defects.rows()
         *result, defect_count, self._startup_defects = self._compiled.run(

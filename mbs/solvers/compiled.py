@@ -31,6 +31,8 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from mbs.solvers.defects import COEFFICIENT_TABLE
+
 try:  # optional dependency: pip install "mbs[fast]"
     import numba
 except ImportError:  # pragma: no cover - exercised when numba is absent
@@ -369,7 +371,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
                block_col, block_entry, force, new_weight,
                jac_indptr, jac_indices, jac_data, jac_offset, jac_rows, jac_cols, lag,
                lam_before_guess, gam_before_guess, constraint_row, correction_order, defects,
-               defect_count, shift_map, shifted, startup_defects):
+               defect_count, shift_map, shifted, startup_defects, coefficients):
     """Steps first .. first + count - 1 of a run whose unknowns are (q1, p1, lambda, gamma).
 
     Row k of q_out/p_out is the state at step k; rows k + 1 are written. The predictor
@@ -384,9 +386,11 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     0 .. defect_count - 1 of ``defects``, newest last, updated in place; see
     ``Solver.predictor_correction``). With ``shifted`` the system's unknowns are x + S d,
     S the CSR ``shift_map``. The defects of the next ``startup_defects`` steps are not kept
-    (see ``Solver._startup_defects``). Returns (steps done, code of the failed step or
-    CONVERGED, its residual norm, increment, iterations, LU factorisations, defect count,
-    startup defects left).
+    (see ``Solver._startup_defects``). ``coefficients`` is
+    :data:`mbs.solvers.defects.COEFFICIENT_TABLE` (read per step instead of recomputing the
+    binomials, whose integer divisions cost ~0.3 us per step at degree 6). Returns (steps
+    done, code of the failed step or CONVERGED, its residual norm, increment, iterations, LU
+    factorisations, defect count, startup defects left).
     """
     n = q_out.shape[1]
     n_x = 2 * n + 2 * m
@@ -414,7 +418,6 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
                              other_rows.shape[0], n_x)
     total_factorizations = 0
     oldest = 0  # ring position of the oldest defect (rows rotate instead of shifting)
-    coefficients = _coefficient_table(max(correction_order + 1, 1))
     for k in range(first, first + count):
         q0 = q_out[k]
         p0 = p_out[k]
@@ -545,33 +548,11 @@ def _unroll_defects(defects, oldest):
 
 
 @_jit
-def extrapolation_coefficient(points, term):
-    """c_{term+1} of :func:`mbs.solvers.base.extrapolation_coefficients` (points): the
-    integer (-1)^term binom(points, term + 1), as a float (exact)."""
-    value = 1
-    for i in range(term + 1):  # binom(points, i + 1) = binom(points, i) (points - i) / (i + 1)
-        value = value * (points - i) // (i + 1)
-    return float(value if term % 2 == 0 else -value)
-
-
-@_jit
-def _coefficient_table(max_points):
-    """table[points, term] = :func:`extrapolation_coefficient` (points, term), formed once
-    per kernel call: the binomials' chain of integer divisions, redone every step, cost
-    ~0.3 us per step at degree 6 (VI-A), 2 % of a heavy-top step."""
-    table = np.zeros((max_points + 1, max_points))
-    for points in range(1, max_points + 1):
-        for term in range(points):
-            table[points, term] = extrapolation_coefficient(points, term)
-    return table
-
-
-@_jit
 def _correct_guess(x, data, defects, defect_count, oldest, order, lag, correction,
                    coefficients):
     """x += the extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess`
     (same terms, summed term by term), unless it is larger than the predicted change of (q, p).
-    ``coefficients`` is the :func:`_coefficient_table`."""
+    ``coefficients`` is :data:`mbs.solvers.defects.COEFFICIENT_TABLE`."""
     usable = min(order + 1, defect_count // lag)
     if usable == 0:
         return
@@ -823,7 +804,7 @@ class CompiledSystem:
                             float(new_weight), *self.jacobian_map, int(lag),
                             lam_before_guess, gam_before_guess, self.constraint_row,
                             int(correction_order), defects, int(defect_count), *self.shift,
-                            int(startup_defects))
+                            int(startup_defects), COEFFICIENT_TABLE)
         if started is not None:
             record_compile_time(time.perf_counter() - started)
         return result

@@ -24,7 +24,12 @@ def extrapolation_coefficients(points: int) -> tuple[float, ...]:
     return tuple(float((-1) ** j * math.comb(points, j + 1)) for j in range(points))
 
 
-_COEFFICIENTS = {points: np.array(extrapolation_coefficients(points))
+#: COEFFICIENT_TABLE[k, j] = c_{j+1} of :func:`extrapolation_coefficients` (k), for the
+#: compiled kernels (which take it as an argument); zeros beyond j = k - 1.
+COEFFICIENT_TABLE = np.zeros((MAX_CORRECTION_DEGREE + 2, MAX_CORRECTION_DEGREE + 1))
+for _points in range(1, MAX_CORRECTION_DEGREE + 2):
+    COEFFICIENT_TABLE[_points, :_points] = extrapolation_coefficients(_points)
+_COEFFICIENTS = {points: COEFFICIENT_TABLE[points, :points].copy()
                  for points in range(1, MAX_CORRECTION_DEGREE + 2)}
 
 
