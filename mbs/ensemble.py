@@ -373,7 +373,7 @@ class _BatchedEnergyMomentum:
         gam = np.zeros((count, self.m))
         raw = np.concatenate([q1, p1, lam, gam], axis=1)
         q1, p1, lam, gam = self._corrected_guess(raw, np.concatenate([q0, p0], axis=1))
-        q_scale = np.maximum(np.abs(q0).max(axis=1), 1e-300)
+        q_scale = np.maximum(np.abs(q0).max(axis=1), self.model.length_scale)
         p_scale = np.maximum(np.maximum(np.abs(p0).max(axis=1), h * force), 1e-300)
         previous = np.full(count, np.inf)
         self.refresh[:] = True      # exact Newton: a fresh matrix at the predictor
@@ -556,7 +556,7 @@ class _BatchedEnergyMomentum:
         force = np.ascontiguousarray(self.constant_force, dtype=float).reshape(1, n)
         force_scale = float(np.abs(force).max()) if n else 0.0
         kernels.run_lanes(kernels.LANES, self.static_pivot_threshold, self.h, q, p, force,
-                          force_scale, self.tolerance, self.max_iterations, self.contraction,
+                          force_scale, self.model.length_scale, self.tolerance, self.max_iterations, self.contraction,
                           self.refactor_above, self.stagnation_level,
                           -1 if self.predictor_correction is None
                           else int(self.predictor_correction), COEFFICIENT_TABLE,

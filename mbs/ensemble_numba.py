@@ -525,7 +525,8 @@ def _lanes_correct_guess(q0, p0, q1, p1, lam, gam, raw, defects, defect_count, o
 
 
 @njit(cache=True, error_model="numpy")
-def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_scale, tolerance,
+def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_scale,
+                 length_scale, tolerance,
                  max_iterations, contraction, refactor_above, stagnation_level,
                  correction_order, coefficients, qr, qi, qj, qc, lr,
                  li, lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val, use_factored, fr, fs, u_ptr,
@@ -600,7 +601,7 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
                 p0[i, lane] = p_out[k, s, i]
                 big_q = max(big_q, abs(q0[i, lane]))
                 big_p = max(big_p, abs(p0[i, lane]))
-            q_scale[lane] = max(big_q, 1e-300)
+            q_scale[lane] = max(big_q, length_scale)
             p_scale[lane] = max(max(big_p, h * force_scale), 1e-300)
             if not alive[lane]:
                 for r in range(m):
@@ -835,7 +836,8 @@ def _any_pivoted(active, pivoted):
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, tolerance,
+def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, length_scale,
+              tolerance,
               max_iterations, contraction, refactor_above, stagnation_level, correction_order,
               coefficients, qr, qi, qj, qc, lr, li,
               lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val, use_factored, fr, fs, u_ptr, u_idx,
@@ -844,7 +846,8 @@ def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, toler
               forward_ptr, forward, backward_ptr, backward, e_row, e_col, increment, status,
               iterations, factorizations, failed_step, fallbacks):
     """Every step of every member for a potential linear in q (constant ``force`` = grad V
-    in a (1, n) array, largest entry ``force_scale``), ``lanes`` members per SIMD block and
+    in a (1, n) array, largest entry ``force_scale``; ``length_scale`` floors the q scale,
+    :attr:`mbs.model.Model.length_scale`), ``lanes`` members per SIMD block and
     the blocks in parallel.
 
     Row 0 of ``q_out``, ``p_out`` (K, N + 1, n) holds the initial states; rows 1..N are
@@ -868,6 +871,7 @@ def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, toler
     blocks = (count + lanes - 1) // lanes
     for b in prange(blocks):
         _lanes_block(b * lanes, lanes, pivot_threshold, h, q_out, p_out, force, force_scale,
+                     length_scale,
                      tolerance, max_iterations, contraction, refactor_above, stagnation_level,
                      correction_order, coefficients, qr,
                      qi, qj, qc, lr, li, lc, m_ptr, m_idx, m_val, mi_ptr, mi_idx, mi_val,

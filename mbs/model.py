@@ -396,6 +396,19 @@ class Model:
         return np.cross(q_blocks, p_blocks).sum(axis=-2)
 
     @property
+    def length_scale(self) -> float:
+        """The natural size of the coordinates: max |q0| of the pose set on the bodies, or
+        1 when that pose is all zeros (a lone point mass at the origin).
+
+        Newton's increment test compares a coordinate increment with
+        max(|q|, length_scale): relative to |q| while the coordinates are of their natural
+        size, never relative to a vanishing |q|, where round-off in the increment would
+        never pass a relative test.
+        """
+        largest = float(np.max(np.abs(self._q0))) if self.n else 0.0
+        return largest if largest > 0.0 else 1.0
+
+    @property
     def q0(self) -> np.ndarray:
         """Coordinates of the state set on the bodies at compile time (the pose at which joint
         and force geometry was given); unprojected."""

@@ -2,8 +2,8 @@
 
 Failure contract: a step that cannot be solved raises :class:`mbs.SolverError` carrying the
 partial Solution (every accepted step), the step index and time, the residual and a hint; with
-``on_failure="refine"`` the step is first retried as 2, 4, ... sub-steps (bounded depth) on the
-same output grid. Ctrl-C raises :class:`mbs.SimulationInterrupted` (a KeyboardInterrupt) that
+``on_failure="refine"`` (default) the step is first retried as 2, 4, ... sub-steps (bounded depth) on the
+same output grid (the default). Ctrl-C raises :class:`mbs.SimulationInterrupted` (a KeyboardInterrupt) that
 carries the partial Solution. Long runs can stream to disk (``output=``) and be resumed
 (``resume=``) with results identical to an uninterrupted run.
 """
@@ -33,7 +33,7 @@ ON_FAILURE = ("raise", "refine")
 def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: float,
              t_start: float = 0.0, project: bool = False, progress: bool = False,
              initial_state: tuple[np.ndarray, np.ndarray] | None = None,
-             on_failure: str = "raise", max_refinements: int = 4,
+             on_failure: str = "refine", max_refinements: int = 6,
              output: str | None = None, flush_every: int = 100, resume: str | None = None,
              **solver_options) -> Solution:
     """Integrate ``model`` from ``t_start`` to ``t_end`` with constant step ``h``.
@@ -54,9 +54,15 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         Show a progress bar (tqdm).
     initial_state : (q0, p0), optional
         Start from this state instead of the one set on the bodies.
-    on_failure : {"raise", "refine"}
-        "refine" retries a failed step with 2, 4, ... 2**max_refinements sub-steps; the
-        output grid is kept and ``stats["refined_steps"]`` lists (step, depth) pairs.
+    on_failure : {"refine", "raise"}
+        What to do when Newton's method cannot solve a step (too large a step for the
+        predictor, a near-singular configuration). "refine" (default) retries the step as
+        2, 4, ... 2**max_refinements sub-steps of the same scheme, on the same output grid;
+        the sub-steps are steps of the same scheme, so what the scheme conserves is still
+        conserved. ``stats["refined_steps"]`` lists (step, depth) pairs, i.e. step k was
+        done as 2**depth sub-steps. "raise" raises :class:`mbs.SolverError` at once.
+    max_refinements : int
+        Deepest refinement (default 6: up to 64 sub-steps).
     output : str, optional
         Stream completed steps to this directory (or to ``name.npz``, packed at the end),
         flushing every ``flush_every`` steps; see :mod:`mbs.streaming`.
@@ -190,7 +196,8 @@ class _Run:
             stats={"solver": self.solver.name, "h": self.h, "steps": count,
                    "newton_iterations": self.iterations[:count].copy(),
                    "wall_time": time.perf_counter() - self.started,
-                   "completed": count == self.steps, "refined_steps": list(self.refined)},
+                   "completed": count == self.steps, "refined_steps": list(self.refined),
+                   "guess_retries": getattr(self.solver, "guess_retries", 0)},
             solver_properties=self.solver.properties)
 
     def execute(self, writer: StreamWriter | None, flush_every: int,

@@ -29,7 +29,7 @@ def test_too_large_step_fails_then_refine_completes_and_conserves(pendulum):
     h, t_end, steps = 0.2, 20.0, 100
     solver = EnergyMomentum(newton=NewtonOptions(max_iterations=5))
     with pytest.raises(mbs.SolverError) as info:
-        mbs.simulate(pendulum, solver, h=h, t_end=t_end)
+        mbs.simulate(pendulum, solver, h=h, t_end=t_end, on_failure="raise")
     partial = info.value.solution
     assert 0 < info.value.step < steps and partial.t.size == info.value.step + 1
     assert info.value.time == pytest.approx(h * info.value.step)
@@ -37,7 +37,7 @@ def test_too_large_step_fails_then_refine_completes_and_conserves(pendulum):
     assert info.value.residual_norm > 0 and "step size" in info.value.hint
 
     solver = EnergyMomentum(newton=NewtonOptions(max_iterations=5))
-    sol = mbs.simulate(pendulum, solver, h=h, t_end=t_end, on_failure="refine")
+    sol = mbs.simulate(pendulum, solver, h=h, t_end=t_end)  # on_failure="refine" default
     assert sol.stats["completed"] and sol.t.size == steps + 1
     assert sol.stats["refined_steps"], "no step needed refinement"
     np.testing.assert_allclose(sol.t, h * np.arange(steps + 1))

@@ -65,7 +65,7 @@ def test_theta_variants_accept_their_documented_ranges(pendulum):
 def test_non_convergence_raises_with_partial_solution(pendulum):
     solver = EnergyMomentum(newton=NewtonOptions(max_iterations=3))
     with pytest.raises(mbs.SolverError) as info:
-        mbs.simulate(pendulum, solver, h=0.9, t_end=50.0)
+        mbs.simulate(pendulum, solver, h=0.9, t_end=50.0, on_failure="raise")
     error = info.value
     partial = error.solution
     assert partial is not None and partial.stats["completed"] is False

@@ -150,6 +150,8 @@ class Solver:
         # on the heavy top: 4 Newton iterations on the first 5 (EM) / 16 (VI-A) steps).
         self._startup_defects = self._multiplier_lag
         self._newton_state = NewtonState()
+        #: steps retried from the "advanced" guess after the "explicit" one failed
+        self.guess_retries = 0
         # The compiled kernel does exact Newton at any dense size (measured on a 10-body chain,
         # n = 120: 1.8 ms per step against 1.9 ms for simplified Newton on the numpy path).
         compiled_exact = self.backend == "compiled" and model.dense
@@ -297,7 +299,8 @@ class Solver:
         *result, defect_count, self._startup_defects = self._compiled.run(
             q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
             count, self._inverse_mass_dense, self.h, self._guess_mode(),
-            self._constant_force, self._lam, self._gam, self._warm_gamma,
+            self._constant_force, self.model.length_scale, self._lam, self._gam,
+            self._warm_gamma,
             self._velocity_maps, self.newton, self._constant_gradient,
             self._new_momentum_weight, *self._compiled_history(),
             -1 if order is None else int(order), defects, len(self._defects),
@@ -396,7 +399,8 @@ class Solver:
         not depend on the state (constant force), as an array for the hot path."""
         force = self._constant_force
         self._floor_minimum = (None if force is None or not self.model.n else
-                               np.array([1e-300, max(self.h * force, 1e-300)]))
+                               np.array([self.model.length_scale,
+                                         max(self.h * force, 1e-300)]))
 
     def _enforced_rows(self, residual: np.ndarray) -> tuple[float, float]:
         """Max-norms of the two constraint blocks (rows 2n .. 2n+m and 2n+m ..) of a
@@ -549,6 +553,7 @@ class Solver:
             if self.initial_guess != "explicit":
                 raise
         self.initial_guess = "advanced"
+        self.guess_retries += 1
         try:
             return self._step(q, p)
         finally:
@@ -664,7 +669,7 @@ class Solver:
         force = self._constant_force
         if force is None:
             force = float(np.abs(self.model.potential_gradient(q)).max())
-        return (max(float(_max(np.abs(q))), 1e-300),
+        return (max(float(_max(np.abs(q))), self.model.length_scale),
                 max(float(_max(np.abs(p))), self.h * force, 1e-300))
 
     def _max(self, values: np.ndarray) -> float:

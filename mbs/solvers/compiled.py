@@ -355,8 +355,8 @@ def _newton_workspace(n_eq, pattern_size, uv_size, reduced_size, n_x):
 
 @_jit
 def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
-               first, count, inverse_mass, h, guess_mode, force_scale, lam_guess, gam_guess,
-               warm_gamma, velocity_from_data, velocity_from_unknowns, m,
+               first, count, inverse_mass, h, guess_mode, force_scale, length_scale, lam_guess,
+               gam_guess, warm_gamma, velocity_from_data, velocity_from_unknowns, m,
                tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr, tensor_dd_indices,
                tensor_dd_data,
                pattern_start, tensor_xd_entry, tensor_xd_indptr, tensor_xd_indices,
@@ -465,7 +465,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
         if correcting:
             _correct_guess(x, data, defects, defect_count, oldest, correction_order, lag,
                            defect_sum, coefficients)
-        largest_q = 1e-300
+        largest_q = length_scale
         largest_p = h * force_scale
         for j in range(n):
             largest_q = max(largest_q, abs(q0[j]))
@@ -787,7 +787,8 @@ class CompiledSystem:
 
     def run(self, q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
             first: int, count: int, inverse_mass, h: float, guess_mode: int,
-            force_scale: float, lam_guess, gam_guess, warm_gamma: bool, velocity_maps,
+            force_scale: float, length_scale: float, lam_guess, gam_guess, warm_gamma: bool,
+            velocity_maps,
             options, force: np.ndarray, new_weight: float, lag: int, lam_before_guess,
             gam_before_guess, correction_order: int, defects: np.ndarray,
             defect_count: int, startup_defects: int):
@@ -795,7 +796,8 @@ class CompiledSystem:
         started = time.perf_counter() if _compile_seconds is None else None
         result = _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
                             iterations_out, first, count, inverse_mass, h, guess_mode,
-                            force_scale, lam_guess, gam_guess, warm_gamma, velocity_maps[0],
+                            force_scale, length_scale, lam_guess, gam_guess, warm_gamma,
+                            velocity_maps[0],
                             velocity_maps[1], self.m, *self.tensors, self.constant,
                             self.linear_data, self.linear_unknowns, *self.override,
                             options.tolerance, options.stagnation_level,

@@ -28,7 +28,8 @@ class Rattle(Solver):
 
     The position step is Newton's method on lambda (m unknowns) with the exact Jacobian
     -h^2/2 G(q1) M^-1 G(q0)^T, started from the previous step's lambda (``initial_guess`` has
-    no effect); mu follows from one linear solve. The step is explicit in the
+    no effect) and stopped when the change of q1 it causes is below the relative tolerance;
+    mu follows from one linear solve. The step is explicit in the
     potential force, so stiff springs limit h as for Stormer-Verlet.
     """
 
@@ -54,9 +55,15 @@ class Rattle(Solver):
                 return (model.constraints(q1),
                         -0.5 * h * h * (model.jacobian_matrix(q1) @ minv_jac0_t))
 
-            scale = max(float(np.max(np.abs(self._lam))), 1e-300)
+            def position_change(lam):
+                return -0.5 * h * h * (minv_jac0_t @ lam)
+
+            # converged when lambda's effect on q1 is below the tolerance: lambda passes
+            # through zero (a pendulum released from rest), its effect has the size of q
+            scale = max(float(np.max(np.abs(q0))), model.length_scale)
             lam, iterations, _ = newton(residual_and_jacobian, self._lam.copy(),
-                                        [slice(0, m)], [scale], self.newton)
+                                        [slice(0, model.n)], [scale], self.newton,
+                                        state_map=position_change, state_offset=q_free)
         else:
             lam, iterations = np.zeros(0), 0
         p_half = p_free - 0.5 * h * (jac0.T @ lam)
