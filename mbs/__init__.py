@@ -15,6 +15,7 @@ from mbs.errors import (
     SimulationInterrupted,
     SolverError,
 )
+from mbs.io import load_solution, save_solution
 from mbs.model import Model
 from mbs.rotations import (
     rotation_about_x,
@@ -23,19 +24,13 @@ from mbs.rotations import (
     rotation_from_axis_angle,
     rotation_from_quaternion,
 )
-from mbs.serialization import load_system  # noqa: E402  (needs System)
+from mbs.serialization import load_system, save_system
 from mbs.simulate import simulate
 from mbs.solution import BodyTrajectory, Solution
 from mbs.system import System
 
 __version__ = "0.1.0"
 
-
-def load_solution(path, model=None):
-    """Read a solution saved with ``Solution.save`` (see :func:`mbs.io.load_solution`)."""
-    from mbs.io import load_solution as _load
-
-    return _load(path, model=model)
 
 
 __all__ = [
@@ -44,5 +39,5 @@ __all__ = [
     "Solution", "SolverError", "System", "bodies", "forces", "joints", "rotation_about_x",
     "rotation_about_y", "rotation_about_z", "rotation_from_axis_angle",
     "load_system", "rotation_from_quaternion", "simulate", "solvers", "EnsembleSolution",
-    "simulate_ensemble", "simulate_many", "load_solution",
+    "simulate_ensemble", "simulate_many", "load_solution", "save_solution", "save_system",
 ]

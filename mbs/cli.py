@@ -223,20 +223,22 @@ def _viz_options(args, defaults: dict) -> dict:
 def _outputs(args, solution, viz_defaults: dict, progress: bool) -> None:
     wrote = []
     if args.save:
-        wrote.append(solution.save(args.save))
+        from mbs.io import save_solution
+
+        wrote.append(save_solution(solution, args.save))
     if args.csv:
         from mbs.io import save_csv
 
         wrote.append(save_csv(solution, args.csv))
-    if args.plot:
-        solution.plot_energy(args.plot)
-        wrote.append(args.plot)
-    if args.plot_momentum:
-        solution.plot_momentum(args.plot_momentum)
-        wrote.append(args.plot_momentum)
-    if args.plot_constraints:
-        solution.plot_constraints(args.plot_constraints)
-        wrote.append(args.plot_constraints)
+    plots = ((args.plot, "plot_energy"), (args.plot_momentum, "plot_momentum"),
+             (args.plot_constraints, "plot_constraints"))
+    if any(path for path, _ in plots):
+        from mbs import plots as plotting
+
+        for path, name in plots:
+            if path:
+                getattr(plotting, name)(solution, path=path)
+                wrote.append(path)
     if args.animate or args.snapshot or args.vtk:
         options = _viz_options(args, viz_defaults)
         if args.vtk:

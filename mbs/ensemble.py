@@ -556,7 +556,8 @@ class _BatchedEnergyMomentum:
         force = np.ascontiguousarray(self.constant_force, dtype=float).reshape(1, n)
         force_scale = float(np.abs(force).max()) if n else 0.0
         kernels.run_lanes(kernels.LANES, self.static_pivot_threshold, self.h, q, p, force,
-                          force_scale, self.model.length_scale, self.tolerance, self.max_iterations, self.contraction,
+                          force_scale, self.model.length_scale, self.tolerance,
+                          self.max_iterations, self.contraction,
                           self.refactor_above, self.stagnation_level,
                           -1 if self.predictor_correction is None
                           else int(self.predictor_correction), COEFFICIENT_TABLE,

@@ -125,7 +125,7 @@ def load_example(name_or_path) -> tuple[ModuleType, dict, dict, str]:
 
 
 def _json_model(path: str) -> tuple[ModuleType, dict, dict, str]:
-    """A model saved with System.save(), wrapped like an example module."""
+    """A model saved with mbs.save_system(), wrapped like an example module."""
     from mbs.serialization import load_system
 
     if not Path(path).is_file():

@@ -1,6 +1,6 @@
 """Solutions to and from files: NPZ round trip, CSV of observables, VTK time series.
 
-NPZ format (``solution.save("run.npz")`` / :func:`load_solution`)
+NPZ format (:func:`save_solution` / :func:`load_solution`)
 ------------------------------------------------------------------
 One ``numpy.savez_compressed`` archive, readable with ``allow_pickle=False``:
 

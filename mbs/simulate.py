@@ -1,10 +1,10 @@
 """Time integration driver: runs a solver over a time grid and collects a Solution.
 
-Failure contract: a step that cannot be solved raises :class:`mbs.SolverError` carrying the
-partial Solution (every accepted step), the step index and time, the residual and a hint; with
-``on_failure="refine"`` (default) the step is first retried as 2, 4, ... sub-steps (bounded depth) on the
-same output grid (the default). Ctrl-C raises :class:`mbs.SimulationInterrupted` (a KeyboardInterrupt) that
-carries the partial Solution. Long runs can stream to disk (``output=``) and be resumed
+Failure contract: with ``on_failure="refine"`` (default) a step that Newton's method cannot
+solve is retried as 2, 4, ... sub-steps (bounded depth) on the same output grid; a step that
+still cannot be solved raises :class:`mbs.SolverError` carrying the partial Solution (every
+accepted step), the step index and time, the residual and a hint. Ctrl-C raises
+:class:`mbs.SimulationInterrupted` (a KeyboardInterrupt) that carries the partial Solution. Long runs can stream to disk (``output=``) and be resumed
 (``resume=``) with results identical to an uninterrupted run.
 """
 

@@ -170,29 +170,3 @@ class Solution:
             f"{np.max(res['enforced_velocity'], initial=0):.3e} (velocity)",
         ]
         return "\n".join(lines)
-
-    # -- plots and files (thin wrappers; see mbs.plots and mbs.io) --------------------------
-    def plot_energy(self, path=None, **options):
-        """Energy error over time (matplotlib); see :func:`mbs.plots.plot_energy`."""
-        from mbs.plots import plot_energy
-
-        return plot_energy(self, path=path, **options)
-
-    def plot_momentum(self, path=None, **options):
-        """Momentum errors over time; see :func:`mbs.plots.plot_momentum`."""
-        from mbs.plots import plot_momentum
-
-        return plot_momentum(self, path=path, **options)
-
-    def plot_constraints(self, path=None, **options):
-        """Constraint residuals (log scale); see :func:`mbs.plots.plot_constraints`."""
-        from mbs.plots import plot_constraints
-
-        return plot_constraints(self, path=path, **options)
-
-    def save(self, path):
-        """Write to an .npz file; read back with :func:`mbs.load_solution` (see
-        :mod:`mbs.io`). Returns the path written."""
-        from mbs.io import save_solution
-
-        return save_solution(self, path)

@@ -231,13 +231,6 @@ class System:
             print(text)
         return text
 
-    def save(self, path) -> None:
-        """Write the system (bodies, joints, forces, initial state) to a JSON file; read it
-        back with :func:`mbs.load_system`."""
-        from mbs.serialization import save_system
-
-        save_system(self, path)
-
     def __repr__(self) -> str:
         return (f"System(bodies={len(self.bodies)}, joints={len(self.joints)}, "
                 f"forces={len(self.forces)})")

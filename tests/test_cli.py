@@ -131,7 +131,7 @@ def test_run_accepts_a_saved_model_json(tmp_path, capsys):
     from mbs.cli import main
 
     path = tmp_path / "top.json"
-    heavy_top.build().save(path)
+    mbs.save_system(heavy_top.build(), path)
     assert main(["run", str(path), "--t-end", "0.02", "--h", "0.002"]) == 0
     assert "energy" in capsys.readouterr().out
     (tmp_path / "bad.json").write_text('{"format": "mbs-model", "version": 7}')

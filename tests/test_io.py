@@ -19,7 +19,7 @@ def top():
 
 def test_npz_round_trip_is_exact(tmp_path, top):
     model, solution = top
-    path = solution.save(tmp_path / "run.npz")
+    path = mbs.save_solution(solution, tmp_path / "run.npz")
     loaded = mbs.load_solution(path)
     for name in ("t", "q", "p", "scheme_velocities", "multipliers", "velocity_multipliers",
                  "enforced_residuals"):
@@ -81,7 +81,7 @@ def test_csv_of_observables(tmp_path, top):
 def test_vtk_time_series_opens_in_pyvista(tmp_path, top):
     pv = pytest.importorskip("pyvista")
     _, solution = top
-    path = io.save_vtk(mbs.load_solution(solution.save(tmp_path / "r.npz")),
+    path = io.save_vtk(mbs.load_solution(mbs.save_solution(solution, tmp_path / "r.npz")),
                        tmp_path / "vtk" / "top.pvd", frames=3)
     assert path.suffix == ".pvd" and len(list((tmp_path / "vtk" / "top_frames").glob("*.vtp"))) == 3
     dataset = pv.read(path)

@@ -23,11 +23,11 @@ def png_ok(path) -> bool:
     return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_solution_plot_methods_save_pngs(tmp_path, pendulum_runs):
+def test_plot_functions_of_one_solution_save_pngs(tmp_path, pendulum_runs):
     em = pendulum_runs[0]
     for name in ("energy", "momentum", "constraints"):
         path = tmp_path / f"{name}.png"
-        figure = getattr(em, f"plot_{name}")(path)
+        figure = getattr(plots, f"plot_{name}")(em, path)
         assert png_ok(path)
         assert figure.axes
 

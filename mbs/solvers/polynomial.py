@@ -38,17 +38,14 @@ import scipy.sparse as sp
 from scipy.linalg import lapack
 
 from mbs.quadratic import QuadraticTable
+from mbs.solvers.factored_rows import cancelling_terms, csr_matvec, factored_override
 from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, _getrs
+from mbs.solvers.polynomial_sparse import SparseQuadraticSystem
 
 _gesv = lapack.dgesv
 
 #: max of an array without ndarray.max's Python-level wrapper (~1 us per call on small arrays)
 _max = np.maximum.reduce
-
-try:  # direct CSR mat-vec into a preallocated buffer: ~2x cheaper than ``matrix @ x``
-    from scipy.sparse._sparsetools import csr_matvec as _csr_matvec
-except ImportError:  # pragma: no cover - private SciPy API; fall back to the public one
-    _csr_matvec = None
 
 
 class Linear:
@@ -103,59 +100,10 @@ def _embed(block, row_offset: int, size: int):
     return sp.csr_matrix((coo.data, (coo.row + row_offset, coo.col)), shape=(size, size))
 
 
-def _cancelling_terms(factored) -> np.ndarray:
-    """Product terms u.v whose expanded polynomial can cancel: both factors depend on q and
-    one of them combines several coordinates or has a constant (a difference such as
-    x_b - x_a, or a point offset). Products of single coordinates (the director
-    orthonormality rows d_i . d_j) and linear rows expand exactly."""
-    u_map, v_map = sp.csr_matrix(factored.u_map), sp.csr_matrix(factored.v_map)
-    u_count = np.diff(u_map.indptr).reshape(-1, 3)
-    v_count = np.diff(v_map.indptr).reshape(-1, 3)
-    product = (u_count.sum(axis=1) > 0) & (v_count.sum(axis=1) > 0)
-    compound = ((u_count > 1).any(axis=1) | (v_count > 1).any(axis=1)
-                | (np.asarray(factored.u_const) != 0.0).any(axis=1)
-                | (np.asarray(factored.v_const) != 0.0).any(axis=1))
-    return product & compound
-
-
 def _expansion_loses_precision(factored) -> bool:
     """Whether some row needs re-evaluation from the factored form (see
-    :func:`_cancelling_terms`)."""
-    return bool(_cancelling_terms(factored).any())
-
-
-def _factored_override(table: QuadraticTable, start: int, from_data, from_unknowns,
-                       convert: Callable) -> tuple | None:
-    """Constraint rows g(u), u = U_d d + U_x x, from the factored form of the table: the
-    affine 3-vectors of every product term are composed with u's map, so one mat-vec gives
-    them all (see :class:`mbs.quadratic.FactoredTerms`). Only the contiguous range of rows
-    that holds the cancelling terms (:func:`_cancelling_terms`, e.g. the two axis rows of a
-    revolute joint) is re-evaluated, with all terms of those rows; None when there is none
-    (then the polynomial value is the value). ``convert`` makes the maps dense or CSR.
-
-    Returns (first row, rows, U x-map, U d-map, constant of the 3-vectors, row_sum, explicit
-    constants, half length) where row_sum[k, 3 t + c] = scale_t for row k = row_t - first.
-    """
-    factored = table.factored
-    if factored is None:
-        return None
-    cancelling = _cancelling_terms(factored)
-    if not cancelling.any():
-        return None
-    first = int(factored.row[cancelling].min())
-    stop = int(factored.row[cancelling].max()) + 1
-    terms = np.flatnonzero((factored.row >= first) & (factored.row < stop))
-    triples = (3 * terms[:, None] + np.arange(3)).ravel()
-    uv_map = sp.vstack([sp.csr_matrix(factored.u_map)[triples],
-                        sp.csr_matrix(factored.v_map)[triples]])
-    uv_const = np.concatenate([np.asarray(factored.u_const)[terms].ravel(),
-                               np.asarray(factored.v_const)[terms].ravel()])
-    row_sum = sp.csr_matrix((np.repeat(factored.scale[terms], 3),
-                             (np.repeat(factored.row[terms] - first, 3),
-                              np.arange(3 * terms.size))), shape=(stop - first, 3 * terms.size))
-    return (start + first, stop - first, convert(uv_map @ from_unknowns),
-            convert(uv_map @ from_data), uv_const, convert(row_sum),
-            factored.explicit_constant[first:stop].copy(), 3 * terms.size)
+    :func:`~mbs.solvers.factored_rows.cancelling_terms`)."""
+    return bool(cancelling_terms(factored).any())
 
 
 def _halved(matrix: sp.csr_matrix) -> sp.csr_matrix:
@@ -168,12 +116,12 @@ def _accumulator(matrix: sp.csr_matrix) -> Callable[[np.ndarray, np.ndarray], No
     """``f(x, out)`` doing ``out += matrix @ x`` in place for a flat buffer ``out``: the
     SciPy CSR kernel bound to the matrix arrays (no Python frame per call, ~2x cheaper than
     ``matrix @ x`` at these sizes), or the public product where that kernel is missing."""
-    if _csr_matvec is None:
+    if csr_matvec is None:
         def accumulate(x: np.ndarray, out: np.ndarray) -> None:
             out += matrix @ x
         return accumulate
     rows, cols = matrix.shape
-    return functools.partial(_csr_matvec, rows, cols, matrix.indptr, matrix.indices,
+    return functools.partial(csr_matvec, rows, cols, matrix.indptr, matrix.indices,
                              matrix.data)
 
 
@@ -367,8 +315,6 @@ class QuadraticSystemBuilder:
                       ("dd", ~is_x_j & ~is_x_k))}
             overrides = [(start, term.matrix[:, :n_d].tocsr(), term.matrix[:, n_d:].tocsr())
                          for start, term in self._overrides]
-            from mbs.solvers.polynomial_sparse import SparseQuadraticSystem
-
             if shift is not None:  # no scheme shifts large models (see GGLVI)
                 raise ValueError("shifted unknowns need the dense QuadraticSystem")
             return SparseQuadraticSystem(self.table, constant, linear, parts, overrides, n_d,
@@ -484,7 +430,7 @@ class QuadraticSystem:
 
     def _factored_map(self, start: int, from_data: sp.csr_matrix,
                       from_unknowns: sp.csr_matrix) -> tuple | None:
-        return _factored_override(self.table, start, from_data, from_unknowns,
+        return factored_override(self.table, start, from_data, from_unknowns,
                                   (lambda a: a.toarray()) if self.dense
                                   else (lambda a: a.tocsr()))
 
@@ -533,7 +479,7 @@ class QuadraticSystem:
         return residual
 
     def _override_rows(self, x: np.ndarray, residual: np.ndarray) -> None:
-        """Constraint rows g(u) from the factored form (see :func:`_factored_override`)."""
+        """Constraint rows g(u) from the factored form (see :func:`factored_override`)."""
         for start, rows, uv_map, uv_step, row_sum, constant, half in self._override_step:
             uv = uv_map @ x + uv_step
             residual[start:start + rows] = row_sum @ (uv[:half] * uv[half:]) + constant

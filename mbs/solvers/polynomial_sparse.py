@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from mbs.quadratic import QuadraticTable
 from mbs.solvers import newton as _newton
-from mbs.solvers.polynomial import _csr_matvec, _factored_override
+from mbs.solvers.factored_rows import csr_matvec, factored_override
 
 
 def _evaluate_kernel(x, tensor_indptr, tensor_indices, tensor_values, linear_step, indptr,
@@ -123,7 +123,7 @@ class SparseQuadraticSystem:
         self._tensor_dd = sp.csr_matrix((dd_v, (dd_index, dd_k)), shape=(dd_keys.size, n_d))
         self._dd_rows, self._dd_cols = dd_keys // max(n_d, 1), dd_keys % max(n_d, 1)
         self._overrides = [o for o in (
-            _factored_override(table, start, from_data, from_unknowns, sp.csr_matrix)
+            factored_override(table, start, from_data, from_unknowns, sp.csr_matrix)
             for start, from_data, from_unknowns in overrides) if o is not None]
         self._extra = None
         # the index arrays again, unsigned, for the compiled evaluation (_evaluate_kernel)
@@ -177,8 +177,8 @@ class SparseQuadraticSystem:
         derivative = self._tensor_jx @ x
         half = self._linear_step + 0.5 * derivative
         residual = self.constant_step.copy()
-        if _csr_matvec is not None:
-            _csr_matvec(self.n_equations, self.n_unknowns, self._indptr, self._indices, half,
+        if csr_matvec is not None:
+            csr_matvec(self.n_equations, self.n_unknowns, self._indptr, self._indices, half,
                         x, residual)
         else:
             residual += sp.csr_matrix((half, self._indices, self._indptr),

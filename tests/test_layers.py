@@ -1,0 +1,88 @@
+"""The package's modules import each other without cycles.
+
+Every import counts, including those inside functions (an import moved into a function to
+dodge a cycle is still a cycle); imports under ``if TYPE_CHECKING:`` do not, since they never
+run.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+import mbs
+
+PACKAGE_ROOT = Path(mbs.__file__).parent
+
+
+def module_names() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE_ROOT.rglob("*.py"):
+        parts = ["mbs", *path.relative_to(PACKAGE_ROOT).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
+    tree = ast.parse(path.read_text())
+    skipped = {id(node) for branch in ast.walk(tree) if isinstance(branch, ast.If)
+               and "TYPE_CHECKING" in ast.unparse(branch.test) for node in ast.walk(branch)}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets.add(base)
+            targets.update(f"{base}.{alias.name}" for alias in node.names)
+    return {target for target in targets if target in known and target != name}
+
+
+def import_graph() -> nx.DiGraph:
+    modules = module_names()
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        graph.add_node(name)
+        for target in imported_modules(name, path, set(modules)):
+            # importing a package's own submodule from its __init__ is not a cycle of modules
+            if not target.startswith(name + "."):
+                graph.add_edge(name, target)
+    return graph
+
+
+def test_the_import_graph_covers_the_package():
+    graph = import_graph()
+    assert {"mbs.simulate", "mbs.solution", "mbs.solvers.newton"} <= set(graph)
+    assert graph.has_edge("mbs.simulate", "mbs.solution")
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    cycles = [sorted(group) for group in nx.strongly_connected_components(graph)
+              if len(group) > 1]
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
+    """The detector itself: a function-level import back to the importer is a cycle."""
+    first = tmp_path / "first.py"
+    first.write_text("import mbs.second\n")
+    second = tmp_path / "second.py"
+    second.write_text("def later():\n    import mbs.first\n")
+    graph = nx.DiGraph()
+    known = {"mbs.first", "mbs.second"}
+    for name, path in (("mbs.first", first), ("mbs.second", second)):
+        for target in imported_modules(name, path, known):
+            graph.add_edge(name, target)
+    assert [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1] == [
+        ["mbs.first", "mbs.second"]]
