@@ -4,8 +4,9 @@ Failure contract: with ``on_failure="refine"`` (default) a step that Newton's me
 solve is retried as 2, 4, ... sub-steps (bounded depth) on the same output grid; a step that
 still cannot be solved raises :class:`mbs.SolverError` carrying the partial Solution (every
 accepted step), the step index and time, the residual and a hint. Ctrl-C raises
-:class:`mbs.SimulationInterrupted` (a KeyboardInterrupt) that carries the partial Solution. Long runs can stream to disk (``output=``) and be resumed
-(``resume=``) with results identical to an uninterrupted run.
+:class:`mbs.SimulationInterrupted` (a KeyboardInterrupt) that carries the partial Solution.
+Long runs can stream to disk (``output=``) and be resumed (``resume=``) with results identical
+to an uninterrupted run.
 """
 
 from __future__ import annotations
