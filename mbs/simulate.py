@@ -248,7 +248,9 @@ class _Run:
         if writer is not None:
             writer.flush(self.solver.checkpoint())
             writer.finish()
-        return self.solution()
+        solution = self.solution()
+        _warn_if_energy_is_lost(solution)
+        return solution
 
     def _store(self, k: int, result: StepResult) -> None:
         # one dot product detects NaN/inf cheaply; the exact test confirms (overflow)
@@ -268,7 +270,7 @@ class _Run:
     def _advance(self, k: int) -> StepResult:
         q, p = self.q[k], self.p[k]
         try:
-            return self.solver.step(q, p)
+            return self.solver.step(self.t_start + k * self.h, q, p)
         except NewtonConvergenceError as failure:
             if self.on_failure == "refine" and self.max_refinements > 0:
                 refined = self._refine(q, p, k, failure)
@@ -287,12 +289,14 @@ class _Run:
         checkpoint = self.solver.checkpoint()
         for depth in range(1, self.max_refinements + 1):
             substeps = 2**depth
+            h_sub = self.h / substeps
             self.solver.restore(checkpoint)
-            self.solver.set_step_size(self.h / substeps)
+            self.solver.set_step_size(h_sub)
             try:
                 q_sub, p_sub, total = q, p, 0
-                for _ in range(substeps):
-                    result = self.solver.step(q_sub, p_sub)
+                for i in range(substeps):
+                    t_sub = self.t_start + k * self.h + i * h_sub
+                    result = self.solver.step(t_sub, q_sub, p_sub)
                     q_sub, p_sub, total = result.q, result.p, total + result.iterations
             except NewtonConvergenceError:
                 continue
@@ -303,6 +307,31 @@ class _Run:
             return result
         self.solver.restore(checkpoint)
         return None
+
+
+#: Energy change, relative to the size of the initial energy terms, above which a run of a
+#: conservative model is reported as untrustworthy. Every scheme of mbs keeps the energy of
+#: a conservative model within a band of size O(h^2) at stable step sizes; a change of this
+#: size means the step is beyond the scheme's stability or accuracy limit.
+ENERGY_WARNING_LEVEL = 0.1
+
+
+def _warn_if_energy_is_lost(solution: Solution) -> None:
+    if solution.t.size < 2:
+        return
+    energy = solution.energy()
+    kinetic = solution.kinetic_energy()
+    scale = max(abs(energy[0]), abs(kinetic[0]), abs(energy[0] - kinetic[0]))
+    if scale == 0.0:  # at rest at zero potential: compare with the motion that followed
+        scale = float(np.max(np.abs(kinetic)))
+    change = float(np.max(np.abs(energy - energy[0])))
+    if not change > ENERGY_WARNING_LEVEL * scale:  # also catches NaN
+        return
+    warnings.warn(f"simulate: {solution.stats['solver']} at h = {solution.stats['h']:g} changed "
+                  f"the energy of this conservative model by {change / scale:.2g} of its "
+                  f"size: the step is beyond the scheme's stability or accuracy limit; "
+                  f"reduce h (or use 'em', which conserves energy at any step size)",
+                  RuntimeWarning, stacklevel=4)
 
 
 _CONTROLLER: ThreadpoolController | None = None

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+import mbs
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -26,3 +28,12 @@ def test_readme_starts_with_the_two_commands():
     block = lines[lines.index("```bash") + 1:lines.index("```bash") + 3]
     assert "examples/demo.py" in block[0]
     assert "pytest" in block[1]
+
+
+def test_readme_solver_table_is_the_generated_one():
+    """The README's solver table is mbs.solvers.solver_table() (one source: the properties
+    each scheme declares)."""
+    text = README.read_text()
+    start = text.index("<!-- solver-table")
+    body = text[text.index("\n", start) + 1:text.index("<!-- /solver-table -->")]
+    assert body.strip() == mbs.solvers.solver_table().strip()

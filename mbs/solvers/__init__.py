@@ -1,20 +1,8 @@
 """Time integrators and their registry.
 
-========  ==========  ==========  ===================  =======================================
-name      order q, p  symplectic  energy / momentum    constraints exact at step ends
-========  ==========  ==========  ===================  =======================================
-em        2, 2        no          exact / exact        g(q^{n+1}), G M^-1 p^{n+1}
-ggl-vi-s  1, 1        yes         bounded / exact      g(q^{n+1}); G M^-1 p^{n+1} at q_bar
-ggl-vi-a  2, 2        yes         bounded / exact      none (g, G v at q^{n+theta})
-ggl-vi-b  1, 1        yes         bounded / exact      g(q^{n+1}); G v^{n+1} at q^{n+theta}
-rattle    2, 2        yes         bounded / exact      g(q^{n+1}), G M^-1 p^{n+1}
-hbvm      2, 2 (1)    no          (2) / no             g(q^{n+1}) as energy (2); G M^-1 p O(h^2)
-========  ==========  ==========  ===================  =======================================
-
-(1) 2s when the exact multiplier is constant. (2) HBVM(k, s), seed 004: exact when H (resp. g) is
-a polynomial of degree <= 2k/s, else O(h^{2k}).
-
-(see :func:`solver_table` for the table generated from the registered properties).
+Every scheme declares its properties (:class:`SchemeProperties`: order, symplecticity, what it
+conserves, which constraint levels hold at step ends); :func:`solver_table` renders them, and the
+README's solver table is that output.
 
 Backends of ``em`` and ``ggl-vi-a`` (``backend=`` option of every solver): "polynomial" (default
 where it applies: quadratic constraints; :mod:`mbs.solvers.polynomial`), "compiled" (optional

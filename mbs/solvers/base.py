@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.model import DENSE_LIMIT, Model
+from mbs.solvers.cache import model_cache
 from mbs.solvers.defects import (  # noqa: F401 (re-exported)
     MAX_CORRECTION_DEGREE,
     DefectHistory,
@@ -201,7 +202,7 @@ class Solver:
             return None
         self._inverse_mass_dense = np.ascontiguousarray(self.model.inverse_mass_matrix.toarray())
         # immutable arrays: built once per (model, scheme, h), like the polynomial system
-        cache = self.model.__dict__.setdefault("_compiled_systems", {})
+        cache = model_cache(self.model, "compiled_systems")
         key = (type(self).__name__, self._polynomial_key(), self.h)
         if key not in cache:
             # (indptr, indices, data) of V_d and V_x: a row of a velocity map has few entries
@@ -419,7 +420,7 @@ class Solver:
         which only small models afford)."""
         if self._constant_gradient is None or not self._polynomial.dense:
             return None
-        cache = self.model.__dict__.setdefault("_polynomial_systems", {})
+        cache = model_cache(self.model, "polynomial_systems")
         key = ("predictor", type(self).__name__, self._polynomial_key(), self.h)
         predictor = cache.get(key)
         if predictor is None:
@@ -488,10 +489,11 @@ class Solver:
         return ()
 
     def _shared_polynomial(self):
-        """The polynomial step equations, built once per (model, scheme, h) and kept on the
-        model (building them for a 1000-body chain takes ~0.5 s); each solver gets its own
-        copy of the per-step buffers, so runs may share a model across threads."""
-        cache = self.model.__dict__.setdefault("_polynomial_systems", {})
+        """The polynomial step equations, built once per (model, scheme, h) and kept in
+        :mod:`mbs.solvers.cache` (building them for a 1000-body chain takes ~0.5 s); each
+        solver gets its own copy of the per-step buffers, so runs may share a model across
+        threads."""
+        cache = model_cache(self.model, "polynomial_systems")
         key = (type(self).__name__, self._polynomial_key(), self.h, self._dense_polynomial())
         system = cache.get(key)
         if system is None:
@@ -542,24 +544,27 @@ class Solver:
 
         return extra
 
-    def step(self, q: np.ndarray, p: np.ndarray) -> StepResult:
-        """Advance one step from (q, p). With the "explicit" predictor a step whose Newton
-        iteration fails is retried once from the "advanced" guess: at very large steps the
-        extrapolated momentum can start Newton outside its region of convergence (measured on
-        the heavy top at h = 0.078, where the advanced guess converges in 11 iterations)."""
+    def step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
+        """Advance one step from the state (q, p) at time t (t enters through time-dependent
+        loads and drives; autonomous models do not use it).
+
+        With the "explicit" predictor a step whose Newton iteration fails is retried once from
+        the "advanced" guess: at very large steps the extrapolated momentum can start Newton
+        outside its region of convergence (measured on the heavy top at h = 0.078, where the
+        advanced guess converges in 11 iterations)."""
         try:
-            return self._step(q, p)
+            return self._step(t, q, p)
         except NewtonConvergenceError:
             if self.initial_guess != "explicit":
                 raise
         self.initial_guess = "advanced"
         self.guess_retries += 1
         try:
-            return self._step(q, p)
+            return self._step(t, q, p)
         finally:
             self.initial_guess = "explicit"
 
-    def _step(self, q: np.ndarray, p: np.ndarray) -> StepResult:
+    def _step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
         raise NotImplementedError
 
     def set_step_size(self, h: float) -> None:

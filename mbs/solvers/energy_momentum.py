@@ -45,7 +45,8 @@ class EnergyMomentum(Solver):
         name="em", order_q="2", order_p="2", symplectic=False,
         energy="exact (round-off)", momentum="exact (symmetric potentials)",
         constraints_at_step_end="g(q^{n+1}) and G M^-1 p^{n+1}",
-        multiplier_times="lambda^{n+1}, gamma^{n+1}", reference="seed 003, (84)")
+        multiplier_times="lambda^{n+1}, gamma^{n+1}",
+        reference="Kinon, Betsch, Schneider (2023), (84)")
 
     def _build_polynomial(self) -> QuadraticSystem:
         """(84a-e) as a quadratic polynomial in (q0, p0; q1, p1, lambda, gamma)."""
@@ -135,7 +136,7 @@ class EnergyMomentum(Solver):
 
         return residual_and_jacobian, self._initial_guess(q0, p0)
 
-    def _step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+    def _step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         if self._polynomial is not None:
             return self._polynomial_step(q0, p0)
         model, n, m = self.model, self.model.n, self.model.m

@@ -27,20 +27,23 @@ from mbs.solvers.polynomial import QuadraticSystem, QuadraticSystemBuilder
 
 _PROPERTIES = {
     "S": SchemeProperties(
-        name="ggl-vi-s", order_q="1", order_p="1", symplectic=True,
+        name="ggl-vi-s", order_q="2 (paper: 1)", order_p="1", symplectic=True,
         energy="bounded oscillation", momentum="exact (symmetric potentials)",
         constraints_at_step_end="g(q^{n+1}); G(q_bar) M^-1 p^{n+1} at q_bar = q^n + h v^n",
-        multiplier_times="lambda^n, gamma^{n+1}", reference="seed 003, (55)"),
+        multiplier_times="lambda^n, gamma^{n+1}",
+        reference="Kinon, Betsch, Schneider (2023), (55)"),
     "A": SchemeProperties(
         name="ggl-vi-a", order_q="2", order_p="2", symplectic=True,
         energy="bounded oscillation", momentum="exact (symmetric potentials)",
         constraints_at_step_end="none: g and G v hold at q^{n+theta} only",
-        multiplier_times="lambda^n, gamma^n", reference="seed 003, (79)"),
+        multiplier_times="lambda^n, gamma^n",
+        reference="Kinon, Betsch, Schneider (2023), (79)"),
     "B": SchemeProperties(
-        name="ggl-vi-b", order_q="1", order_p="1", symplectic=True,
+        name="ggl-vi-b", order_q="2 (paper: 1)", order_p="1", symplectic=True,
         energy="bounded oscillation", momentum="exact (symmetric potentials)",
         constraints_at_step_end="g(q^{n+1}); G v^{n+1} at q^{n+theta}",
-        multiplier_times="lambda^n, gamma^n", reference="seed 003, (82)"),
+        multiplier_times="lambda^n, gamma^n",
+        reference="Kinon, Betsch, Schneider (2023), (82)"),
 }
 
 
@@ -70,13 +73,8 @@ class GGLVI(Solver):
         lambda^n drops out of M v^{n+1} (its coefficient is h (1 - vartheta) G(q^n)^T once
         p^{n+1} is eliminated) and the step equations are singular, so it is rejected.
 
-    ==========  =========  ==========  =====================================================
-    variant     order q,p  symplectic  constraints exact at step ends
-    ==========  =========  ==========  =====================================================
-    S           1, 1       yes         g(q^{n+1}); velocity constraint only at q_bar
-    A (th=1/2)  2, 2       yes         none (g, G v at q^{n+theta})
-    B (83)      1, 1       yes         g(q^{n+1}); G v^{n+1} at q^{n+theta}
-    ==========  =========  ==========  =====================================================
+    Orders, conserved quantities and constraint levels per variant:
+    :func:`mbs.solvers.solver_table`.
 
     Energy is not conserved but oscillates boundedly; momentum maps of symmetric systems are
     conserved to round-off. Newton Jacobians are analytic (exact for quadratic constraints).
@@ -256,7 +254,7 @@ class GGLVI(Solver):
             return self._system_first_order(q0, p0)
         return self._system_theta(q0, p0)
 
-    def _step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+    def _step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         if self._polynomial is not None:
             return self._polynomial_step(q0, p0)
         model, h, n, m = self.model, self.h, self.model.n, self.model.m

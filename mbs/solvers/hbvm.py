@@ -249,7 +249,8 @@ class HBVM(Solver):
         momentum="not guaranteed",
         constraints_at_step_end="g(q^{n+1}) as energy; G M^-1 p^{n+1} only O(h^2)",
         multiplier_times="lambda_n constant on [t_n, t_{n+1}] (~ lambda(t_n + h/2))",
-        reference="seed 004, (50)-(52)")
+        reference=("Brugnano, Gurioli, Iavernaro, Weinmüller, Line integral solution of "
+                   "Hamiltonian systems with holonomic constraints, (50)-(52)"))
 
     def __post_init__(self):
         super().__post_init__()
@@ -348,7 +349,7 @@ class HBVM(Solver):
         return gamma
 
     # -- step ---------------------------------------------------------------------------------
-    def step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+    def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         model = self.model
         v0 = np.asarray(model.apply_inverse_mass(p0)).ravel()
         if self.iteration == "newton":
