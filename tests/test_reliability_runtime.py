@@ -55,11 +55,11 @@ def test_keyboard_interrupt_keeps_partial_solution(pendulum, monkeypatch):
     calls = {"count": 0}
     original = EnergyMomentum.step
 
-    def interrupted_step(self, q, p):
+    def interrupted_step(self, t, q, p):
         calls["count"] += 1
         if calls["count"] == 7:
             raise KeyboardInterrupt
-        return original(self, q, p)
+        return original(self, t, q, p)
 
     monkeypatch.setattr(EnergyMomentum, "step", interrupted_step)
     with pytest.raises(KeyboardInterrupt) as info:

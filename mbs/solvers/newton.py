@@ -67,9 +67,22 @@ class NewtonOptions:
     tolerance : float
         Relative increment below which the iteration stops (default 1e-12, see module doc).
     max_iterations : int
-        Iterations before :class:`NewtonConvergenceError` (default 25).
+        Iterations before :class:`NewtonConvergenceError` (default 12). From the
+        predictor Newton converges in 2-4 iterations; a step that needs more than 12 starts
+        outside the region of quadratic convergence (too large a step) or sits at a
+        near-singular configuration, and :func:`mbs.simulate` then redoes it as sub-steps
+        (its default ``on_failure="refine"``), which is cheaper and keeps the trajectory
+        on its branch through singular positions of mechanisms.
     stagnation_level : float
         Increments below this relative size that no longer halve count as converged.
+    stall_level : float
+        Near a singular configuration the Newton matrix is ill-conditioned and the increments
+        stall at about (condition number) x (round-off), above the tolerance, while the
+        residual is already at round-off. When the relative increment is below this level
+        (default 1e-6) and no longer halves, the residual is compared with the size of the
+        terms it is made of, row by row (|R_i| against (|J| |x|)_i, a measure of the terms
+        of row i): at :data:`ROUNDOFF_RESIDUAL` or below the iterate is accepted, since no
+        further iteration can improve it.
     simplified : bool or None
         Reuse the factorised Jacobian across iterations and steps (see module doc). None
         (default) chooses it for models with more than 48 coordinates, where factorisation
@@ -93,8 +106,9 @@ class NewtonOptions:
     """
 
     tolerance: float = 1e-12
-    max_iterations: int = 25
+    max_iterations: int = 12
     stagnation_level: float = 1e-8
+    stall_level: float = 1e-6
     simplified: bool | None = None
     contraction: float = 0.25
     refactor_above: float = 1e-5
@@ -577,6 +591,33 @@ class Factorization:
         return _getrs(self._lu, self._piv, rhs)[0]
 
 
+#: Residual rows, relative to the size of their terms, that count as round-off: a few hundred
+#: units of round-off cover the sums of the tens of terms of a row of a step's equations.
+ROUNDOFF_RESIDUAL = 256.0 * np.finfo(float).eps
+
+
+def residual_at_roundoff(residual: np.ndarray, jacobian, size: np.ndarray) -> bool:
+    """Whether every row of ``residual`` is at round-off: within what a change of the
+    unknowns by round-off of their natural ``size`` can explain, |R_i| <=
+    :data:`ROUNDOFF_RESIDUAL` (|J| size)_i (see ``NewtonOptions.stall_level``)."""
+    if not residual.size:
+        return True
+    magnitude = abs(jacobian) @ size if sp.issparse(jacobian) else np.abs(jacobian) @ size
+    return bool(np.all(np.abs(residual) <= ROUNDOFF_RESIDUAL * magnitude))
+
+
+def natural_size(x: np.ndarray, segment_starts: np.ndarray, floors: np.ndarray,
+                  lead: slice) -> np.ndarray:
+    """|x| with every entry of a convergence block raised to the block's size max(floor_b,
+    max |x_b|): a coordinate that happens to be zero still varies on the scale of its block."""
+    size = np.abs(x)
+    if floors.size:
+        block = np.maximum(floors, np.maximum.reduceat(size[lead], segment_starts))
+        counts = np.diff(np.r_[segment_starts, lead.stop - lead.start])
+        size[lead] = np.repeat(block, counts)
+    return size
+
+
 def solve_linear(matrix, rhs: np.ndarray) -> np.ndarray:
     """Solve ``matrix x = rhs``: dense LAPACK LU for small, SuperLU for large sparse systems."""
     return Factorization(matrix).solve(rhs)
@@ -689,9 +730,12 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
                             / np.maximum(floors, np.maximum.reduceat(np.abs(value[lead]),
                                                                       segment_starts))).max())
                      if floors.size else 0.0)
+        stalled = increment > 0.5 * previous
         if (increment <= options.tolerance
-                or (fresh and increment <= options.stagnation_level
-                    and increment > 0.5 * previous)):
+                or (fresh and stalled and increment <= options.stagnation_level)
+                or (stalled and increment <= options.stall_level and state_map is None
+                    and residual_at_roundoff(
+                        *system(x), natural_size(x, segment_starts, floors, lead)))):
             state.factorization = factorization if simplified else None
             return x, iteration, float(np.abs(residual).max()) if residual.size else 0.0
         if (increment > options.contraction * previous

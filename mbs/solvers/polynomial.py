@@ -39,7 +39,13 @@ from scipy.linalg import lapack
 
 from mbs.quadratic import QuadraticTable
 from mbs.solvers.factored_rows import cancelling_terms, csr_matvec, factored_override
-from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, _getrs
+from mbs.solvers.newton import (
+    NewtonConvergenceError,
+    NewtonOptions,
+    _getrs,
+    natural_size,
+    residual_at_roundoff,
+)
 from mbs.solvers.polynomial_sparse import SparseQuadraticSystem
 
 _gesv = lapack.dgesv
@@ -501,15 +507,23 @@ class QuadraticSystem:
                 jac += j_extra
         return residual, jac
 
+    def _at_roundoff(self, x: np.ndarray, blocks: tuple, floors: np.ndarray) -> bool:
+        """:func:`~mbs.solvers.newton.residual_at_roundoff` at ``x`` (the stall test of
+        ``NewtonOptions.stall_level``)."""
+        starts, _, lead = blocks
+        residual, jacobian = self.evaluate(x)
+        return residual_at_roundoff(residual, jacobian, natural_size(x, starts, floors, lead))
+
     def solve(self, x0: np.ndarray, blocks: tuple[np.ndarray, np.ndarray, slice],
               floors: np.ndarray, options: NewtonOptions
               ) -> tuple[np.ndarray, int, int, np.ndarray]:
         """Newton's method on R(x) = 0 at the current step data. Dense systems only.
 
         Same stopping rules, errors and factorisation reuse as
-        :func:`mbs.solvers.newton.newton` (relative increments per block, stagnation,
-        ``refactor_above``), with the evaluation inlined into preallocated buffers and LAPACK
-        getrf/getrs applied to the transposed buffer (Fortran order, so nothing is copied).
+        :func:`mbs.solvers.newton.newton` (relative increments per block, stagnation, the
+        round-off test of stalled iterations, ``refactor_above``), with the evaluation inlined
+        into preallocated buffers and LAPACK getrf/getrs applied to the transposed buffer
+        (Fortran order, so nothing is copied).
 
         Parameters
         ----------
@@ -590,8 +604,11 @@ class QuadraticSystem:
                         / np.maximum(floors, np.maximum.reduceat(np.abs(current), starts))))
             else:
                 increment = 0.0
-            if (increment <= tolerance
-                    or (fresh and increment <= stagnation and increment > 0.5 * previous)):
+            stalled = increment > 0.5 * previous
+            if (increment <= tolerance or (fresh and stalled and increment <= stagnation)
+                    or (stalled and increment <= options.stall_level
+                        and self._at_roundoff(x if shift is None else x - shift, blocks,
+                                              floors))):
                 # the multiplier blocks are outside the increment test: check them once
                 if not math.isfinite(step.dot(step)):
                     _raise_failure("increment", residual, iteration)
