@@ -372,7 +372,7 @@ class Model:
         q = np.asarray(q, dtype=float)
         if q.ndim == 1:
             return self.potential(q)
-        return np.array([self.potential(row) for row in q])
+        return self.potential_energies(q.reshape(-1, self.n)).reshape(q.shape[:-1])
 
     def energy(self, q: np.ndarray, p: np.ndarray) -> np.ndarray | float:
         """Total energy H = T(p) + V(q) (seed 003, eq. (4))."""
