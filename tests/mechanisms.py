@@ -167,6 +167,47 @@ def stacked_four_bars(count: int) -> mbs.System:
     return system
 
 
+def parallelogram_chain(count: int, crank_rate: float = 1.0, length: float = 1.0
+                        ) -> mbs.System:
+    """``count`` parallelogram four-bars in a row in the x-y plane (gravity -y): ``count`` + 1
+    upright cranks hinged to the ground about z at x = 0, L, ..., count L, and ``count``
+    horizontal couplers joining the tips of neighbouring cranks (links of :func:`link`).
+
+    All cranks turn at ``crank_rate`` and the couplers translate with the crank tips. One
+    degree of freedom: each loop adds 6 coordinates of freedom and 10 equations in 3D, of
+    which 3 planar ones are redundant (6 (2 count + 1) - 5 (3 count + 1) + 3 count = 1).
+    When the cranks are horizontal every bar lies on one line: a singular configuration
+    where the constraint Jacobian loses further rank (the parallelogram can fold).
+    """
+    system = mbs.System(gravity=(0.0, -9.81, 0.0))
+    spin = np.array([0.0, 0.0, crank_rate])
+    up = np.array([0.0, length, 0.0])
+    cranks = []
+    for i in range(count + 1):
+        base = np.array([i * length, 0.0, 0.0])
+        crank = system.add(link(f"crank{i}", base, base + up))
+        crank.set_state(velocity=np.cross(spin, 0.5 * up), angular_velocity=spin)
+        system.add(mbs.joints.Revolute(system.ground, crank, point=base, axis=Z,
+                                       name=f"pivot{i}"))
+        cranks.append(crank)
+    for i in range(count):
+        start = np.array([i * length, length, 0.0])
+        coupler = system.add(link(f"coupler{i}", start, start + (length, 0.0, 0.0)))
+        coupler.set_state(velocity=np.cross(spin, up))
+        system.add(mbs.joints.Revolute(cranks[i], coupler, point=start, axis=Z,
+                                       name=f"left{i}"))
+        system.add(mbs.joints.Revolute(coupler, cranks[i + 1],
+                                       point=start + (length, 0.0, 0.0), axis=Z,
+                                       name=f"right{i}"))
+    return system
+
+
+def parallelogram_chain_angle(solution, crank: int) -> np.ndarray:
+    """Angle of crank ``crank`` of :func:`parallelogram_chain` from the +x axis, unwrapped."""
+    along = solution.body(f"crank{crank}").rotation[:, :, 0]
+    return np.unwrap(np.arctan2(along[:, 1], along[:, 0]))
+
+
 def slider_crank() -> mbs.System:
     """Crank (hinge to ground), connecting rod, slider (prismatic along x): planar, 1 dof.
 

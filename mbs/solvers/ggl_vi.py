@@ -27,7 +27,7 @@ from mbs.solvers.polynomial import QuadraticSystem, QuadraticSystemBuilder
 
 _PROPERTIES = {
     "S": SchemeProperties(
-        name="ggl-vi-s", order_q="2 (paper: 1)", order_p="1", symplectic=True,
+        name="ggl-vi-s", order_q="1", order_p="1", symplectic=True,
         energy="bounded oscillation", momentum="exact (symmetric potentials)",
         constraints_at_step_end="g(q^{n+1}); G(q_bar) M^-1 p^{n+1} at q_bar = q^n + h v^n",
         multiplier_times="lambda^n, gamma^{n+1}",
@@ -39,7 +39,7 @@ _PROPERTIES = {
         multiplier_times="lambda^n, gamma^n",
         reference="Kinon, Betsch, Schneider (2023), (79)"),
     "B": SchemeProperties(
-        name="ggl-vi-b", order_q="2 (paper: 1)", order_p="1", symplectic=True,
+        name="ggl-vi-b", order_q="1", order_p="1", symplectic=True,
         energy="bounded oscillation", momentum="exact (symmetric potentials)",
         constraints_at_step_end="g(q^{n+1}); G v^{n+1} at q^{n+theta}",
         multiplier_times="lambda^n, gamma^n",
