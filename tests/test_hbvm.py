@@ -313,27 +313,37 @@ def test_table4_tethered_rates(tethered, s):
         np.testing.assert_allclose(hp.rates([d[0] for d in diffs]), 2.0, atol=0.02)
 
 
-def check_planes(model, sol):
+def check_planes(model, sol, tolerance):
     y = [sol.body(f"satellite{i}").position[:, 1] for i in (1, 2, 3)]
-    assert np.max(np.abs(y[0] - 0.5)) <= 1e-9
-    assert np.max(np.abs(y[1] + 0.5)) <= 1e-9
-    assert np.max(np.abs(y[2])) <= 1e-9
+    assert np.max(np.abs(y[0] - 0.5)) <= tolerance
+    assert np.max(np.abs(y[1] + 0.5)) <= tolerance
+    assert np.max(np.abs(y[2])) <= tolerance
     e_h, e_g = hp.energy_and_constraint_errors(model, sol)
     assert e_h <= 1e-14 and 2.0 * e_g <= 1e-12
     assert np.max(np.linalg.norm(2.0 * hp.hidden(model, sol), axis=1)) <= 1e-5
 
 
 def test_tethered_planes_short(tethered):
+    """500 steps: the out-of-plane deviation measured 3.8e-13 (round-off amplified by the
+    planar motion's instability, see test_figure3_tethered_1e4_steps); 1e-9 leaves three
+    orders of magnitude for platform-dependent round-off."""
     sol = mbs.simulate(tethered, HBVM(k=6, s=2), h=0.1, t_end=50.0)
-    check_planes(tethered, sol)
+    check_planes(tethered, sol, tolerance=1e-9)
 
 
 @pytest.mark.slow
 def test_figure3_tethered_1e4_steps(tethered):
-    """Digest 8.8: HBVM(6,2), h = 0.1, 10^4 steps."""
+    """Digest 8.8: HBVM(6,2), h = 0.1, 10^4 steps.
+
+    The motion stays in the planes y = 0.5, -0.5, 0 by symmetry; numerically the out-of-plane
+    deviation starts at round-off and is amplified by the instability of the planar motion
+    to out-of-plane perturbations: measured 5e-17 after 100 steps, 2.7e-12 after 1000 and
+    7e-10 after 10^4 (amplification ~1e7, the seed differing by platform). The bound 1e-6
+    leaves three orders of magnitude for the seed, and a scheme that broke the symmetry
+    would push the satellites out of plane at its truncation error, ~1e-2 here."""
     sol = mbs.simulate(tethered, HBVM(k=6, s=2), h=0.1, t_end=1000.0)
     assert sol.stats["steps"] == 10_000
-    check_planes(tethered, sol)
+    check_planes(tethered, sol, tolerance=1e-6)
 
 
 def test_tethered_example_summary(tethered):
