@@ -96,7 +96,7 @@ def test_joint_constructors_and_compile(kind, point, axis, axis_b, length, groun
         return
     model = accepts_or_raises_mbs_error(system.compile)
     if model is not None:
-        assert np.all(np.isfinite(model.constraints(model._q0)))
+        assert np.all(np.isfinite(model.constraints(model.q0)))
         accepts_or_raises_mbs_error(model.initial_state, project=True)
 
 

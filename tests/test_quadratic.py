@@ -213,7 +213,7 @@ def test_batched_values_and_gradients_match_single_point_evaluation():
     model = four_particle.build().compile()
     rng = np.random.default_rng(11)
     Q = model.q0 + 0.2 * rng.standard_normal((4, model.n))
-    table = model._table
+    table = model.quadratic_constraint_table
     np.testing.assert_allclose(table.values(Q), [table.value(q) for q in Q], atol=1e-14)
     Y = rng.standard_normal((4, table.n_rows))
     np.testing.assert_allclose(table.jacobian_transpose_products(Q, Y),

@@ -43,4 +43,4 @@ def test_default_is_simplified_only_for_larger_models(chain):
     small.start(heavy_top.build().compile(), *heavy_top.build().compile().initial_state(), 0.01)
     large = EnergyMomentum()
     large.start(chain, chain.q0, chain.p0, 0.01)
-    assert small._simplified is False and large._simplified is True
+    assert not small.uses_simplified_newton and large.uses_simplified_newton

@@ -357,6 +357,13 @@ class Solver:
         return x, iterations, residual
 
     @property
+    def uses_simplified_newton(self) -> bool:
+        """Whether this run reuses the factorised Newton matrix across iterations and steps
+        (``NewtonOptions.simplified``; by default for models above
+        :data:`SIMPLIFIED_NEWTON_ABOVE` coordinates). Known after :meth:`start`."""
+        return bool(self._simplified)
+
+    @property
     def correction_degree(self) -> int | None:
         """The degree of the defect extrapolation in use (``predictor_correction`` with
         "auto" resolved: 3, or 6 for schemes that use every second defect)."""
