@@ -357,6 +357,15 @@ class Solver:
         return x, iterations, residual
 
     @property
+    def active_backend(self) -> str:
+        """How this run evaluates its step equations: "compiled", "polynomial" or
+        "assembled" (``backend="auto"`` resolved, fallbacks applied). Known after
+        :meth:`start`."""
+        if self._compiled is not None:
+            return "compiled"
+        return "polynomial" if self._polynomial is not None else "assembled"
+
+    @property
     def uses_simplified_newton(self) -> bool:
         """Whether this run reuses the factorised Newton matrix across iterations and steps
         (``NewtonOptions.simplified``; by default for models above
