@@ -606,6 +606,21 @@ def residual_at_roundoff(residual: np.ndarray, jacobian, size: np.ndarray) -> bo
     return bool(np.all(np.abs(residual) <= ROUNDOFF_RESIDUAL * magnitude))
 
 
+def converged(increment: float, previous: float, fresh: bool, options: NewtonOptions,
+              at_roundoff: Callable[[], bool]) -> bool:
+    """The stopping rule of every Newton loop of the implicit schemes.
+
+    Accept when the relative increment is at the tolerance; or when it stopped halving
+    (``stalled``) at round-off level with a fresh Jacobian (``stagnation_level``); or when it
+    stalled below ``stall_level`` and ``at_roundoff()`` (evaluated only then) finds the
+    residual at round-off, as at singular configurations (see :class:`NewtonOptions`).
+    """
+    stalled = increment > 0.5 * previous
+    return (increment <= options.tolerance
+            or (fresh and stalled and increment <= options.stagnation_level)
+            or (stalled and increment <= options.stall_level and at_roundoff()))
+
+
 def natural_size(x: np.ndarray, segment_starts: np.ndarray, floors: np.ndarray,
                   lead: slice) -> np.ndarray:
     """|x| with every entry of a convergence block raised to the block's size max(floor_b,
@@ -730,12 +745,9 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
                             / np.maximum(floors, np.maximum.reduceat(np.abs(value[lead]),
                                                                       segment_starts))).max())
                      if floors.size else 0.0)
-        stalled = increment > 0.5 * previous
-        if (increment <= options.tolerance
-                or (fresh and stalled and increment <= options.stagnation_level)
-                or (stalled and increment <= options.stall_level and state_map is None
-                    and residual_at_roundoff(
-                        *system(x), natural_size(x, segment_starts, floors, lead)))):
+        if converged(increment, previous, fresh, options,
+                     lambda x=x: state_map is None and residual_at_roundoff(
+                         *system(x), natural_size(x, segment_starts, floors, lead))):
             state.factorization = factorization if simplified else None
             return x, iteration, float(np.abs(residual).max()) if residual.size else 0.0
         if (increment > options.contraction * previous

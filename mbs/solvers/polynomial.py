@@ -43,6 +43,7 @@ from mbs.solvers.newton import (
     NewtonConvergenceError,
     NewtonOptions,
     _getrs,
+    converged,
     natural_size,
     residual_at_roundoff,
 )
@@ -604,11 +605,9 @@ class QuadraticSystem:
                         / np.maximum(floors, np.maximum.reduceat(np.abs(current), starts))))
             else:
                 increment = 0.0
-            stalled = increment > 0.5 * previous
-            if (increment <= tolerance or (fresh and stalled and increment <= stagnation)
-                    or (stalled and increment <= options.stall_level
-                        and self._at_roundoff(x if shift is None else x - shift, blocks,
-                                              floors))):
+            if converged(increment, previous, fresh, options,
+                         lambda x=x: self._at_roundoff(x if shift is None else x - shift,
+                                                       blocks, floors)):
                 # the multiplier blocks are outside the increment test: check them once
                 if not math.isfinite(step.dot(step)):
                     _raise_failure("increment", residual, iteration)
