@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
 from concurrent.futures import ProcessPoolExecutor
 
@@ -32,9 +33,7 @@ def rotated_states(model, count, seed=1):
 
 
 def _numba_available():
-    from mbs.ensemble import _numba_kernels
-
-    return _numba_kernels() is not None
+    return importlib.util.find_spec("numba") is not None
 
 
 BACKENDS = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(
@@ -154,35 +153,6 @@ def test_ensemble_of_double_pendulums_with_a_partial_simd_block(backend):
                                      backend, 1e-12)
 
 
-@pytest.mark.skipif(not _numba_available(), reason="numba not installed")
-def test_ensemble_static_pivot_fallback_gives_the_same_members(top, monkeypatch):
-    """With an impossible pivot threshold every factorisation falls back to partial
-    pivoting; the members are the same to round-off."""
-    from mbs import ensemble as ensemble_module
-
-    q0, p0 = rotated_states(top, 5)
-    static = mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, backend="numba")
-    counted = {}
-    run = ensemble_module._BatchedEnergyMomentum._run_numba
-
-    def counting_run(self, q, p):
-        iterations = run(self, q, p)
-        counted["fallbacks"] = int(self.fallbacks.sum())
-        return iterations
-
-    monkeypatch.setattr(ensemble_module._BatchedEnergyMomentum, "_run_numba", counting_run)
-    monkeypatch.setattr(ensemble_module._BatchedEnergyMomentum, "static_pivot_threshold",
-                        1e300)
-    pivoted = mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, backend="numba")
-    assert counted["fallbacks"] == pivoted.stats["factorizations"] > 0
-    np.testing.assert_allclose(pivoted.q, static.q, atol=1e-13)
-    np.testing.assert_allclose(pivoted.p, static.p, atol=1e-13 * np.abs(p0).max())
-    monkeypatch.setattr(ensemble_module._BatchedEnergyMomentum, "static_pivot_threshold", 0.1)
-    simd = mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, backend="numba")
-    assert counted["fallbacks"] == 0                  # the top's static pivots are safe
-    np.testing.assert_array_equal(simd.q, static.q)
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ensemble_failure_carries_the_states_before_it(top, backend):
     q0, p0 = rotated_states(top, 3)
@@ -192,146 +162,3 @@ def test_ensemble_failure_carries_the_states_before_it(top, backend):
     error = info.value
     assert error.step == 0 and error.solution.q.shape == (3, 1, 12)
     np.testing.assert_array_equal(error.solution.q[:, 0], q0)
-
-
-def _dense_condensed(n, m, qr, qi, qj, qc, lr, li, lc, mass, minv, h, gam, lam, q_mid, q1,
-                     v_mid, v1):
-    """Reference: the condensed Newton matrix (rows q, d, c; columns q, lambda, gamma) of
-    one member from dense blocks."""
-    t = np.zeros((m, n, n))
-    np.add.at(t, (qr, qi, qj), qc)
-    np.add.at(t, (qr, qj, qi), qc)
-    b = np.zeros((m, n))
-    np.add.at(b, (lr, li), lc)
-    g_mid, g1 = t @ q_mid + b, t @ q1 + b
-    hv_mid, hv1 = t @ v_mid, t @ v1
-    h_gam, h_lam = np.tensordot(gam, t, 1), np.tensordot(lam, t, 1)
-    a = np.zeros((n + 2 * m, n + 2 * m))
-    a[:n, :n] = 2.0 * mass / h**2 + 0.5 * h_lam - 0.5 * h_gam @ minv @ h_gam
-    a[:n, n:n + m] = g_mid.T
-    a[:n, n + m:] = hv_mid.T - (2.0 / h) * g_mid.T - h_gam @ minv @ g_mid.T
-    a[n:n + m, :n] = hv1 + (2.0 / h) * g1 - g1 @ minv @ h_gam
-    a[n:n + m, n + m:] = -2.0 * g1 @ minv @ g_mid.T
-    a[n + m:, :n] = g1
-    return a
-
-
-def _random_table(rng, n, m):
-    """A quadratic constraint table with dot-product-like rows and linear terms, and a dense
-    symmetric positive definite mass matrix (M^-1 dense: no structure to lean on)."""
-    rows, first, second, coef = [], [], [], []
-    for r in range(m):
-        for _ in range(3):
-            i, j = sorted(rng.choice(n, 2, replace=False))
-            rows.append(r), first.append(i), second.append(j), coef.append(rng.normal())
-    lin_rows = np.arange(m)
-    lin_i = rng.integers(0, n, m)
-    root = rng.normal(size=(n, n))
-    mass = root @ root.T + n * np.eye(n)
-    return (np.array(rows), np.array(first), np.array(second), np.array(coef), lin_rows, lin_i,
-            rng.normal(size=m), mass, np.linalg.inv(mass))
-
-
-@pytest.mark.skipif(not _numba_available(), reason="numba not installed")
-@pytest.mark.parametrize("case", ["top", "double_pendulum", "random"])
-def test_sparse_condensed_matrix_factors_and_solves_as_the_dense_one(top, case):
-    """The structural plan (_lane_plan): the matrix assembled entry by entry equals the
-    dense condensed matrix, its fill holds every nonzero of the factors, and the sparse LU
-    and substitutions solve the dense system (every lane)."""
-    from mbs import ensemble_numba as kernels
-    from mbs.ensemble import _BatchedEnergyMomentum, _lane_plan
-
-    rng = np.random.default_rng(7)
-    h = 2e-3
-    if case == "random":
-        n, m = 9, 4
-        qr, qi, qj, qc, lr, li, lc, mass, minv = _random_table(rng, n, m)
-    else:
-        if case == "top":
-            model = top
-        else:
-            import double_pendulum
-
-            model = double_pendulum.build().compile()
-        solver = _BatchedEnergyMomentum(model, h, 1e-12, 25, 1, "numpy")
-        n, m = solver.n, solver.m
-        qr, qi, qj, qc, lr, li, lc = (solver.qr, solver.qi, solver.qj, solver.qc, solver.lr,
-                                      solver.li, solver.lc)
-        mass, minv = solver.mass, solver.minv
-    plan = _lane_plan(n, m, qr, qi, qj, qc, lr, li, lc, mass, minv, h)
-    (nv, a_const, term_ptr, term_coef, term_var, diag, pairs, pair_ops, single_ops,
-     forward_ptr, forward, backward_ptr, backward, e_row, e_col, counts) = plan
-    lanes, size = kernels.LANES, n + 2 * m
-    assert counts["lu_updates"] < counts["dense_lu_updates"]
-    xv = rng.normal(size=(nv, lanes))
-    xv[-1] = 1.0
-    blocks = np.split(xv[:-1], np.cumsum([m, m, n, n, n]))   # gam, lam, q_mid, q1, v_mid, v1
-    a = np.zeros((e_row.size, lanes))
-    kernels._lanes_assemble(a, xv, a_const, term_ptr, term_coef, term_var)
-    rhs = rng.normal(size=(size, lanes))
-    x = rhs.copy()
-    ok = np.ones((1, lanes))
-    lu = a.copy()
-    kernels._lanes_sparse_lu(lu, ok, np.zeros((size, lanes)), np.zeros((size, lanes)), 0.0,
-                             diag, pairs, pair_ops, single_ops)
-    kernels._lanes_sparse_solve(lu, x, diag, forward_ptr, forward, backward_ptr, backward)
-    assert np.all(ok == 1.0)
-    for lane in range(lanes):
-        dense = _dense_condensed(n, m, qr, qi, qj, qc, lr, li, lc, mass, minv, h,
-                                 *(block[:, lane] for block in blocks))
-        assembled = np.zeros((size, size))
-        assembled[e_row, e_col] = a[:, lane]
-        scale = np.abs(dense).max()
-        np.testing.assert_allclose(assembled, dense, rtol=0, atol=1e-13 * scale)
-        factors = np.zeros((size, size))
-        factors[e_row, e_col] = lu[:, lane]
-        lower = np.tril(factors, -1) + np.eye(size)
-        np.testing.assert_allclose(lower @ np.triu(factors), dense, rtol=0,
-                                   atol=1e-11 * scale)
-        np.testing.assert_allclose(dense @ x[:, lane], rhs[:, lane], rtol=0,   # backward error
-                                   atol=1e-12 * scale * np.abs(x[:, lane]).max())
-
-
-@pytest.mark.skipif(not _numba_available(), reason="numba not installed")
-def test_sparse_lu_flags_lanes_with_small_static_pivots():
-    """The static pivot test of the sparse LU is the dense one's (threshold times the
-    largest entry below the pivot, zero or non-finite pivots), lane by lane."""
-    from mbs import ensemble_numba as kernels
-    from mbs.ensemble import _lane_plan
-
-    rng = np.random.default_rng(3)
-    n, m = 6, 2
-    qr, qi, qj, qc, lr, li, lc, mass, minv = _random_table(rng, n, m)
-    plan = _lane_plan(n, m, qr, qi, qj, qc, lr, li, lc, mass, minv, 1e-2)
-    nv, a_const, term_ptr, term_coef, term_var, diag, pairs, pair_ops, single_ops = plan[:9]
-    e_row, e_col = plan[-3], plan[-2]
-    lanes, size, threshold = kernels.LANES, n + 2 * m, 0.1
-    xv = rng.normal(size=(nv, lanes))
-    xv[-1] = 1.0
-    a = np.zeros((a_const.size, lanes))
-    kernels._lanes_assemble(a, xv, a_const, term_ptr, term_coef, term_var)
-    below = np.flatnonzero((e_col == 0) & (e_row > 0))[0]
-    a[below, 3] = 1e3 * abs(a[diag[0], 3])     # lane 3: a large entry below the first pivot
-    a[diag[0], 5] = 0.0                         # lane 5: a zero pivot
-    a[diag[0], 6] = np.nan                      # lane 6: not finite
-    expected = []
-    for lane in range(lanes):                   # dense elimination without row exchanges
-        dense = np.zeros((size, size))
-        dense[e_row, e_col] = a[:, lane]
-        good = True
-        for c in range(size):
-            pivot = abs(dense[c, c])
-            column = np.abs(dense[c + 1:, c])
-            biggest = max(column[~np.isnan(column)], default=0.0)
-            good &= bool(pivot >= threshold * biggest and 0.0 < pivot < np.inf)
-            with np.errstate(all="ignore"):
-                dense[c + 1:, c] *= 1.0 / dense[c, c]
-                dense[c + 1:, c + 1:] -= np.outer(dense[c + 1:, c], dense[c, c + 1:])
-        if not good:
-            expected.append(lane)
-    assert {3, 5, 6} <= set(expected) and len(expected) < lanes
-    ok = np.ones((1, lanes))
-    with np.errstate(all="ignore"):
-        kernels._lanes_sparse_lu(a, ok, np.zeros((size, lanes)), np.zeros((size, lanes)),
-                                 threshold, diag, pairs, pair_ops, single_ops)
-    assert np.flatnonzero(ok[0] == 0.0).tolist() == expected
