@@ -28,6 +28,8 @@ import scipy.sparse as sp
 
 from mbs.errors import ModelError, SolverError
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
+from mbs.simulate import simulate
+from mbs.solvers import Solver, make_solver
 from mbs.solvers.defects import COEFFICIENT_TABLE, MAX_CORRECTION_DEGREE, extrapolated_defect
 from mbs.solvers.newton import NewtonOptions
 from mbs.validation import as_scalar
@@ -45,8 +47,8 @@ class EnsembleSolution:
 
     def kinetic_energy(self) -> np.ndarray:
         """(K, N+1)."""
-        minv = self.model.inverse_mass_operator()
-        return 0.5 * np.einsum("kti,ij,ktj->kt", self.p, minv, self.p)
+        flat = self.p.reshape(-1, self.model.n)
+        return self.model.kinetic_energy(flat).reshape(self.p.shape[:2])
 
     def potential_energy(self) -> np.ndarray:
         """(K, N+1)."""
@@ -67,19 +69,30 @@ class EnsembleSolution:
 
 
 def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
-                      tolerance: float = 1e-12, max_iterations: int = 25,
-                      backend: str = "auto", predictor_correction: int | None = None
+                      solver: str | Solver = "em", tolerance: float = 1e-12,
+                      max_iterations: int = 25, backend: str = "auto",
+                      predictor_correction: int | None = None, **solver_options
                       ) -> EnsembleSolution:
-    """Integrate K members of ``model`` with the EM scheme, vectorised over the members.
+    """Integrate K members of ``model`` from K initial states.
+
+    With the EM scheme on a small model with quadratic constraints (the default) the
+    members are advanced together by batched kernels. Any other scheme, a solver instance,
+    solver options, a large model or user constraints run each member through
+    :func:`mbs.simulate` with that solver (the same steps as a single run, one member after
+    the other).
 
     Parameters
     ----------
     model : Model
-        A small model (``model.dense``) with quadratic constraints (all built-in joints).
+        The compiled model; the batched EM path needs ``model.dense`` and quadratic
+        constraints (all built-in joints).
     initial_states : (Q0, P0) arrays of shape (K, n), or an array (K, 2, n)
         Consistent initial states (check them with ``model.is_consistent``).
     h, t_end : float
         Step size and end time (start at 0).
+    solver : str or Solver
+        "em" (default) or any scheme :func:`mbs.simulate` accepts; ``**solver_options`` as
+        there, plus ``on_failure`` and ``max_refinements`` of :func:`mbs.simulate`.
     tolerance, max_iterations
         Newton stopping rule, as :class:`mbs.solvers.NewtonOptions` (relative increment of q
         and p of every member).
@@ -102,12 +115,13 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     """
     if not isinstance(model, Model):
         raise ModelError("simulate_ensemble expects a compiled Model")
-    if not model.dense or not model.constraints_are_quadratic:
-        raise ModelError("simulate_ensemble needs a small model (model.dense) with quadratic "
-                         "constraints; use simulate_many for large models or user constraints")
     h = as_scalar(h, "h", "simulate_ensemble", positive=True)
     t_end = as_scalar(t_end, "t_end", "simulate_ensemble", positive=True)
     q0, p0 = _initial_arrays(model, initial_states)
+    batched = (isinstance(solver, str) and solver.lower() == "em" and not solver_options
+               and model.dense and model.constraints_are_quadratic)
+    if not batched:
+        return _member_by_member(model, q0, p0, h, t_end, solver, solver_options)
     steps = max(1, int(round(t_end / h)))
     count, n = q0.shape
     if predictor_correction is not None and (
@@ -131,6 +145,45 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
                              "wall_time": time.perf_counter() - started})
 
 
+#: Options of :func:`mbs.simulate` (not of the solver) that members run member by member
+#: accept.
+_RUN_OPTIONS = ("on_failure", "max_refinements")
+
+
+def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_end: float,
+                      solver: str | Solver, solver_options: dict) -> EnsembleSolution:
+    """Every member through :func:`mbs.simulate` (see :func:`simulate_ensemble`). A failing
+    member raises its SolverError with an EnsembleSolution of the members run so far, each
+    up to the failing step."""
+    members = []
+    started = time.perf_counter()
+    run_options = {key: solver_options.pop(key) for key in _RUN_OPTIONS
+                   if key in solver_options}
+    for k in range(q0.shape[0]):
+        try:
+            members.append(simulate(model, make_solver(solver, **solver_options), h=h,
+                                    t_end=t_end, initial_state=(q0[k], p0[k]),
+                                    **run_options))
+        except SolverError as error:
+            partial = [*members, error.solution]
+            size = partial[-1].t.size
+            error.solution = EnsembleSolution(
+                model, partial[-1].t, np.stack([m.q[:size] for m in partial]),
+                np.stack([m.p[:size] for m in partial]),
+                {"solver": f"{partial[-1].stats['solver']} (ensemble)", "h": h,
+                 "members": len(partial), "failed_member": k})
+            error.args = (f"ensemble member {k}: {error}",)
+            raise
+    first = members[0]
+    return EnsembleSolution(
+        model, first.t, np.stack([m.q for m in members]), np.stack([m.p for m in members]),
+        {"solver": f"{first.stats['solver']} (ensemble)", "h": h, "members": len(members),
+         "backend": "member by member",
+         "newton_iterations": np.stack([m.stats["newton_iterations"] for m in members]),
+         "refined_steps": [m.stats["refined_steps"] for m in members],
+         "wall_time": time.perf_counter() - started})
+
+
 def simulate_many(runs: Iterable[tuple[Model, dict]], executor: Executor | None = None) -> list:
     """``mbs.simulate(model, **options)`` for every (model, options) pair.
 
@@ -139,8 +192,6 @@ def simulate_many(runs: Iterable[tuple[Model, dict]], executor: Executor | None 
     where the executor puts them. Models must be picklable for process or cluster executors
     (true for every built-in element; user potentials holding lambdas are not).
     """
-    from mbs.simulate import simulate
-
     runs = list(runs)
     if executor is None:
         return [simulate(model, **options) for model, options in runs]

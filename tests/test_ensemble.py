@@ -162,3 +162,39 @@ def test_ensemble_failure_carries_the_states_before_it(top, backend):
     error = info.value
     assert error.step == 0 and error.solution.q.shape == (3, 1, 12)
     np.testing.assert_array_equal(error.solution.q[:, 0], q0)
+
+
+@pytest.mark.parametrize("scheme", ["ggl-vi-s", "ggl-vi-a", "ggl-vi-b", "rattle", "hbvm"])
+def test_ensembles_of_every_scheme_are_the_single_runs(top, scheme):
+    """Schemes without a batched kernel run member by member through the single-run driver:
+    each member is bitwise the single run from its initial state."""
+    q0, p0 = rotated_states(top, 3)
+    ensemble = mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, solver=scheme)
+    assert ensemble.q.shape == (3, 11, top.n)
+    for k in range(3):
+        single = mbs.simulate(top, scheme, h=2e-3, t_end=0.02, initial_state=(q0[k], p0[k]))
+        np.testing.assert_array_equal(ensemble.q[k], single.q)
+        np.testing.assert_array_equal(ensemble.p[k], single.p)
+
+
+def test_ensemble_of_a_large_model_runs_member_by_member():
+    """Models above the dense size (sparse linear algebra) are integrated too."""
+    from mechanisms import parallelogram_chain
+
+    model = parallelogram_chain(8).compile()
+    assert not model.dense
+    q0, p0 = model.initial_state()
+    ensemble = mbs.simulate_ensemble(model, (np.stack([q0, q0]), np.stack([p0, -p0])),
+                                     h=1e-3, t_end=0.01)
+    energy = ensemble.energy()
+    assert np.abs(energy - energy[:, :1]).max() <= 1e-12 * np.abs(energy).max()
+    assert ensemble.stats["backend"] == "member by member"
+
+
+def test_a_failing_member_carries_the_members_so_far(top):
+    q0, p0 = rotated_states(top, 3)
+    solver_options = {"newton": mbs.solvers.NewtonOptions(max_iterations=1)}
+    with pytest.raises(mbs.SolverError, match="ensemble member 0") as info:
+        mbs.simulate_ensemble(top, (q0, p0), h=0.05, t_end=0.2, solver="rattle",
+                              on_failure="raise", **solver_options)
+    assert info.value.solution.q.shape[0] == 1
