@@ -16,6 +16,7 @@ from mbs.solvers.base import SchemeProperties, Solver, StepResult
 from mbs.solvers.energy_momentum import EnergyMomentum
 from mbs.solvers.ggl_vi import GGLVI
 from mbs.solvers.hbvm import HBVM
+from mbs.solvers.lobatto import Lobatto, LobattoTableau
 from mbs.solvers.newton import NewtonOptions
 from mbs.solvers.rattle import Rattle
 
@@ -27,6 +28,7 @@ REGISTRY = {
     "ggl-vi-b": lambda **kw: GGLVI(variant="B", **kw),
     "rattle": Rattle,
     "hbvm": HBVM,
+    "lobatto": Lobatto,
 }
 
 
@@ -62,5 +64,6 @@ def solver_table() -> str:
     return "\n".join([header] + rows)
 
 
-__all__ = ["EnergyMomentum", "GGLVI", "HBVM", "NewtonOptions", "REGISTRY", "Rattle",
+__all__ = ["EnergyMomentum", "GGLVI", "HBVM", "Lobatto", "LobattoTableau", "NewtonOptions",
+           "REGISTRY", "Rattle",
            "SchemeProperties", "Solver", "StepResult", "make_solver", "solver_table"]

@@ -1,0 +1,100 @@
+"""Constrained Lobatto IIIA-IIIB (Method A in R^n): the spherical pendulum of Mata-Díaz and
+Ober-Blöbaum with the parameters of the reproduction (m = alpha = 1, unit radius, x(0) =
+(sqrt(3)/2, 0, 1/2), v(0) = (0, -1/3, 0); M = I, V = x_3, g = (|x|^2 - 1)/2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mbs
+from mbs.solvers import Lobatto, LobattoTableau, Rattle
+
+
+@pytest.fixture(scope="module")
+def pendulum() -> mbs.Model:
+    system = mbs.System(gravity=(0.0, 0.0, -1.0))
+    start = (np.sqrt(3.0) / 2.0, 0.0, 0.5)
+    bob = system.add(mbs.PointMass(mass=1.0, name="bob"))
+    bob.set_state(position=start, velocity=(0.0, -1.0 / 3.0, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=1.0, point_a=(0.0, 0.0, 0.0),
+                                   point_b=start))
+    return system.compile()
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_tableau_is_lobatto_iiia_with_its_iiib_partner(stages):
+    """C(s) for IIIA (sum_j a_ij c_j^(k-1) = c_i^k / k), quadrature of order 2s - 2, the
+    stiffly accurate Lobatto structure (first row zero, last row b), and the symplecticity
+    condition b_i a_hat_ij + b_j a_ji = b_i b_j of the partitioned pair."""
+    tableau = LobattoTableau.with_stages(stages)
+    a, b, a_hat = tableau.a, tableau.b, tableau.a_hat
+    c = a.sum(axis=1)
+    for k in range(1, stages + 1):
+        np.testing.assert_allclose(a @ c ** (k - 1), c**k / k, atol=1e-15)
+    for k in range(1, 2 * stages - 1):
+        assert b @ c ** (k - 1) == pytest.approx(1.0 / k, abs=1e-15)
+    np.testing.assert_array_equal(a[0], 0.0)
+    np.testing.assert_allclose(a[-1], b, atol=1e-16)
+    np.testing.assert_allclose(b[:, None] * a_hat + (b[:, None] * a).T, np.outer(b, b),
+                               atol=1e-15)
+
+
+def test_two_stages_are_rattle(pendulum):
+    """Digest check 4: s = 2 against the independent RATTLE of mbs, 100 steps at h = 0.1."""
+    lobatto = mbs.simulate(pendulum, Lobatto(stages=2), h=0.1, t_end=10.0)
+    rattle = mbs.simulate(pendulum, Rattle(), h=0.1, t_end=10.0)
+    assert np.abs(lobatto.q - rattle.q).max() <= 1e-12
+    assert np.abs(lobatto.p - rattle.p).max() <= 1e-12 * np.abs(rattle.p).max()
+
+
+@pytest.mark.parametrize("stages, order", [(2, 2), (3, 4), (4, 6)])
+def test_orders_and_stage_constraints_on_the_spherical_pendulum(pendulum, stages, order):
+    """Digest checks 1 and 2: at T = 2 with 10 .. 80 steps the fitted slope of the max error
+    in (q, p) at T is 2s - 2 within 0.1 (reference: s = 4 with 800 steps, whose error is
+    below 1e-13); g at every stage, and G M^-1 p at the step ends, are at round-off."""
+    reference = mbs.simulate(pendulum, Lobatto(stages=4), h=2.0 / 800, t_end=2.0)
+    steps = np.array([10, 20, 40, 80])
+    errors = []
+    for count in steps:
+        solution = mbs.simulate(pendulum, Lobatto(stages=stages), h=2.0 / count, t_end=2.0)
+        errors.append(max(np.abs(solution.q[-1] - reference.q[-1]).max(),
+                          np.abs(solution.p[-1] - reference.p[-1]).max()))
+        assert solution.enforced_residuals.max() <= 1e-12
+        residuals = solution.constraint_residuals()
+        assert residuals["position"].max() <= 1e-12 and residuals["velocity"].max() <= 1e-12
+    slope = -np.polyfit(np.log(steps), np.log(errors), 1)[0]
+    assert slope == pytest.approx(order, abs=0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stages, band", [(2, 6.86e-3), (3, 1.39e-6), (4, 9.73e-10)])
+def test_energy_stays_in_its_band_without_drift(pendulum, stages, band):
+    """Digest check 3, over T = 200 instead of 1000 to keep the suite short: at h = 0.1 the
+    energy error oscillates in a band of the reproduced size (within 30 %) and the last tenth
+    of the run is no worse than 1.2 x the first (a symplectic scheme: no drift)."""
+    solution = mbs.simulate(pendulum, Lobatto(stages=stages), h=0.1, t_end=200.0)
+    error = np.abs(solution.energy() - solution.energy()[0])
+    tenth = error.size // 10
+    assert error.max() == pytest.approx(band, rel=0.3)
+    assert error[-tenth:].max() <= 1.2 * error[:tenth].max()
+
+
+def test_heavy_top_conserves_momentum_and_constraints():
+    """Rigid body in director coordinates (9 constraints): vertical angular momentum exact,
+    constraints at every step end at round-off, energy within the order-4 band."""
+    import heavy_top
+
+    model = heavy_top.build().compile()
+    solution = mbs.simulate(model, "lobatto", stages=3, h=2e-3, t_end=0.1)
+    vertical = solution.angular_momentum()[:, 2]
+    assert np.abs(vertical - vertical[0]).max() <= 1e-13 * np.abs(vertical).max()
+    assert solution.constraint_residuals()["position"].max() <= 1e-13
+    energy = solution.energy()
+    assert np.abs(energy - energy[0]).max() <= 1e-9 * abs(energy[0])
+
+
+def test_bad_stage_counts_are_rejected():
+    for stages in (1, 5, 2.5, True):
+        with pytest.raises(mbs.ModelError, match="stages"):
+            Lobatto(stages=stages)
