@@ -16,8 +16,9 @@ from mbs.solvers.defects import (  # noqa: F401 (re-exported)
     extrapolated_defect,
     extrapolation_coefficients,
 )
+from mbs.solvers.equations import EquationLayout, ModelEquations
 from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, NewtonState, newton
-from mbs.solvers.polynomial import QuadraticSystemBuilder, _embed
+from mbs.solvers.polynomial import QuadraticSystemBuilder
 
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
 _max = np.maximum.reduce
@@ -208,7 +209,7 @@ class Solver:
             # (indptr, indices, data) of V_d and V_x: a row of a velocity map has few entries
             velocity_maps = tuple(compiled.csr_arrays(a) for a in self._velocity_map())
             cache[key] = (compiled.CompiledSystem(self._polynomial, self.model.m,
-                                                  self._identity_block(polynomial=True),
+                                                  self._identity_block(),
                                                   self._sample_newton_matrix()),
                           velocity_maps)
         system, self._velocity_maps = cache[key]
@@ -223,7 +224,7 @@ class Solver:
         q0, p0 = model.q0, model.p0
         multipliers = np.random.default_rng(0).standard_normal(2 * model.m)
         try:
-            system.start(np.concatenate([q0, p0]), self._potential_terms(q0))
+            self._start_system(system, q0, p0)
             _, jacobian = system.evaluate(np.concatenate([q0, p0, multipliers]))
         except (ArithmeticError, ValueError, np.linalg.LinAlgError):
             return None
@@ -330,18 +331,17 @@ class Solver:
         return StepResult(q[1], p[1], velocity[0], lam[0].copy(), gam[0].copy(),
                           int(iterations[0]), (float(enforced[0, 0]), float(enforced[0, 1])))
 
-    def _solve_polynomial(self, q0: np.ndarray, p0: np.ndarray, x0: np.ndarray, extra=None):
+    def _solve_polynomial(self, q0: np.ndarray, p0: np.ndarray, x0: np.ndarray):
         """Newton on the polynomial step equations from the predictor's ``x0`` (corrected by
         :meth:`_corrected_guess`): (x, iterations, R(x))."""
         system = self._polynomial
-        data = np.concatenate((q0, p0))
-        system.start(data, extra)
+        data = self._start_system(system, q0, p0)
         guess = self._corrected_guess(x0, data)
         if self._simplified or not system.dense:
             x, iterations, _ = newton(system.evaluate, guess, self._blocks,
                                       list(self._scales(q0, p0)), self.newton,
                                       self._newton_state, self._simplified,
-                                      self._identity_block(polynomial=True))
+                                      self._identity_block())
             residual, _ = system.evaluate(x, False)
         else:
             if self._floor_minimum is not None:  # _scales in three calls
@@ -420,12 +420,13 @@ class Solver:
                                          max(self.h * force, 1e-300)]))
 
     def _enforced_rows(self, residual: np.ndarray) -> tuple[float, float]:
-        """Max-norms of the two constraint blocks (rows 2n .. 2n+m and 2n+m ..) of a
-        polynomial step residual: the position- and velocity-level residuals enforced."""
-        n, m = self.model.n, self.model.m
+        """Max-norms of the two constraint blocks of a step residual (its last 2m rows, in
+        every scheme's equations): the position- and velocity-level residuals enforced."""
+        m = self.model.m
         if m == 0:
             return 0.0, 0.0
-        position, velocity = np.maximum.reduceat(np.abs(residual[2 * n:]), (0, m)).tolist()
+        position, velocity = np.maximum.reduceat(np.abs(residual[residual.size - 2 * m:]),
+                                                 (0, m)).tolist()
         return position, velocity
 
     def _shared_predictor(self):
@@ -459,7 +460,7 @@ class Solver:
         builder.add_linear("p", p)
         builder.add_constant("force", self._constant_gradient)
         builder.add_jacobian_transpose_product("force", q, lam)
-        builder.add_hessian_product("force", gam, p.mapped(model.inverse_mass_matrix))
+        builder.add_hessian_product("force", q, gam, p.mapped(model.inverse_mass_matrix))
         builder.add_jacobian_transpose_product("correction", q, gam)
         builder.add_linear("lam", lam)
         builder.add_linear("gam", gam)
@@ -484,10 +485,63 @@ class Solver:
         return np.concatenate([*self._predict_state(q0, p0), lam,
                                gam if self._warm_gamma else np.zeros_like(gam)])
 
-    def _polynomial_newton_system(self, q0: np.ndarray, p0: np.ndarray):
-        """(residual_and_jacobian, x0) of the polynomial step system from (q0, p0)."""
-        self._polynomial.start(np.concatenate([q0, p0]), self._potential_terms(q0))
-        return self._polynomial.evaluate, self._initial_guess(q0, p0)
+    def _start_system(self, system, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
+        """Set the step data (q0, p0) of a polynomial step system, with its potential terms
+        bound to it; returns the data vector."""
+        data = np.concatenate((q0, p0))
+        terms = system.potential_terms
+        system.start(data, None if terms is None else terms.bind(self.model, data,
+                                                                 system.shift))
+        return data
+
+    def newton_system(self, q0: np.ndarray, p0: np.ndarray):
+        """(residual_and_jacobian, x0) of the step from (q0, p0): the scheme's equations
+        (:meth:`_equations`) evaluated by the backend of this run."""
+        if self._polynomial is not None:
+            self._start_system(self._polynomial, q0, p0)
+            return self._polynomial.evaluate, self._initial_guess(q0, p0)
+        system = self._general_system()
+        system.start(np.concatenate((q0, p0)))
+        return system.evaluate, self._general_guess(q0, p0)
+
+    def _general_system(self):
+        """The scheme's equations evaluated through the model (:class:`~mbs.solvers.
+        equations.ModelSystem`), built once per step size and kept by this solver (it holds
+        the model, so it is not put in the model's cache)."""
+        systems = self.__dict__.setdefault("_general_by_h", {})
+        if systems.get("model") is not self.model:
+            systems.clear()
+            systems["model"] = self.model
+        if self.h not in systems:
+            systems[self.h] = self._equations(
+                lambda data, unknowns: ModelEquations(self.model, data, unknowns)).build()
+        return systems[self.h]
+
+    def _general_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
+        """Newton's x0 for the unknowns of the general evaluation (by default those of
+        the polynomial one)."""
+        return self._initial_guess(q0, p0)
+
+    def _step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+        if self._compiled is not None:
+            return self._compiled_step(q0, p0)
+        if self._polynomial is not None:
+            x, iterations, residual = self._solve_polynomial(q0, p0,
+                                                             self._initial_guess(q0, p0))
+        else:
+            evaluate, x0 = self.newton_system(q0, p0)
+            x, iterations, _ = self._solve(evaluate, x0, q0, p0)
+            residual, _ = evaluate(x, False)
+        m = self.model.m
+        lam, gam = x[x.size - 2 * m:x.size - m], x[x.size - m:]
+        self._record_multipliers(lam, gam, copy=False)
+        return StepResult(x[:self.model.n], x[self.model.n:2 * self.model.n],
+                          self._step_velocity(q0, p0, x), lam, gam, iterations,
+                          self._enforced_rows(residual))
+
+    def _step_velocity(self, q0: np.ndarray, p0: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """The scheme's velocity unknown (see :class:`StepResult`) of a solved step."""
+        raise NotImplementedError
 
     def _explicit_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray | None:
         """Newton's x0 from the predictor map, or None where it does not apply."""
@@ -497,7 +551,7 @@ class Solver:
         return self._predictor(np.concatenate((q0, p0, lam, gam)))
 
     def _polynomial_applies(self, model: Model) -> bool:
-        return (type(self)._build_polynomial is not Solver._build_polynomial
+        return (type(self)._equations is not Solver._equations
                 and model.quadratic_constraint_table is not None)
 
     def _polynomial_key(self) -> tuple:
@@ -523,42 +577,24 @@ class Solver:
         return self.model.dense and (self.backend == "compiled"
                                      or self.model.n <= SIMPLIFIED_NEWTON_ABOVE)
 
+    def _polynomial_layout(self, data: dict[str, int], unknowns: dict[str, int]
+                           ) -> QuadraticSystemBuilder:
+        """A builder of the tensor form over the given blocks (see :meth:`_equations`)."""
+        return QuadraticSystemBuilder(self.model.quadratic_constraint_table, data, unknowns,
+                                      self._constant_gradient)
+
     def _build_polynomial(self):
-        """The scheme's step equations as a :class:`~mbs.solvers.polynomial.QuadraticSystem`
-        (schemes that support the polynomial backend override this)."""
+        """The scheme's equations as a :class:`~mbs.solvers.polynomial.QuadraticSystem`."""
+        return self._equations(self._polynomial_layout).build(dense=self._dense_polynomial())
+
+    def _equations(self, layout, shifted: bool = False) -> EquationLayout:
+        """The scheme's step equations, written once: ``layout(data, unknowns)`` returns an
+        empty builder over those blocks (tensor form or model evaluation, see
+        :mod:`mbs.solvers.equations`); the scheme declares its residual blocks and adds its
+        terms, and returns the builder. ``shifted`` asks for the shifted unknowns of a
+        scheme that has them (see :meth:`QuadraticSystemBuilder.build`). Schemes with an
+        implicit step written this way implement it."""
         raise NotImplementedError
-
-    def _polynomial_builder(self):
-        """A builder over (q0, p0; q1, p1, lambda, gamma) and those six variables, the layout
-        of every polynomial step system (EM and VI-A)."""
-        n, m = self.model.n, self.model.m
-        builder = QuadraticSystemBuilder(self.model.quadratic_constraint_table,
-                                         {"q0": n, "p0": n},
-                                         {"q1": n, "p1": n, "lam": m, "gam": m})
-        return builder, [builder.variable(name)
-                         for name in ("q0", "p0", "q1", "p1", "lam", "gam")]
-
-    def _potential_force(self, q0: np.ndarray, q1: np.ndarray, jacobian: bool):
-        """The scheme's potential force in the momentum equation and its q1-derivative (None
-        when not asked), for potentials that are not linear in q."""
-        raise NotImplementedError
-
-    def _potential_terms(self, q0: np.ndarray):
-        """:meth:`_potential_force` as the ``extra`` terms of the polynomial system (rows of
-        the momentum equation, columns of q1); None for a constant force (uniform gravity),
-        which the system holds as a constant."""
-        if self._constant_force is not None:
-            return None
-        n, m = self.model.n, self.model.m
-        size = 2 * n + 2 * m
-
-        def extra(x, jacobian):
-            value, derivative = self._potential_force(q0, x[:n], jacobian)
-            force = np.zeros(size)
-            force[n:2 * n] = value
-            return force, (_embed(derivative, n, size) if jacobian else None)
-
-        return extra
 
     def step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
         """Advance one step from the state (q, p) at time t (t enters through time-dependent
@@ -579,9 +615,6 @@ class Solver:
             return self._step(t, q, p)
         finally:
             self.initial_guess = "explicit"
-
-    def _step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
-        raise NotImplementedError
 
     def set_step_size(self, h: float) -> None:
         """Change h between steps (used to refine a failed step); the polynomial step
@@ -635,14 +668,13 @@ class Solver:
         guess = self._corrected_guess(x0, np.concatenate((q0, p0)))
         result = newton(system, guess, [slice(0, n), slice(n, 2 * n)],
                         list(self._scales(q0, p0)), self.newton, self._newton_state,
-                        self._simplified, self._identity_block(polynomial=False))
+                        self._simplified, self._identity_block())
         self._remember_defect(result[0], x0)
         return result
 
-    def _identity_block(self, polynomial: bool) -> tuple[slice, slice, float] | None:
-        """(rows, cols, alpha) of a block of the Newton matrix (of the polynomial or the
-        assembled step equations) equal to alpha I, which sparse factorisations condense out
-        (see :class:`Factorization`)."""
+    def _identity_block(self) -> tuple[slice, slice, float] | None:
+        """(rows, cols, alpha) of a block of the Newton matrix equal to alpha I, which sparse
+        factorisations condense out (see :class:`Factorization`)."""
         return None
 
     @property

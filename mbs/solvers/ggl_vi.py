@@ -22,8 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.errors import ModelError
-from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
-from mbs.solvers.polynomial import QuadraticSystem, QuadraticSystemBuilder
+from mbs.solvers.base import SchemeProperties, Solver
 
 _PROPERTIES = {
     "S": SchemeProperties(
@@ -128,59 +127,106 @@ class GGLVI(Solver):
 
     def _polynomial_applies(self, model) -> bool:
         # Variant A only: there (79c) is linear, so v^{n+1} = M^-1 (theta p^n + (1 - theta)
-        # p^{n+1}) is eliminated and the step has the unknowns of EM. In S and B the velocity
-        # equation is bilinear and the assembled path is used.
+        # p^{n+1}) is eliminated and the step has the unknowns of EM (the tensor form and the
+        # compiled kernel assume them). In S and B the velocity equation is bilinear and v
+        # stays an unknown: the model evaluation of the same equations is used.
         return self.variant == "A" and super()._polynomial_applies(model)
 
-    def _build_polynomial(self) -> QuadraticSystem:
-        """(79a-e) with v^{n+1} eliminated, as a quadratic polynomial in (q0, p0) and the
-        unknowns (q1, p1, lambda, gamma) -- for small (dense) models in the shifted unknowns
-        y = q1 + (1 - theta)/theta q0 = q^{n+theta}/theta, z = p1 + theta/(1 - theta) p0 =
-        M v^{n+1}/(1 - theta) instead of q1, p1.
+    def _equations(self, layout, shifted: bool = False):
+        """(55a-e), (79a-e) or (82a-e) over the data (q0, p0).
 
-        In (q1, p1) the products G(q^{n+theta})^T gamma, H(gamma) v^{n+1}, g(q^{n+theta})
-        and G(q^{n+theta}) v^{n+1} mix data and unknowns (81 data-data and 162 data-unknown
-        terms on the heavy top, folded into every step); in (y, z) the data enter linearly
-        only, so the Newton matrix does not depend on the step data at all. The system's
-        public methods still take and return (q1, p1, lambda, gamma) (see
-        :meth:`QuadraticSystemBuilder.build`). Large (sparse) models keep q1, p1: with the
-        shifted unknowns their simplified Newton needed 20 instead of 6 LU factorisations
-        over 20 steps of the 1000-body chain (measured; the cause was not analysed)."""
+        Unknowns: (q1, p1, v, lambda, gamma) for S and B; for A, v^{n+1} = M^-1 (theta p^n +
+        (1 - theta) p^{n+1}) (79c) is eliminated, leaving (q1, p1, lambda, gamma) -- or, when
+        ``shifted``, y = q1 + (1 - theta)/theta q0 = q^{n+theta}/theta and z = p1 +
+        theta/(1 - theta) p0 = M v^{n+1}/(1 - theta) instead of q1, p1.
+
+        In (q1, p1) the products G(q^{n+theta})^T gamma, H(gamma) v^{n+1}, g(q^{n+theta}) and
+        G(q^{n+theta}) v^{n+1} mix data and unknowns (81 data-data and 162 data-unknown terms
+        on the heavy top, folded into every step); in (y, z) the data enter linearly only, so
+        the Newton matrix of the tensor form does not depend on the step data at all.
+        """
         model, h, n, m, theta = self.model, self.h, self.model.n, self.model.m, self.theta
-        dense = self._dense_polynomial()
-        q_shift, p_shift = (1.0 - theta) / theta, theta / (1.0 - theta)
-        if dense:
-            builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
-                                             {"q0": n, "p0": n},
-                                             {"y": n, "z": n, "lam": m, "gam": m})
-            q0, p0, y, z, lam, gam = (builder.variable(name)
-                                      for name in ("q0", "p0", "y", "z", "lam", "gam"))
+        mass, inverse = model.mass_matrix, model.inverse_mass_matrix
+        data = {"q0": n, "p0": n}
+        if self.variant != "A":
+            builder = layout(data, {"q1": n, "p1": n, "v": n, "lam": m, "gam": m})
+            q0, p0, q1, p1, v, lam, gam = builder.variables("q0", "p0", "q1", "p1", "v",
+                                                            "lam", "gam")
+            return self._equations_with_velocity(builder, q0, p0, q1, p1, v, lam, gam)
+        if shifted:
+            builder = layout(data, {"y": n, "z": n, "lam": m, "gam": m})
+            q0, p0, y, z, lam, gam = builder.variables("q0", "p0", "y", "z", "lam", "gam")
             q_th = y * theta
             momentum = z * (1.0 - theta)  # = M v^{n+1} by (79c)
-            q1, p1 = y - q0 * q_shift, z - p0 * p_shift
+            q1 = y - q0 * ((1.0 - theta) / theta)
+            p1 = z - p0 * (theta / (1.0 - theta))
         else:
-            builder, (q0, p0, q1, p1, lam, gam) = self._polynomial_builder()
+            builder = layout(data, {"q1": n, "p1": n, "lam": m, "gam": m})
+            q0, p0, q1, p1, lam, gam = builder.variables("q0", "p0", "q1", "p1", "lam", "gam")
             q_th = q0 * (1.0 - theta) + q1 * theta
             momentum = p0 * theta + p1 * (1.0 - theta)
-        v1 = momentum.mapped(model.inverse_mass_matrix)
+        v1 = momentum.mapped(inverse)
         for name, size in (("a", n), ("b", n), ("d", m), ("e", m)):
             builder.equation(name, size)
-        builder.add_linear("a", (q1 - q0).mapped(model.mass_matrix / h) - momentum)
+        builder.add_linear("a", (q1 - q0).mapped(mass / h) - momentum)
         builder.add_jacobian_transpose_product("a", q_th, gam, -1.0)
         builder.add_linear("b", (p1 - p0) * (1.0 / h))
         builder.add_jacobian_transpose_product("b", q_th, lam)
-        builder.add_hessian_product("b", gam, v1)
-        force = model.constant_potential_gradient()
-        if force is not None:
-            builder.add_constant("b", force)
+        builder.add_hessian_product("b", q_th, gam, v1)
+        builder.add_potential_gradient("b", q_th)
         builder.add_constraints("d", q_th)
         builder.add_jacobian_product("e", q_th, v1)
-        if not dense:
-            return builder.build(dense=False)
+        return builder
+
+    def _equations_with_velocity(self, builder, q0, p0, q1, p1, v, lam, gam):
+        """(55a-e) (variant S) or (82a-e) (variant B) with the velocity v as an unknown."""
+        model, h, n, m = self.model, self.h, self.model.n, self.model.m
+        mass = model.mass_matrix
+        for name, size in (("a", n), ("b", n), ("c", n), ("d", m), ("e", m)):
+            builder.equation(name, size)
+        builder.add_linear("a", (q1 - q0).mapped(mass / h) - v.mapped(mass))
+        builder.add_linear("b", (p1 - p0) * (1.0 / h))
+        if self.variant == "S":
+            q_bar = q0 + v * h
+            w = p1.mapped(model.inverse_mass_matrix)
+            builder.add_jacobian_transpose_product("a", q_bar, gam, -1.0)       # (55a)
+            builder.add_potential_gradient("b", q0)                              # (55b)
+            builder.add_jacobian_transpose_product("b", q0, lam)
+            builder.add_hessian_product("b", q_bar, gam, w)
+            builder.add_linear("c", v.mapped(mass) - p1)                         # (55c)
+            builder.add_hessian_product("c", q_bar, gam, w, -h)
+            builder.add_constraints("d", q1)                                     # (55d)
+            builder.add_jacobian_product("e", q_bar, w)                          # (55e)
+            return builder
+        theta, vartheta = self.theta, self.vartheta
+        q_th = q0 * (1.0 - theta) + q1 * theta
+        builder.add_jacobian_transpose_product("a", q_th, gam, -1.0)            # (82a)
+        builder.add_potential_gradient("b", q_th)                                # (82b)
+        builder.add_jacobian_transpose_product("b", q0, lam, 1.0 - vartheta)
+        builder.add_jacobian_transpose_product("b", q1, lam, vartheta)
+        builder.add_hessian_product("b", q_th, gam, v)
+        builder.add_linear("c", v.mapped(mass) - p0 * theta - p1 * (1.0 - theta))  # (82c)
+        builder.add_jacobian_transpose_product("c", q0, lam, h * theta * (1.0 - vartheta))
+        builder.add_jacobian_transpose_product("c", q1, lam,
+                                               -h * (1.0 - theta) * vartheta)
+        builder.add_constraints("d", q1)                                         # (82d)
+        builder.add_jacobian_product("e", q_th, v)                               # (82e)
+        return builder
+
+    def _build_polynomial(self):
+        """Variant A's tensor form; small (dense) models in the shifted unknowns (see
+        :meth:`_equations`). Large (sparse) models keep q1, p1: with the shifted unknowns
+        their simplified Newton needed 20 instead of 6 LU factorisations over 20 steps of the
+        1000-body chain (measured; the cause was not analysed)."""
+        if not self._dense_polynomial():
+            return super()._build_polynomial()
+        n, m, theta = self.model.n, self.model.m, self.theta
         identity = sp.identity(n, format="csr")
-        shift = sp.bmat([[q_shift * identity, None], [None, p_shift * identity],
+        shift = sp.bmat([[(1.0 - theta) / theta * identity, None],
+                         [None, theta / (1.0 - theta) * identity],
                          [sp.csr_matrix((2 * m, n)), None]], format="csr")
-        return builder.build(dense=True, shift=shift)
+        return self._equations(self._polynomial_layout, shifted=True).build(dense=True,
+                                                                             shift=shift)
 
     @property
     def _multiplier_lag(self) -> int:
@@ -195,21 +241,13 @@ class GGLVI(Solver):
     def _polynomial_key(self) -> tuple:
         return (self.variant, self.theta, self.vartheta)
 
-    def _identity_block(self, polynomial: bool):
+    def _identity_block(self):
         n = self.model.n
         if self.variant == "S":
             return None
-        if polynomial:  # (79a) with v1 eliminated: d/dp1 = -(1 - theta) I
-            return (slice(0, n), slice(n, 2 * n), -(1.0 - self.theta))
-        # assembled theta variants: d(79c)/dp1 = -(1 - theta) I (rows of (79c), columns of p1)
-        return (slice(2 * n, 3 * n), slice(n, 2 * n), -(1.0 - self.theta))
-
-    def _potential_force(self, q0: np.ndarray, q1: np.ndarray, jacobian: bool):
-        # grad V(q^{n+theta}) of (79b), derivative theta Hess V(q^{n+theta})
-        model, theta = self.model, self.theta
-        q_th = (1.0 - theta) * q0 + theta * q1
-        return (model.potential_gradient(q_th),
-                theta * model.potential_hessian_matrix(q_th) if jacobian else None)
+        # A: (79a) with v1 eliminated, d/dp1 = -(1 - theta) I; B: d(82c)/dp1 likewise
+        rows = slice(0, n) if self.variant == "A" else slice(2 * n, 3 * n)
+        return (rows, slice(n, 2 * n), -(1.0 - self.theta))
 
     def _velocity_map(self):
         n, m, theta = self.model.n, self.model.m, self.theta
@@ -228,146 +266,21 @@ class GGLVI(Solver):
             self._theta_minv = self.theta * self._minv
             self._rest_minv = (1.0 - self.theta) * self._minv
 
-    def _polynomial_step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
-        if self._compiled is not None:
-            return self._compiled_step(q0, p0)
-        n, m = self.model.n, self.model.m
-        x, iterations, residual = self._solve_polynomial(
-            q0, p0, self._initial_guess(q0, p0), self._potential_terms(q0))
-        q1, p1 = x[:n], x[n:2 * n]
-        lam, gam = x[2 * n:2 * n + m], x[2 * n + m:]
-        self._record_multipliers(lam, gam, copy=False)
+    def _step_velocity(self, q0: np.ndarray, p0: np.ndarray, x: np.ndarray) -> np.ndarray:
+        n = self.model.n
+        if self.variant != "A":
+            return x[2 * n:3 * n]
         inner = getattr(self._polynomial, "shifted_solution", None)
         if inner is not None:  # z = p1 + theta/(1 - theta) p0 = M v1/(1 - theta): one product
-            v1 = self._rest_minv.dot(inner[n:2 * n])
-        else:
-            v1 = self._theta_minv.dot(p0) + self._rest_minv.dot(p1)
-        # (79d), (79e) at the accepted iterate
-        return StepResult(q1, p1, v1, lam, gam, iterations, self._enforced_rows(residual))
+            return self._rest_minv.dot(inner[n:2 * n])
+        return self._theta_minv.dot(p0) + self._rest_minv.dot(x[n:2 * n])
 
-    def newton_system(self, q0: np.ndarray, p0: np.ndarray):
-        """(residual_and_jacobian, x0) of the step from (q0, p0); x = (q1, p1, v, lambda,
-        gamma), or (q1, p1, lambda, gamma) with the polynomial backend (variant A)."""
-        if self._polynomial is not None:
-            return self._polynomial_newton_system(q0, p0)
-        if self.variant == "S":
-            return self._system_first_order(q0, p0)
-        return self._system_theta(q0, p0)
-
-    def _step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
-        if self._polynomial is not None:
-            return self._polynomial_step(q0, p0)
-        model, h, n, m = self.model, self.h, self.model.n, self.model.m
-        residual_and_jacobian, x0 = self.newton_system(q0, p0)
-        x, iterations, _ = self._solve(residual_and_jacobian, x0, q0, p0)
-        q1, p1, v = x[:n], x[n:2 * n], x[2 * n:3 * n]
-        self._record_multipliers(x[3 * n:3 * n + m], x[3 * n + m:])
-        if self.variant == "S":
-            q_bar = q0 + h * v
-            position = model.constraints(q1)
-            velocity = model.jacobian_matrix(q_bar) @ (self._minv @ p1)
-        else:
-            q_th = (1.0 - self.theta) * q0 + self.theta * q1
-            position = model.constraints(q1 if self.variant == "B" else q_th)
-            velocity = model.jacobian_matrix(q_th) @ v
-        return StepResult(q1, p1, v, self._lam.copy(), self._gam.copy(), iterations,
-                          (self._max(position), self._max(velocity)))
-
-    def _assembled_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
-        """x0 = (q1, p1, v, lambda, gamma) of the assembled systems; v follows the predicted
-        momenta as in (79c) / (55c)."""
+    def _general_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
+        """x0 of variants S and B, (q1, p1, v, lambda, gamma): v follows the predicted
+        momenta as in (55c) / (82c)."""
+        if self.variant == "A":
+            return super()._general_guess(q0, p0)
         q1, p1 = self._predict_state(q0, p0)
         weight = self._new_momentum_weight
         return np.concatenate([q1, p1, self._minv @ ((1.0 - weight) * p0 + weight * p1),
                                *self._multiplier_guess()])
-
-    # -- (55) -------------------------------------------------------------------------------
-    def _system_first_order(self, q0, p0):
-        model, h, n, m = self.model, self.h, self.model.n, self.model.m
-        mass, minv, eye, dense = self._mass, self._minv, self._identity, model.dense
-        force0 = model.potential_gradient(q0)
-        jac0 = model.jacobian_matrix(q0)
-        # unknowns x = (q1, p1, v, lambda^n, gamma^{n+1})
-
-        def residual_and_jacobian(x, jacobian=True):
-            q1, p1, v = x[:n], x[n:2 * n], x[2 * n:3 * n]
-            lam, gam = x[3 * n:3 * n + m], x[3 * n + m:]
-            q_bar = q0 + h * v
-            w = minv @ p1
-            g_bar = model.jacobian_matrix(q_bar)
-            h_gam = model.hessian_product_matrix(q_bar, gam)
-            k_w = model.hessian_vector_matrix(q_bar, w)
-            residual = np.concatenate([
-                mass @ (q1 - q0) / h - mass @ v - g_bar.T @ gam,          # (55a)
-                (p1 - p0) / h + force0 + jac0.T @ lam + h_gam @ w,       # (55b)
-                mass @ v - p1 - h * (h_gam @ w),                         # (55c)
-                model.constraints(q1),                                   # (55d)
-                g_bar @ w,                                               # (55e)
-            ])
-            if not jacobian:
-                return residual, None
-            jac = assemble([
-                [mass / h, None, -mass - h * h_gam, None, -g_bar.T],
-                [None, eye / h + h_gam @ minv, None, jac0.T, k_w.T],
-                [None, -eye - h * (h_gam @ minv), mass, None, -h * k_w.T],
-                [model.jacobian_matrix(q1), None, None, None, None],
-                [None, g_bar @ minv, h * k_w, None, None],
-            ], dense)
-            return residual, jac
-
-        return residual_and_jacobian, self._assembled_guess(q0, p0)
-
-    # -- (79) and (82) ----------------------------------------------------------------------
-    def _system_theta(self, q0, p0):
-        model, h, n, m = self.model, self.h, self.model.n, self.model.m
-        mass, eye, dense = self._mass, self._identity, model.dense
-        theta = self.theta
-        option_b = self.variant == "B"
-        vartheta = self.vartheta if option_b else None
-        jac0 = model.jacobian_matrix(q0)
-        # unknowns x = (q1, p1, v1, lambda^n, gamma^n)
-
-        def residual_and_jacobian(x, jacobian=True):
-            q1, p1, v1 = x[:n], x[n:2 * n], x[2 * n:3 * n]
-            lam, gam = x[3 * n:3 * n + m], x[3 * n + m:]
-            q_th = (1.0 - theta) * q0 + theta * q1
-            g_th = model.jacobian_matrix(q_th)
-            h_gam = model.hessian_product_matrix(q_th, gam)
-            h_lam = model.hessian_product_matrix(q_th, lam)
-            k_v = model.hessian_vector_matrix(q_th, v1)
-            hess_v = model.potential_hessian_matrix(q_th)
-            r_a = mass @ (q1 - q0) / h - mass @ v1 - g_th.T @ gam
-            r_c = mass @ v1 - theta * p0 - (1.0 - theta) * p1
-            if option_b:
-                jac1 = model.jacobian_matrix(q1)
-                g_trap = (1.0 - vartheta) * jac0 + vartheta * jac1
-                g_c = h * (theta * (1.0 - vartheta) * jac0 - (1.0 - theta) * vartheta * jac1)
-                r_b = ((p1 - p0) / h + model.potential_gradient(q_th) + g_trap.T @ lam
-                       + h_gam @ v1)
-                r_c = r_c + g_c.T @ lam
-                r_d = model.constraints(q1)
-                d_rb_dq = theta * hess_v + vartheta * h_lam
-                d_rc_dq = -h * (1.0 - theta) * vartheta * h_lam
-                d_rd_dq = jac1
-                d_rb_dlam, d_rc_dlam = g_trap.T, g_c.T
-            else:
-                r_b = ((p1 - p0) / h + model.potential_gradient(q_th) + g_th.T @ lam
-                       + h_gam @ v1)
-                r_d = model.constraints(q_th)
-                d_rb_dq = theta * (hess_v + h_lam)
-                d_rc_dq = None
-                d_rd_dq = theta * g_th
-                d_rb_dlam, d_rc_dlam = g_th.T, None
-            residual = np.concatenate([r_a, r_b, r_c, r_d, g_th @ v1])
-            if not jacobian:
-                return residual, None
-            jac = assemble([
-                [mass / h - theta * h_gam, None, -mass, None, -g_th.T],
-                [d_rb_dq, eye / h, h_gam, d_rb_dlam, k_v.T],
-                [d_rc_dq, -(1.0 - theta) * eye, mass, d_rc_dlam, None],
-                [d_rd_dq, None, None, None, None],
-                [theta * k_v, None, g_th, None, None],
-            ], dense)
-            return residual, jac
-
-        return residual_and_jacobian, self._assembled_guess(q0, p0)

@@ -38,6 +38,7 @@ import scipy.sparse as sp
 from scipy.linalg import lapack
 
 from mbs.quadratic import QuadraticTable
+from mbs.solvers.equations import EquationLayout, Linear, PotentialTerms
 from mbs.solvers.factored_rows import cancelling_terms, csr_matvec, factored_override
 from mbs.solvers.newton import (
     NewtonConvergenceError,
@@ -53,36 +54,6 @@ _gesv = lapack.dgesv
 
 #: max of an array without ndarray.max's Python-level wrapper (~1 us per call on small arrays)
 _max = np.maximum.reduce
-
-
-class Linear:
-    """A linear function ``S w`` of the variable vector, stored as a sparse (size, n_w) matrix.
-
-    Supports ``+``, ``-``, scaling by a float and left multiplication by a constant matrix
-    (``lin.mapped(A)`` = ``A S w``), which is how scheme formulas such as
-    ``q_mid = (q0 + q1)/2`` or ``v = M^-1 p`` are written.
-    """
-
-    def __init__(self, matrix: sp.spmatrix):
-        self.matrix = sp.csr_matrix(matrix)
-
-    def __add__(self, other: Linear) -> Linear:
-        return Linear(self.matrix + other.matrix)
-
-    def __sub__(self, other: Linear) -> Linear:
-        return Linear(self.matrix - other.matrix)
-
-    def __neg__(self) -> Linear:
-        return Linear(-self.matrix)
-
-    def __mul__(self, factor: float) -> Linear:
-        return Linear(float(factor) * self.matrix)
-
-    __rmul__ = __mul__
-
-    def mapped(self, matrix) -> Linear:
-        """``matrix @ self`` for a constant (dense or sparse) matrix."""
-        return Linear(sp.csr_matrix(matrix) @ self.matrix)
 
 
 def _expand(rows: np.ndarray, matrix: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
@@ -132,7 +103,7 @@ def _accumulator(matrix: sp.csr_matrix) -> Callable[[np.ndarray, np.ndarray], No
                              matrix.data)
 
 
-class QuadraticSystemBuilder:
+class QuadraticSystemBuilder(EquationLayout):
     """Collects the terms of a residual that is quadratic in ``w = (data blocks, unknowns)``.
 
     Parameters
@@ -141,45 +112,27 @@ class QuadraticSystemBuilder:
         Constraint table g(q) = A(q, q) + b q + e (the model's quadratic constraints).
     data, unknowns : dict of name -> size
         Blocks of w in order; ``data`` is fixed during a step, ``unknowns`` is Newton's x.
+    constant_force : array or None
+        grad V when the potential is linear in q (then potential terms are constants);
+        None when it is not (potential terms are then evaluated with the model, see
+        :class:`~mbs.solvers.equations.PotentialTerms`).
 
     Residual blocks are declared with :meth:`equation` in order; terms are added to a block
-    by name. All terms are exact: their coefficients are products of table coefficients,
-    scheme constants and the entries of the linear maps.
+    by name, with the methods every scheme writes its equations with (see
+    :mod:`mbs.solvers.equations`). All polynomial terms are exact: their coefficients are
+    products of table coefficients, scheme constants and the entries of the linear maps.
     """
 
-    def __init__(self, table: QuadraticTable, data: dict[str, int], unknowns: dict[str, int]):
+    def __init__(self, table: QuadraticTable, data: dict[str, int], unknowns: dict[str, int],
+                 constant_force: np.ndarray | None = None):
+        super().__init__(data, unknowns)
         self.table = table
-        self.n_data = int(sum(data.values()))
-        self.n_unknowns = int(sum(unknowns.values()))
-        self.n_w = self.n_data + self.n_unknowns
-        self._variables: dict[str, tuple[int, int]] = {}
-        start = 0
-        for name, size in list(data.items()) + list(unknowns.items()):
-            self._variables[name] = (start, int(size))
-            start += int(size)
-        self._equations: dict[str, tuple[int, int]] = {}
-        self.n_equations = 0
+        self.constant_force = constant_force
         self._constant: list[tuple[np.ndarray, np.ndarray]] = []
         self._linear: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._quadratic: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._overrides: list[tuple[int, Linear]] = []
-
-    # -- declarations -----------------------------------------------------------------------
-    def variable(self, name: str) -> Linear:
-        """The block ``name`` of w as a linear function (a selector)."""
-        start, size = self._variables[name]
-        selector = sp.csr_matrix((np.ones(size), (np.arange(size), start + np.arange(size))),
-                                 shape=(size, self.n_w))
-        return Linear(selector)
-
-    def equation(self, name: str, size: int) -> None:
-        """Declare the next residual block."""
-        self._equations[name] = (self.n_equations, int(size))
-        self.n_equations += int(size)
-
-    def _rows(self, equation: str, local: np.ndarray) -> np.ndarray:
-        start, _ = self._equations[equation]
-        return start + np.asarray(local, dtype=np.int64)
+        self._potential: list[tuple] = []
 
     # -- terms ------------------------------------------------------------------------------
     def add_constant(self, equation: str, vector: np.ndarray) -> None:
@@ -239,9 +192,18 @@ class QuadraticSystemBuilder:
         self._add_bilinear_entries(self._rows(equation, row), at, coord_j, vector, coord_l,
                                    scale * coef)
 
-    def add_hessian_product(self, equation: str, multipliers: Linear, vector: Linear,
-                            scale: float = 1.0) -> None:
-        """R[equation] += scale (sum_k mu_k d2 g_k) v (constant Hessians)."""
+    def add_discrete_jacobian_transpose_product(self, equation: str, first: Linear,
+                                                second: Linear, multipliers: Linear,
+                                                scale: float = 1.0) -> None:
+        """R[equation] += scale D^G g(a, b)^T mu, which for quadratic constraints is the
+        midpoint Jacobian G((a + b)/2)^T mu (exact)."""
+        self.add_jacobian_transpose_product(equation, (first + second) * 0.5, multipliers,
+                                            scale)
+
+    def add_hessian_product(self, equation: str, at: Linear, multipliers: Linear,
+                            vector: Linear, scale: float = 1.0) -> None:
+        """R[equation] += scale (sum_k mu_k d2 g_k) v (constant Hessians: ``at`` is not
+        needed)."""
         row, coord_l, coord_j, coef = self._hessian_entries()
         self._add_bilinear_entries(self._rows(equation, coord_l), multipliers, row,
                                    vector, coord_j, scale * coef)
@@ -254,6 +216,27 @@ class QuadraticSystemBuilder:
         self._add_bilinear_entries(self._rows(equation, t.quad_row), at, t.quad_i, at,
                                    t.quad_j, t.quad_coef.astype(float))
         self._overrides.append((self._equations[equation][0], at))
+
+    def add_potential_gradient(self, equation: str, at: Linear, scale: float = 1.0) -> None:
+        """R[equation] += scale grad V(u): a constant for potentials linear in q."""
+        if self.constant_force is not None:
+            self.add_constant(equation, scale * self.constant_force)
+        else:
+            self._potential.append(("gradient", self._equations[equation][0], at, None, scale))
+
+    def add_potential_discrete_gradient(self, equation: str, first: Linear,
+                                        second: Linear) -> None:
+        """R[equation] += D^G V(a, b) (``first`` must be step data): the constant gradient
+        for potentials linear in q."""
+        if self.constant_force is not None:
+            self.add_constant(equation, self.constant_force)
+        else:
+            self._potential.append(("discrete", self._equations[equation][0], first, second,
+                                    1.0))
+
+    def _potential_terms(self) -> PotentialTerms | None:
+        return (PotentialTerms(self._potential, self.n_data, self.n_equations,
+                               self.n_unknowns) if self._potential else None)
 
     # -- result -----------------------------------------------------------------------------
     def build_map(self, post: sp.spmatrix | np.ndarray | None = None) -> QuadraticMap:
@@ -324,15 +307,19 @@ class QuadraticSystemBuilder:
                          for start, term in self._overrides]
             if shift is not None:  # no scheme shifts large models (see GGLVI)
                 raise ValueError("shifted unknowns need the dense QuadraticSystem")
-            return SparseQuadraticSystem(self.table, constant, linear, parts, overrides, n_d,
-                                         n_x)
+            system = SparseQuadraticSystem(self.table, constant, linear, parts, overrides,
+                                           n_d, n_x)
+            system.potential_terms = self._potential_terms()
+            return system
         tensor_xx = tensor(is_x_j, is_x_k, n_d, n_x, n_d, n_x)
         tensor_xd = tensor(is_x_j, ~is_x_k, n_d, n_x, 0, n_d)
         tensor_dd = tensor(~is_x_j, ~is_x_k, 0, n_d, 0, n_d)
         overrides = [(start, term.matrix[:, :n_d].tocsr(), term.matrix[:, n_d:].tocsr())
                      for start, term in self._overrides]
-        return QuadraticSystem(self.table, constant, linear, tensor_xx, tensor_xd, tensor_dd,
-                               overrides, n_d, n_x, dense, shift)
+        system = QuadraticSystem(self.table, constant, linear, tensor_xx, tensor_xd, tensor_dd,
+                                 overrides, n_d, n_x, dense, shift)
+        system.potential_terms = self._potential_terms()
+        return system
 
 
 class QuadraticMap:
@@ -361,6 +348,10 @@ class QuadraticMap:
 
 class QuadraticSystem:
     """Evaluates a residual built by :class:`QuadraticSystemBuilder` and its Jacobian.
+
+    ``potential_terms`` (:class:`~mbs.solvers.equations.PotentialTerms` or None) are the
+    non-polynomial potential terms of the definition; bound to a step they are the
+    ``extra`` of :meth:`start`.
 
     Call :meth:`start` with the step data d once per step, then :meth:`evaluate` with the
     unknowns x as often as Newton needs, or let :meth:`solve` run the whole Newton iteration.

@@ -86,6 +86,8 @@ class SparseQuadraticSystem:
     """
 
     dense = False
+    shift = None  # unknowns are never shifted here (see QuadraticSystemBuilder.build)
+    potential_terms = None  # set by QuadraticSystemBuilder.build
 
     def __init__(self, table: QuadraticTable, constant: np.ndarray, linear: sp.csr_matrix,
                  parts: dict, overrides: list, n_data: int, n_unknowns: int):

@@ -1,0 +1,373 @@
+"""A scheme's step equations, written once as a list of terms, and their evaluation.
+
+Every implicit one-step scheme of mbs states its residual ``R(x; d) = 0`` (step data
+``d = (q^n, p^n)``, unknowns ``x``) as a sum of terms, each acting on linear functions of
+``w = (d, x)`` (:class:`Linear`): constants, linear maps, constraint values ``g(u)``, constraint
+Jacobian products ``G(u) v`` and ``G(u)^T mu``, their discrete counterpart ``D^G g(a, b)^T mu``,
+constraint Hessian products, potential gradients and discrete gradients. A scheme writes these
+terms once, against the methods shared by two builders:
+
+* :class:`mbs.solvers.polynomial.QuadraticSystemBuilder` folds them into sparse tensors when
+  every constraint is quadratic (the fast numpy path and the input of the compiled kernel);
+* :class:`ModelEquations` evaluates each term with the model's own functions, for any model
+  (user constraints, non-polynomial potentials) -- the reference evaluation.
+
+The Jacobian of every term follows from the chain rule through the term's linear maps, so a
+scheme never writes its Newton matrix: ``d/dx f(S w) = f'(S w) S_x`` with ``S_x`` the
+unknowns' columns of ``S``. Terms whose derivative involves third derivatives of the
+constraints (a Hessian product whose point moves) drop them: they vanish for the quadratic
+constraints of every built-in joint, and Newton still converges where they do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+
+class Linear:
+    """A linear function ``S w`` of the variable vector, stored as a sparse (size, n_w) matrix.
+
+    Supports ``+``, ``-``, scaling by a float and left multiplication by a constant matrix
+    (``lin.mapped(A)`` = ``A S w``), which is how scheme formulas such as
+    ``q_mid = (q0 + q1)/2`` or ``v = M^-1 p`` are written.
+    """
+
+    def __init__(self, matrix: sp.spmatrix):
+        self.matrix = sp.csr_matrix(matrix)
+
+    def __add__(self, other: Linear) -> Linear:
+        return Linear(self.matrix + other.matrix)
+
+    def __sub__(self, other: Linear) -> Linear:
+        return Linear(self.matrix - other.matrix)
+
+    def __neg__(self) -> Linear:
+        return Linear(-self.matrix)
+
+    def __mul__(self, factor: float) -> Linear:
+        return Linear(float(factor) * self.matrix)
+
+    __rmul__ = __mul__
+
+    def mapped(self, matrix) -> Linear:
+        """``matrix @ self`` for a constant (dense or sparse) matrix."""
+        return Linear(sp.csr_matrix(matrix) @ self.matrix)
+
+
+class EquationLayout:
+    """Blocks of ``w = (data, unknowns)`` and of the residual, shared by both builders.
+
+    Parameters
+    ----------
+    data, unknowns : dict of name -> size
+        Blocks of w in order; ``data`` is fixed during a step, ``unknowns`` is Newton's x.
+    """
+
+    def __init__(self, data: dict[str, int], unknowns: dict[str, int]):
+        self.n_data = int(sum(data.values()))
+        self.n_unknowns = int(sum(unknowns.values()))
+        self.n_w = self.n_data + self.n_unknowns
+        self._variables: dict[str, tuple[int, int]] = {}
+        start = 0
+        for name, size in list(data.items()) + list(unknowns.items()):
+            self._variables[name] = (start, int(size))
+            start += int(size)
+        self._equations: dict[str, tuple[int, int]] = {}
+        self.n_equations = 0
+
+    def variable(self, name: str) -> Linear:
+        """The block ``name`` of w as a linear function (a selector)."""
+        start, size = self._variables[name]
+        selector = sp.csr_matrix((np.ones(size), (np.arange(size), start + np.arange(size))),
+                                 shape=(size, self.n_w))
+        return Linear(selector)
+
+    def variables(self, *names: str) -> list[Linear]:
+        """:meth:`variable` of each name."""
+        return [self.variable(name) for name in names]
+
+    def equation(self, name: str, size: int) -> None:
+        """Declare the next residual block."""
+        self._equations[name] = (self.n_equations, int(size))
+        self.n_equations += int(size)
+
+    def _rows(self, equation: str, local: np.ndarray) -> np.ndarray:
+        start, _ = self._equations[equation]
+        return start + np.asarray(local, dtype=np.int64)
+
+
+class _Map:
+    """A :class:`Linear` split into its data and unknowns columns: ``u = S_d d + S_x x``."""
+
+    def __init__(self, term: Linear, n_data: int):
+        matrix = term.matrix
+        self.data = matrix[:, :n_data].tocsr()
+        self.unknowns = matrix[:, n_data:].tocsr()
+        self.moves = self.unknowns.nnz > 0  # depends on the unknowns
+
+
+class PotentialTerms:
+    """The potential's terms of a step residual: ``scale grad V(u)`` and ``D^G V(a, b)``.
+
+    Evaluated with the model (the potential may be any function of q); used by both
+    builders, since the tensor form holds only potentials that are linear in q.
+
+    Parameters
+    ----------
+    terms : list of (kind, row start, first, second, scale)
+        kind "gradient" (``first`` the point u) or "discrete" (``first``, ``second`` the
+        points a, b; a must not depend on the unknowns).
+    """
+
+    def __init__(self, terms: list, n_data: int, n_equations: int, n_unknowns: int):
+        self.n_data, self.n_equations, self.n_unknowns = n_data, n_equations, n_unknowns
+        self._terms = []
+        for kind, start, first, second, scale in terms:
+            first = _Map(first, n_data)
+            second = None if second is None else _Map(second, n_data)
+            if kind == "discrete" and first.moves:
+                raise ValueError("the first point of a discrete gradient must be step data")
+            self._terms.append((kind, start, first, second, scale))
+
+    def bind(self, model, data: np.ndarray, shift: sp.spmatrix | None = None) -> Callable:
+        """``extra(x, jacobian) -> (r, J)`` at the step data (the ``extra`` of the tensor
+        systems); ``shift`` is S of unknowns written as x' = x + S d (see
+        :meth:`~mbs.solvers.polynomial.QuadraticSystemBuilder.build`), the maps being in x'."""
+        shift_step = None if shift is None else shift @ data
+        n_eq, n_x, dense = self.n_equations, self.n_unknowns, model.dense
+        bound = [(kind, start, first, first.data @ data,
+                  second, None if second is None else second.data @ data, scale)
+                 for kind, start, first, second, scale in self._terms]
+
+        def extra(x: np.ndarray, jacobian: bool):
+            inner = x if shift_step is None else x + shift_step
+            residual = np.zeros(n_eq)
+            parts = []
+            for kind, start, first, first_step, second, second_step, scale in bound:
+                u = first_step + first.unknowns @ inner
+                if kind == "gradient":
+                    value = scale * model.potential_gradient(u)
+                    if jacobian and first.moves:
+                        parts.append((start, scale * model.potential_hessian_matrix(u)
+                                      @ first.unknowns))
+                else:
+                    b = second_step + second.unknowns @ inner
+                    value = model.potential_discrete_gradient(u, b)
+                    if jacobian and second.moves:
+                        parts.append((start, model.potential_discrete_gradient_jacobian_matrix(
+                            u, b) @ second.unknowns))
+                residual[start:start + value.size] += value
+            return residual, (_stack(parts, n_eq, n_x, dense) if jacobian else None)
+
+        return extra
+
+
+def _stack(parts: list, n_equations: int, n_unknowns: int, dense: bool):
+    """The (n_equations, n_unknowns) matrix summing blocks placed at row offsets."""
+    if dense:
+        out = np.zeros((n_equations, n_unknowns))
+        for start, block in parts:
+            block = block.toarray() if sp.issparse(block) else np.asarray(block)
+            out[start:start + block.shape[0]] += block
+        return out
+    rows, cols, values = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)], [
+        np.zeros(0)]
+    for start, block in parts:
+        coo = sp.coo_matrix(block)
+        rows.append(coo.row.astype(np.int64) + start)
+        cols.append(coo.col.astype(np.int64))
+        values.append(coo.data)
+    return sp.csc_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))),
+                         shape=(n_equations, n_unknowns))
+
+
+class ModelEquations(EquationLayout):
+    """Builds a scheme's step equations for evaluation through the model's own functions.
+
+    Same term methods as :class:`~mbs.solvers.polynomial.QuadraticSystemBuilder`, so that a
+    scheme writes its equations once; works for every model (constraints and potentials of
+    any form). :meth:`build` returns a :class:`ModelSystem`.
+    """
+
+    def __init__(self, model, data: dict[str, int], unknowns: dict[str, int]):
+        super().__init__(data, unknowns)
+        self.model = model
+        self._constant: list[tuple[str, np.ndarray]] = []
+        self._linear: list[tuple[str, Linear]] = []
+        self._terms: list[tuple] = []
+        self._potential: list[tuple] = []
+
+    def add_constant(self, equation: str, vector: np.ndarray) -> None:
+        """R[equation] += vector."""
+        self._constant.append((equation, np.asarray(vector, dtype=float)))
+
+    def add_linear(self, equation: str, term: Linear) -> None:
+        """R[equation] += S w."""
+        self._linear.append((equation, term))
+
+    def add_jacobian_transpose_product(self, equation: str, at: Linear, multipliers: Linear,
+                                       scale: float = 1.0) -> None:
+        """R[equation] += scale G(u)^T mu."""
+        self._terms.append(("jacobian_transpose", equation, (at, multipliers), scale))
+
+    def add_discrete_jacobian_transpose_product(self, equation: str, first: Linear,
+                                                second: Linear, multipliers: Linear,
+                                                scale: float = 1.0) -> None:
+        """R[equation] += scale D^G g(a, b)^T mu (the model's discrete derivative)."""
+        self._terms.append(("discrete_jacobian_transpose", equation,
+                            (first, second, multipliers), scale))
+
+    def add_jacobian_product(self, equation: str, at: Linear, vector: Linear,
+                             scale: float = 1.0) -> None:
+        """R[equation] += scale G(u) v."""
+        self._terms.append(("jacobian", equation, (at, vector), scale))
+
+    def add_hessian_product(self, equation: str, at: Linear, multipliers: Linear,
+                            vector: Linear, scale: float = 1.0) -> None:
+        """R[equation] += scale (sum_k mu_k d2 g_k(u)) v."""
+        self._terms.append(("hessian", equation, (at, multipliers, vector), scale))
+
+    def add_constraints(self, equation: str, at: Linear) -> None:
+        """R[equation] += g(u)."""
+        self._terms.append(("constraints", equation, (at,), 1.0))
+
+    def add_potential_gradient(self, equation: str, at: Linear, scale: float = 1.0) -> None:
+        """R[equation] += scale grad V(u)."""
+        self._potential.append(("gradient", equation, at, None, scale))
+
+    def add_potential_discrete_gradient(self, equation: str, first: Linear,
+                                        second: Linear) -> None:
+        """R[equation] += D^G V(a, b) (``first`` must be step data)."""
+        self._potential.append(("discrete", equation, first, second, 1.0))
+
+    def build(self) -> ModelSystem:
+        n_eq, n_d = self.n_equations, self.n_data
+        constant = np.zeros(n_eq)
+        for equation, vector in self._constant:
+            constant[self._rows(equation, np.arange(vector.size))] += vector
+        linear = sp.csr_matrix((n_eq, self.n_w))
+        for equation, term in self._linear:
+            start, size = self._equations[equation]
+            placed = sp.vstack([sp.csr_matrix((start, self.n_w)), term.matrix,
+                                sp.csr_matrix((n_eq - start - size, self.n_w))])
+            linear = linear + placed
+        maps: dict[int, _Map] = {}
+
+        def split(term: Linear) -> _Map:  # one split per Linear object, shared by its terms
+            return maps.setdefault(id(term), _Map(term, n_d))
+
+        terms = [(kind, self._equations[equation][0], tuple(split(a) for a in arguments), scale)
+                 for kind, equation, arguments, scale in self._terms]
+        potential = PotentialTerms(
+            [(kind, self._equations[equation][0], first, second, scale)
+             for kind, equation, first, second, scale in self._potential],
+            n_d, n_eq, self.n_unknowns) if self._potential else None
+        return ModelSystem(self.model, constant, linear.tocsr(), terms, potential, n_d,
+                           self.n_unknowns)
+
+
+class ModelSystem:
+    """Residual and Jacobian of a :class:`ModelEquations` definition at the step data set by
+    :meth:`start` (``evaluate`` is the ``system`` of :func:`mbs.solvers.newton.newton`)."""
+
+    def __init__(self, model, constant: np.ndarray, linear: sp.csr_matrix, terms: list,
+                 potential: PotentialTerms | None, n_data: int, n_unknowns: int):
+        self.model = model
+        self.n_equations, self.n_data, self.n_unknowns = constant.size, n_data, n_unknowns
+        self.constant = constant
+        self.linear_data = linear[:, :n_data].tocsr()
+        self.linear_unknowns = linear[:, n_data:].tocsr()
+        self._linear_jacobian = (self.linear_unknowns.toarray() if model.dense
+                                 else self.linear_unknowns.tocsc())
+        self._terms = terms
+        self._maps = list({id(m): m for _, _, arguments, _ in terms for m in arguments}.values())
+        self._potential = potential
+
+    def start(self, data: np.ndarray) -> None:
+        """Fold the step data ``d`` into the constant part and the maps."""
+        self._constant_step = self.constant + self.linear_data @ data
+        self._map_step = {id(m): m.data @ data for m in self._maps}
+        self._extra = None if self._potential is None else self._potential.bind(self.model,
+                                                                                 data)
+
+    def evaluate(self, x: np.ndarray, jacobian: bool = True):
+        """(R(x), dR/dx) -- the Jacobian dense for small models, sparse CSC otherwise."""
+        model = self.model
+        values = {id(m): self._map_step[id(m)] + m.unknowns @ x for m in self._maps}
+        residual = self._constant_step + self.linear_unknowns @ x
+        parts = []
+        for kind, start, arguments, scale in self._terms:
+            value, derivative = _TERMS[kind](model, arguments,
+                                             [values[id(a)] for a in arguments], jacobian)
+            residual[start:start + value.size] += scale * value
+            parts += [(start, scale * (block @ m.unknowns)) for block, m in derivative]
+        if self._extra is not None:
+            r_extra, j_extra = self._extra(x, jacobian)
+            residual += r_extra
+            if jacobian:
+                parts.append((0, j_extra))
+        if not jacobian:
+            return residual, None
+        stacked = _stack(parts, self.n_equations, self.n_unknowns, model.dense)
+        return residual, stacked + self._linear_jacobian
+
+
+# Each term: (value, [(d value / d argument, argument map) for each argument that moves]).
+def _jacobian_transpose(model, maps, values, jacobian):
+    (at, multipliers), (u, mu) = maps, values
+    matrix = model.jacobian_matrix(u)
+    derivative = []
+    if jacobian and at.moves:
+        derivative.append((model.hessian_product_matrix(u, mu), at))
+    if jacobian and multipliers.moves:
+        derivative.append((matrix.T, multipliers))
+    return matrix.T @ mu, derivative
+
+
+def _discrete_jacobian_transpose(model, maps, values, jacobian):
+    (first, second, multipliers), (a, b, mu) = maps, values
+    matrix = model.discrete_jacobian_matrix(a, b)
+    derivative = []
+    if jacobian and (first.moves or second.moves):
+        # d/db D^G g(a, b)^T mu = 1/2 H(mu) at the midpoint for quadratic constraints
+        half = 0.5 * model.hessian_product_matrix(0.5 * (a + b), mu)
+        derivative += [(half, m) for m in (first, second) if m.moves]
+    if jacobian and multipliers.moves:
+        derivative.append((matrix.T, multipliers))
+    return matrix.T @ mu, derivative
+
+
+def _jacobian(model, maps, values, jacobian):
+    (at, vector), (u, v) = maps, values
+    matrix = model.jacobian_matrix(u)
+    derivative = []
+    if jacobian and at.moves:
+        derivative.append((model.hessian_vector_matrix(u, v), at))
+    if jacobian and vector.moves:
+        derivative.append((matrix, vector))
+    return matrix @ v, derivative
+
+
+def _hessian(model, maps, values, jacobian):
+    (_, multipliers, vector), (u, mu, v) = maps, values
+    matrix = model.hessian_product_matrix(u, mu)
+    derivative = []
+    if jacobian and multipliers.moves:
+        derivative.append((model.hessian_vector_matrix(u, v).T, multipliers))
+    if jacobian and vector.moves:
+        derivative.append((matrix, vector))
+    return matrix @ v, derivative
+
+
+def _constraints(model, maps, values, jacobian):
+    (at,), (u,) = maps, values
+    derivative = [(model.jacobian_matrix(u), at)] if jacobian and at.moves else []
+    return model.constraints(u), derivative
+
+
+_TERMS = {"jacobian_transpose": _jacobian_transpose,
+          "discrete_jacobian_transpose": _discrete_jacobian_transpose,
+          "jacobian": _jacobian, "hessian": _hessian, "constraints": _constraints}
