@@ -61,11 +61,18 @@ def model(request):
     return MODELS[request.param]()
 
 
-@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a"])
+#: unknowns of the stage schemes at their default options: lobatto (s = 3) V, p1, Lambda;
+#: hbvm (s = 2) Gamma, p1, lambda
+STAGE_UNKNOWNS = {"lobatto": lambda n, m: 4 * n + 3 * m, "hbvm": lambda n, m: 3 * n + m}
+
+
+@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a", "ggl-vi-s", "ggl-vi-b", "lobatto",
+                                    "hbvm"])
 def test_polynomial_residual_equals_assembled(model, scheme):
     rng = np.random.default_rng(11)
-    assembled = make_solver(scheme, backend="assembled")
-    polynomial = make_solver(scheme, backend="polynomial")
+    options = {"iteration": "newton"} if scheme == "hbvm" else {}
+    assembled = make_solver(scheme, backend="assembled", **options)
+    polynomial = make_solver(scheme, backend="polynomial", **options)
     q0 = model.q0 + 0.05 * rng.standard_normal(model.n)
     p0 = model.p0 + 0.5 * rng.standard_normal(model.n)
     for solver in (assembled, polynomial):
@@ -74,10 +81,13 @@ def test_polynomial_residual_equals_assembled(model, scheme):
     assert assembled.active_backend == "assembled"
     f_assembled, x_assembled = assembled.newton_system(q0, p0)
     f_polynomial, x_polynomial = polynomial.newton_system(q0, p0)
-    # the polynomial backend evaluates the explicit predictor as a quadratic map
-    np.testing.assert_allclose(x_polynomial, x_assembled, rtol=0,
-                               atol=1e-13 * np.abs(x_assembled).max())
-    x = x_polynomial + 0.05 * rng.standard_normal(x_polynomial.size)
+    if x_polynomial is None:  # lobatto, hbvm: stage unknowns, started in step()
+        x = rng.standard_normal(STAGE_UNKNOWNS[scheme](model.n, model.m))
+    else:
+        # the polynomial backend evaluates the explicit predictor as a quadratic map
+        np.testing.assert_allclose(x_polynomial, x_assembled, rtol=0,
+                                   atol=1e-13 * np.abs(x_assembled).max())
+        x = x_polynomial + 0.05 * rng.standard_normal(x_polynomial.size)
     r_a, j_a = f_assembled(x)
     r_p, j_p = f_polynomial(x)
     np.testing.assert_allclose(r_p, r_a, rtol=0, atol=1e-12 * max(1.0, np.abs(r_a).max()))
@@ -110,7 +120,7 @@ def assert_same_iterations_up_to_threshold_flips(a, b) -> None:
     assert np.mean(first != second) <= 0.10
 
 
-@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a"])
+@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a", "ggl-vi-s", "ggl-vi-b"])
 def test_polynomial_and_assembled_trajectories_agree(model, scheme):
     runs = [mbs.simulate(model, make_solver(scheme, backend=backend), h=2e-3, t_end=0.2)
             for backend in ("assembled", "polynomial")]
@@ -124,8 +134,8 @@ def test_polynomial_and_assembled_trajectories_agree(model, scheme):
 
 def test_auto_backend_picks_polynomial_for_quadratic_constraints():
     model = heavy_top.build().compile()
-    for scheme, expected in (("em", True), ("ggl-vi-a", True), ("ggl-vi-s", False),
-                             ("ggl-vi-b", False)):
+    for scheme, expected in (("em", True), ("ggl-vi-a", True), ("ggl-vi-s", True),
+                             ("ggl-vi-b", True), ("lobatto", True), ("rattle", False)):
         solver = make_solver(scheme)
         solver.start(model, model.q0, model.p0, 1e-3)
         assert (solver.active_backend == "polynomial") is expected, scheme

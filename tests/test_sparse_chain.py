@@ -144,7 +144,7 @@ def chain(links: int) -> mbs.Model:
 
 
 @pytest.mark.parametrize("kernels", KERNELS, indirect=True)
-@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a"])
+@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a", "ggl-vi-s", "ggl-vi-b", "lobatto"])
 def test_chain_trajectory_matches_the_assembled_backend(kernels, scheme):
     """The condensed sparse factorisation with and without the numba kernels (``kernels``)
     and the sparse polynomial evaluation against the element-wise assembled reference."""

@@ -137,7 +137,7 @@ def test_equations_match_the_paper(model_name, scheme):
     q0 = model.q0 + 0.02 * rng.standard_normal(model.n)
     p0 = model.p0 + 0.2 * rng.standard_normal(model.n)
     backends = ["assembled"]
-    if model.quadratic_constraint_table is not None and scheme in ("em", "ggl-vi-a"):
+    if model.quadratic_constraint_table is not None:
         backends.append("polynomial")
     for backend in backends:
         solver = make_solver(scheme, backend=backend)

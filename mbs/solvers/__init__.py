@@ -4,9 +4,11 @@ Every scheme declares its properties (:class:`SchemeProperties`: order, symplect
 conserves, which constraint levels hold at step ends); :func:`solver_table` renders them, and the
 README's solver table is that output.
 
-Backends of ``em`` and ``ggl-vi-a`` (``backend=`` option of every solver): "polynomial" (default
-where it applies: quadratic constraints; :mod:`mbs.solvers.polynomial`), "compiled" (optional
-numba kernel, :mod:`mbs.solvers.compiled`) and "assembled" (element-wise, the reference).
+Each implicit scheme writes its step equations once as terms (:mod:`mbs.solvers.equations`);
+backends evaluate them (``backend=`` option): "polynomial" (default where it applies: quadratic
+constraints; :mod:`mbs.solvers.polynomial`), "assembled" (through the model's functions: any
+model, the reference) and, for ``em`` and ``ggl-vi-a``, "compiled" (optional numba kernel,
+:mod:`mbs.solvers.compiled`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,13 @@ from mbs.solvers.defects import (  # noqa: F401 (re-exported)
     extrapolation_coefficients,
 )
 from mbs.solvers.equations import EquationLayout, ModelEquations
-from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, NewtonState, newton
+from mbs.solvers.newton import (
+    NewtonConvergenceError,
+    NewtonOptions,
+    NewtonState,
+    _segments,
+    newton,
+)
 from mbs.solvers.polynomial import QuadraticSystemBuilder
 
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
@@ -174,15 +180,17 @@ class Solver:
         self._update_floor_minimum()
         if self.backend != "assembled" and self._polynomial_applies(model):
             self._polynomial = self._shared_polynomial()
-            self._predictor = self._shared_predictor()
+            if self._state_unknowns:
+                self._predictor = self._shared_predictor()
             if self.backend == "compiled":
                 self._compiled = self._compile()
         elif self.backend in ("polynomial", "compiled"):
             from mbs.errors import ModelError
 
             raise ModelError(f"{type(self).__name__}: backend={self.backend!r} needs quadratic "
-                             f"constraints only (no UserConstraint) and a scheme with "
-                             f"polynomial step equations (em, ggl-vi-a); use backend='auto'")
+                             f"constraints only (no UserConstraint) and step equations written "
+                             f"as terms (every implicit scheme; hbvm with iteration='newton'; "
+                             f"not rattle); use backend='auto'")
 
     def _compile(self):
         """The compiled kernel for the polynomial system, or None (with a warning saying
@@ -190,7 +198,10 @@ class Solver:
         from mbs.solvers import compiled
 
         reason = None
-        if not compiled.available():
+        if not self._state_unknowns:
+            reason = (f"the compiled kernel solves for (q1, p1, lambda, gamma), not for "
+                      f"{self.name}'s unknowns")
+        elif not compiled.available():
             reason = "numba is not installed (pip install numba)"
         elif self.model.constant_potential_gradient() is None:
             reason = "the potential is not linear in q (its terms are evaluated in Python)"
@@ -502,7 +513,7 @@ class Solver:
             return self._polynomial.evaluate, self._initial_guess(q0, p0)
         system = self._general_system()
         system.start(np.concatenate((q0, p0)))
-        return system.evaluate, self._general_guess(q0, p0)
+        return system.evaluate, self._initial_guess(q0, p0)
 
     def _general_system(self):
         """The scheme's equations evaluated through the model (:class:`~mbs.solvers.
@@ -517,11 +528,6 @@ class Solver:
                 lambda data, unknowns: ModelEquations(self.model, data, unknowns)).build()
         return systems[self.h]
 
-    def _general_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
-        """Newton's x0 for the unknowns of the general evaluation (by default those of
-        the polynomial one)."""
-        return self._initial_guess(q0, p0)
-
     def _step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         if self._compiled is not None:
             return self._compiled_step(q0, p0)
@@ -530,8 +536,7 @@ class Solver:
                                                              self._initial_guess(q0, p0))
         else:
             evaluate, x0 = self.newton_system(q0, p0)
-            x, iterations, _ = self._solve(evaluate, x0, q0, p0)
-            residual, _ = evaluate(x, False)
+            x, iterations, residual = self._solve(evaluate, x0, q0, p0)
         m = self.model.m
         lam, gam = x[x.size - 2 * m:x.size - m], x[x.size - m:]
         self._record_multipliers(lam, gam, copy=False)
@@ -549,6 +554,34 @@ class Solver:
             return None
         lam, gam = self._multiplier_guess()
         return self._predictor(np.concatenate((q0, p0, lam, gam)))
+
+    #: Whether the step's unknowns are (q1, p1, lambda, gamma) (with the equations' last 2m
+    #: rows the position and velocity constraints): the layout of the explicit predictor,
+    #: the compiled kernel and :meth:`_step`.
+    _state_unknowns = True
+
+    def _solve_system(self, evaluate, guess: np.ndarray, blocks: list[slice],
+                      scales: list[float], residual_from: int | None = 0
+                      ) -> tuple[np.ndarray, int, np.ndarray | None]:
+        """Newton on the current step system from ``guess`` with convergence judged on
+        ``blocks``: the dense tensor form's own loop where it applies, else
+        :func:`~mbs.solvers.newton.newton` on ``evaluate``. Returns (x, iterations, R(x)),
+        where rows before ``residual_from`` may be left unevaluated (None: R is not
+        evaluated)."""
+        system = self._polynomial
+        if system is not None and system.dense and not self._simplified:
+            starts, floors, lead = _segments(blocks, scales)
+            sizes = np.array([b.stop - b.start for b in blocks if b.stop > b.start],
+                             dtype=np.intp)
+            x, iterations, factorizations, residual = system.solve(
+                guess.copy(), (starts, sizes, lead), floors, self.newton)
+            self._newton_state.factorizations += factorizations
+            return x, iterations, residual
+        x, iterations, _ = newton(evaluate, guess, blocks, scales, self.newton,
+                                  self._newton_state, self._simplified, self._identity_block())
+        if residual_from is None:
+            return x, iterations, None
+        return x, iterations, evaluate(x, False, first_row=residual_from)[0]
 
     def _polynomial_applies(self, model: Model) -> bool:
         return (type(self)._equations is not Solver._equations
@@ -663,14 +696,19 @@ class Solver:
 
     # helpers ------------------------------------------------------------------------------
     def _solve(self, system, x0: np.ndarray, q0: np.ndarray, p0: np.ndarray):
-        """Newton on ``system`` with convergence judged on the q and p blocks."""
+        """Newton on ``system`` from the corrected ``x0`` with convergence judged on the q and
+        p blocks: (x, iterations, R(x) with its constraint rows evaluated)."""
         n = self.model.n
         guess = self._corrected_guess(x0, np.concatenate((q0, p0)))
-        result = newton(system, guess, [slice(0, n), slice(n, 2 * n)],
-                        list(self._scales(q0, p0)), self.newton, self._newton_state,
-                        self._simplified, self._identity_block())
-        self._remember_defect(result[0], x0)
-        return result
+        x, iterations, residual = self._solve_system(
+            system, guess, [slice(0, n), slice(n, 2 * n)], list(self._scales(q0, p0)),
+            residual_from=self._first_constraint_row(x0.size))
+        self._remember_defect(x, x0)
+        return x, iterations, residual
+
+    def _first_constraint_row(self, size: int) -> int:
+        """The first of the last 2m rows (the enforced constraints) of a square system."""
+        return size - 2 * self.model.m
 
     def _identity_block(self) -> tuple[slice, slice, float] | None:
         """(rows, cols, alpha) of a block of the Newton matrix equal to alpha I, which sparse
@@ -746,34 +784,3 @@ def _kernel_failure(code: int, norm: float, increment: float, iterations: int) -
     return (f"Newton did not converge in {iterations} iterations (last relative increment "
             f"{increment:.3e}, residual {norm:.3e})", norm, increment, iterations,
             "reduce the step size or raise max_iterations")
-
-
-_LAYOUTS: dict[tuple, tuple[np.ndarray, np.ndarray, list]] = {}
-
-
-def assemble(blocks: list[list], dense: bool):
-    """Block matrix from a grid of blocks (None = zero): dense ndarray or sparse CSC.
-
-    The dense layout (block offsets and the list of filled slots) is computed once per grid
-    shape and cached, since the hot path assembles the same grid at every Newton iteration.
-    """
-    if not dense:
-        return sp.bmat(blocks, format="csc")
-    key = tuple(tuple(None if b is None else b.shape for b in row) for row in blocks)
-    layout = _LAYOUTS.get(key)
-    if layout is None:
-        rows = [next(b.shape[0] for b in row if b is not None) for row in blocks]
-        cols = [next(blocks[i][j].shape[1] for i in range(len(blocks))
-                     if blocks[i][j] is not None) for j in range(len(blocks[0]))]
-        row_start = np.concatenate([[0], np.cumsum(rows)])
-        col_start = np.concatenate([[0], np.cumsum(cols)])
-        slots = [(i, j, slice(row_start[i], row_start[i + 1]),
-                  slice(col_start[j], col_start[j + 1]))
-                 for i, row in enumerate(blocks) for j, b in enumerate(row) if b is not None]
-        layout = _LAYOUTS[key] = (int(row_start[-1]), int(col_start[-1]), slots)
-    n_rows, n_cols, slots = layout
-    out = np.zeros((n_rows, n_cols))
-    for i, j, rows_slice, cols_slice in slots:
-        block = blocks[i][j]
-        out[rows_slice, cols_slice] = block if isinstance(block, np.ndarray) else block.toarray()
-    return out

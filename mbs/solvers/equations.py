@@ -124,42 +124,67 @@ class PotentialTerms:
 
     def __init__(self, terms: list, n_data: int, n_equations: int, n_unknowns: int):
         self.n_data, self.n_equations, self.n_unknowns = n_data, n_equations, n_unknowns
-        self._terms = []
+        maps: dict[int, _Map] = {}
+
+        def split(term: Linear) -> _Map:  # one split per Linear object, shared by its terms
+            return maps.setdefault(id(term), _Map(term, n_data))
+
+        self._gradients: dict[int, list] = {}  # point -> [(row start, scale)]
+        self._discrete = []
         for kind, start, first, second, scale in terms:
-            first = _Map(first, n_data)
-            second = None if second is None else _Map(second, n_data)
-            if kind == "discrete" and first.moves:
-                raise ValueError("the first point of a discrete gradient must be step data")
-            self._terms.append((kind, start, first, second, scale))
+            if kind == "gradient":
+                split(first)
+                self._gradients.setdefault(id(first), []).append((start, scale))
+            else:
+                if split(first).moves:
+                    raise ValueError("the first point of a discrete gradient must be step data")
+                self._discrete.append((start, split(first), split(second)))
+        self._maps = maps
+        #: the end of the last row these terms add to (a gradient has one row per coordinate)
+        self.rows_end = max(start + maps[id(first)].data.shape[0]
+                            for _, start, first, _, _ in terms)
 
     def bind(self, model, data: np.ndarray, shift: sp.spmatrix | None = None) -> Callable:
         """``extra(x, jacobian) -> (r, J)`` at the step data (the ``extra`` of the tensor
         systems); ``shift`` is S of unknowns written as x' = x + S d (see
-        :meth:`~mbs.solvers.polynomial.QuadraticSystemBuilder.build`), the maps being in x'."""
+        :meth:`~mbs.solvers.polynomial.QuadraticSystemBuilder.build`), the maps being in x'.
+        grad V and its Hessian are evaluated once per point, whatever the number of rows
+        that use them."""
         shift_step = None if shift is None else shift @ data
         n_eq, n_x, dense = self.n_equations, self.n_unknowns, model.dense
-        bound = [(kind, start, first, first.data @ data,
-                  second, None if second is None else second.data @ data, scale)
-                 for kind, start, first, second, scale in self._terms]
+        gradients = [(self._maps[key], self._maps[key].data @ data, uses)
+                     for key, uses in self._gradients.items()]
+        discrete = [(start, first.data @ data, second, second.data @ data)
+                    for start, first, second in self._discrete]
+
+        points = [point for point, _, _ in gradients]
+        point_steps = np.array([point_step for _, point_step, _ in gradients])
+        # the unknowns' columns of each point, dense for small models (cheaper products)
+        columns = [point.unknowns.toarray() if dense else point.unknowns for point in points]
 
         def extra(x: np.ndarray, jacobian: bool):
             inner = x if shift_step is None else x + shift_step
             residual = np.zeros(n_eq)
             parts = []
-            for kind, start, first, first_step, second, second_step, scale in bound:
-                u = first_step + first.unknowns @ inner
-                if kind == "gradient":
-                    value = scale * model.potential_gradient(u)
-                    if jacobian and first.moves:
-                        parts.append((start, scale * model.potential_hessian_matrix(u)
-                                      @ first.unknowns))
-                else:
-                    b = second_step + second.unknowns @ inner
-                    value = model.potential_discrete_gradient(u, b)
-                    if jacobian and second.moves:
-                        parts.append((start, model.potential_discrete_gradient_jacobian_matrix(
-                            u, b) @ second.unknowns))
+            at = values = ()
+            if gradients:
+                at = point_steps + np.array([point.unknowns @ inner for point in points])
+                values = model.potential_gradients(at)  # one vectorised call for all points
+            for (point, _, uses), u, value, point_columns in zip(gradients, at, values,
+                                                                 columns):
+                derivative = (model.potential_hessian_matrix(u) @ point_columns
+                              if jacobian and point.moves else None)
+                for start, scale in uses:
+                    residual[start:start + value.size] += scale * value
+                    if derivative is not None:
+                        parts.append((start, scale * derivative))
+            for start, a, second, second_step in discrete:
+                b = second_step + second.unknowns @ inner
+                value = model.potential_discrete_gradient(a, b)
                 residual[start:start + value.size] += value
+                if jacobian and second.moves:
+                    parts.append((start, model.potential_discrete_gradient_jacobian_matrix(
+                        a, b) @ second.unknowns))
             return residual, (_stack(parts, n_eq, n_x, dense) if jacobian else None)
 
         return extra
@@ -218,7 +243,7 @@ class ModelEquations(EquationLayout):
                                                 scale: float = 1.0) -> None:
         """R[equation] += scale D^G g(a, b)^T mu (the model's discrete derivative)."""
         self._terms.append(("discrete_jacobian_transpose", equation,
-                            (first, second, multipliers), scale))
+                            (first, second, multipliers, (first + second) * 0.5), scale))
 
     def add_jacobian_product(self, equation: str, at: Linear, vector: Linear,
                              scale: float = 1.0) -> None:
@@ -254,12 +279,19 @@ class ModelEquations(EquationLayout):
             placed = sp.vstack([sp.csr_matrix((start, self.n_w)), term.matrix,
                                 sp.csr_matrix((n_eq - start - size, self.n_w))])
             linear = linear + placed
-        maps: dict[int, _Map] = {}
+        maps: dict[tuple, _Map] = {}
 
-        def split(term: Linear) -> _Map:  # one split per Linear object, shared by its terms
-            return maps.setdefault(id(term), _Map(term, n_d))
+        def split(term: Linear) -> _Map:
+            # one map per distinct linear function: terms at the same point share the
+            # model's evaluations there
+            matrix = term.matrix.copy()
+            matrix.sum_duplicates()
+            matrix.eliminate_zeros()
+            key = (matrix.shape, matrix.indptr.tobytes(), matrix.indices.tobytes(),
+                   matrix.data.tobytes())
+            return maps.setdefault(key, _Map(term, n_d))
 
-        terms = [(kind, self._equations[equation][0], tuple(split(a) for a in arguments), scale)
+        terms = [(kind, *self._equations[equation], tuple(split(a) for a in arguments), scale)
                  for kind, equation, arguments, scale in self._terms]
         potential = PotentialTerms(
             [(kind, self._equations[equation][0], first, second, scale)
@@ -271,103 +303,113 @@ class ModelEquations(EquationLayout):
 
 class ModelSystem:
     """Residual and Jacobian of a :class:`ModelEquations` definition at the step data set by
-    :meth:`start` (``evaluate`` is the ``system`` of :func:`mbs.solvers.newton.newton`)."""
+    :meth:`start` (``evaluate`` is the ``system`` of :func:`mbs.solvers.newton.newton`).
+
+    Small models keep the linear maps as dense arrays and the Jacobian dense; every model
+    function is evaluated once per point and iterate, however many terms use it."""
 
     def __init__(self, model, constant: np.ndarray, linear: sp.csr_matrix, terms: list,
                  potential: PotentialTerms | None, n_data: int, n_unknowns: int):
         self.model = model
         self.n_equations, self.n_data, self.n_unknowns = constant.size, n_data, n_unknowns
         self.constant = constant
-        self.linear_data = linear[:, :n_data].tocsr()
-        self.linear_unknowns = linear[:, n_data:].tocsr()
-        self._linear_jacobian = (self.linear_unknowns.toarray() if model.dense
+        self.dense = model.dense
+        convert = (lambda a: a.toarray()) if self.dense else (lambda a: a)
+        self.linear_data = convert(linear[:, :n_data].tocsr())
+        self.linear_unknowns = convert(linear[:, n_data:].tocsr())
+        self._linear_jacobian = (self.linear_unknowns if self.dense
                                  else self.linear_unknowns.tocsc())
-        self._terms = terms
-        self._maps = list({id(m): m for _, _, arguments, _ in terms for m in arguments}.values())
+        maps = {id(m): m for _, _, _, arguments, _ in terms for m in arguments}
+        self._maps = {key: (convert(m.data), convert(m.unknowns), m.moves)
+                      for key, m in maps.items()}
+        self._terms = [(kind, start, size, tuple(id(m) for m in arguments), scale)
+                       for kind, start, size, arguments, scale in terms]
         self._potential = potential
 
     def start(self, data: np.ndarray) -> None:
         """Fold the step data ``d`` into the constant part and the maps."""
         self._constant_step = self.constant + self.linear_data @ data
-        self._map_step = {id(m): m.data @ data for m in self._maps}
+        self._map_step = {key: from_data @ data for key, (from_data, _, _) in self._maps.items()}
         self._extra = None if self._potential is None else self._potential.bind(self.model,
                                                                                  data)
 
-    def evaluate(self, x: np.ndarray, jacobian: bool = True):
-        """(R(x), dR/dx) -- the Jacobian dense for small models, sparse CSC otherwise."""
-        model = self.model
-        values = {id(m): self._map_step[id(m)] + m.unknowns @ x for m in self._maps}
+    def evaluate(self, x: np.ndarray, jacobian: bool = True, first_row: int = 0):
+        """(R(x), dR/dx) -- the Jacobian dense for small models, sparse CSC otherwise. Without
+        the Jacobian, terms that only add to rows before ``first_row`` are skipped (those
+        rows are then incomplete)."""
+        points = {key: self._map_step[key] + unknowns @ x
+                  for key, (_, unknowns, _) in self._maps.items()}
+        model_at = _Evaluations(self.model, points)
         residual = self._constant_step + self.linear_unknowns @ x
+        matrix = self._linear_jacobian.copy() if jacobian and self.dense else None
         parts = []
-        for kind, start, arguments, scale in self._terms:
-            value, derivative = _TERMS[kind](model, arguments,
-                                             [values[id(a)] for a in arguments], jacobian)
-            residual[start:start + value.size] += scale * value
-            parts += [(start, scale * (block @ m.unknowns)) for block, m in derivative]
-        if self._extra is not None:
+        for kind, start, size, arguments, scale in self._terms:
+            if not jacobian and start + size <= first_row:
+                continue
+            value, derivatives = _TERMS[kind]
+            residual[start:start + size] += scale * value(model_at, *arguments)
+            for index, derivative in derivatives.items() if jacobian else ():
+                _, unknowns, moves = self._maps[arguments[index]]
+                if not moves:
+                    continue
+                block = scale * (derivative(model_at, *arguments) @ unknowns)
+                if matrix is not None:
+                    matrix[start:start + block.shape[0]] += block
+                else:
+                    parts.append((start, block))
+        if self._extra is not None and (jacobian or self._potential.rows_end > first_row):
             r_extra, j_extra = self._extra(x, jacobian)
             residual += r_extra
-            if jacobian:
+            if matrix is not None:
+                matrix += j_extra
+            elif jacobian:
                 parts.append((0, j_extra))
         if not jacobian:
             return residual, None
-        stacked = _stack(parts, self.n_equations, self.n_unknowns, model.dense)
-        return residual, stacked + self._linear_jacobian
+        if matrix is None:
+            matrix = _stack(parts, self.n_equations, self.n_unknowns, False) + \
+                self._linear_jacobian
+        return residual, matrix
 
 
-# Each term: (value, [(d value / d argument, argument map) for each argument that moves]).
-def _jacobian_transpose(model, maps, values, jacobian):
-    (at, multipliers), (u, mu) = maps, values
-    matrix = model.jacobian_matrix(u)
-    derivative = []
-    if jacobian and at.moves:
-        derivative.append((model.hessian_product_matrix(u, mu), at))
-    if jacobian and multipliers.moves:
-        derivative.append((matrix.T, multipliers))
-    return matrix.T @ mu, derivative
+class _Evaluations:
+    """The model's functions at the points of one iterate, each evaluated once."""
+
+    def __init__(self, model, points: dict[int, np.ndarray]):
+        self.model, self.points, self._done = model, points, {}
+
+    def __call__(self, function: str, *keys: int):
+        """``model.<function>`` at the points (or vectors) of the maps ``keys``."""
+        out = self._done.get((function, *keys))
+        if out is None:
+            out = self._done[(function, *keys)] = getattr(self.model, function)(
+                *(self.points[key] for key in keys))
+        return out
 
 
-def _discrete_jacobian_transpose(model, maps, values, jacobian):
-    (first, second, multipliers), (a, b, mu) = maps, values
-    matrix = model.discrete_jacobian_matrix(a, b)
-    derivative = []
-    if jacobian and (first.moves or second.moves):
-        # d/db D^G g(a, b)^T mu = 1/2 H(mu) at the midpoint for quadratic constraints
-        half = 0.5 * model.hessian_product_matrix(0.5 * (a + b), mu)
-        derivative += [(half, m) for m in (first, second) if m.moves]
-    if jacobian and multipliers.moves:
-        derivative.append((matrix.T, multipliers))
-    return matrix.T @ mu, derivative
-
-
-def _jacobian(model, maps, values, jacobian):
-    (at, vector), (u, v) = maps, values
-    matrix = model.jacobian_matrix(u)
-    derivative = []
-    if jacobian and at.moves:
-        derivative.append((model.hessian_vector_matrix(u, v), at))
-    if jacobian and vector.moves:
-        derivative.append((matrix, vector))
-    return matrix @ v, derivative
-
-
-def _hessian(model, maps, values, jacobian):
-    (_, multipliers, vector), (u, mu, v) = maps, values
-    matrix = model.hessian_product_matrix(u, mu)
-    derivative = []
-    if jacobian and multipliers.moves:
-        derivative.append((model.hessian_vector_matrix(u, v).T, multipliers))
-    if jacobian and vector.moves:
-        derivative.append((matrix, vector))
-    return matrix @ v, derivative
-
-
-def _constraints(model, maps, values, jacobian):
-    (at,), (u,) = maps, values
-    derivative = [(model.jacobian_matrix(u), at)] if jacobian and at.moves else []
-    return model.constraints(u), derivative
-
-
-_TERMS = {"jacobian_transpose": _jacobian_transpose,
-          "discrete_jacobian_transpose": _discrete_jacobian_transpose,
-          "jacobian": _jacobian, "hessian": _hessian, "constraints": _constraints}
+# Each term kind: its value and its derivative with respect to each argument, as functions of
+# the model's evaluations at the iterate and the arguments' keys. Arguments missing from the
+# derivatives (the point of a Hessian product; the multipliers' midpoint of a discrete
+# Jacobian) enter through third derivatives or not at all: exact for quadratic constraints.
+_TERMS = {
+    "jacobian_transpose": (  # G(u)^T mu
+        lambda f, u, mu: f("jacobian_matrix", u).T @ f.points[mu],
+        {0: lambda f, u, mu: f("hessian_product_matrix", u, mu),
+         1: lambda f, u, mu: f("jacobian_matrix", u).T}),
+    "discrete_jacobian_transpose": (  # D^G g(a, b)^T mu; d/da = d/db = 1/2 H(mu) at the middle
+        lambda f, a, b, mu, middle: f("discrete_jacobian_matrix", a, b).T @ f.points[mu],
+        {0: lambda f, a, b, mu, middle: 0.5 * f("hessian_product_matrix", middle, mu),
+         1: lambda f, a, b, mu, middle: 0.5 * f("hessian_product_matrix", middle, mu),
+         2: lambda f, a, b, mu, middle: f("discrete_jacobian_matrix", a, b).T}),
+    "jacobian": (  # G(u) v
+        lambda f, u, v: f("jacobian_matrix", u) @ f.points[v],
+        {0: lambda f, u, v: f("hessian_vector_matrix", u, v),
+         1: lambda f, u, v: f("jacobian_matrix", u)}),
+    "hessian": (  # sum_k mu_k d2 g_k(u) v
+        lambda f, u, mu, v: f("hessian_product_matrix", u, mu) @ f.points[v],
+        {1: lambda f, u, mu, v: f("hessian_vector_matrix", u, v).T,
+         2: lambda f, u, mu, v: f("hessian_product_matrix", u, mu)}),
+    "constraints": (  # g(u)
+        lambda f, u: f("constraints", u),
+        {0: lambda f, u: f("jacobian_matrix", u)}),
+}

@@ -125,12 +125,12 @@ class GGLVI(Solver):
                                  f"velocity update and leaves the step equations singular)")
         self.properties = _PROPERTIES[variant]
 
-    def _polynomial_applies(self, model) -> bool:
-        # Variant A only: there (79c) is linear, so v^{n+1} = M^-1 (theta p^n + (1 - theta)
-        # p^{n+1}) is eliminated and the step has the unknowns of EM (the tensor form and the
-        # compiled kernel assume them). In S and B the velocity equation is bilinear and v
-        # stays an unknown: the model evaluation of the same equations is used.
-        return self.variant == "A" and super()._polynomial_applies(model)
+    @property
+    def _state_unknowns(self) -> bool:
+        # In S and B the velocity equation is bilinear and v stays an unknown; in A (79c) is
+        # linear and v^{n+1} = M^-1 (theta p^n + (1 - theta) p^{n+1}) is eliminated, leaving
+        # the unknowns of EM (explicit predictor map, compiled kernel).
+        return self.variant == "A"
 
     def _equations(self, layout, shifted: bool = False):
         """(55a-e), (79a-e) or (82a-e) over the data (q0, p0).
@@ -214,11 +214,11 @@ class GGLVI(Solver):
         return builder
 
     def _build_polynomial(self):
-        """Variant A's tensor form; small (dense) models in the shifted unknowns (see
+        """The tensor form; variant A on small (dense) models in the shifted unknowns (see
         :meth:`_equations`). Large (sparse) models keep q1, p1: with the shifted unknowns
         their simplified Newton needed 20 instead of 6 LU factorisations over 20 steps of the
         1000-body chain (measured; the cause was not analysed)."""
-        if not self._dense_polynomial():
+        if self.variant != "A" or not self._dense_polynomial():
             return super()._build_polynomial()
         n, m, theta = self.model.n, self.model.m, self.theta
         identity = sp.identity(n, format="csr")
@@ -243,8 +243,8 @@ class GGLVI(Solver):
 
     def _identity_block(self):
         n = self.model.n
-        if self.variant == "S":
-            return None
+        if self.variant == "S" or self.theta == 1.0:
+            return None  # no such block (S), or a zero one (B at theta = 1)
         # A: (79a) with v1 eliminated, d/dp1 = -(1 - theta) I; B: d(82c)/dp1 likewise
         rows = slice(0, n) if self.variant == "A" else slice(2 * n, 3 * n)
         return (rows, slice(n, 2 * n), -(1.0 - self.theta))
@@ -275,11 +275,11 @@ class GGLVI(Solver):
             return self._rest_minv.dot(inner[n:2 * n])
         return self._theta_minv.dot(p0) + self._rest_minv.dot(x[n:2 * n])
 
-    def _general_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
+    def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
         """x0 of variants S and B, (q1, p1, v, lambda, gamma): v follows the predicted
-        momenta as in (55c) / (82c)."""
+        momenta as in (55c) / (82c); variant A as EM."""
         if self.variant == "A":
-            return super()._general_guess(q0, p0)
+            return super()._initial_guess(q0, p0)
         q1, p1 = self._predict_state(q0, p0)
         weight = self._new_momentum_weight
         return np.concatenate([q1, p1, self._minv @ ((1.0 - weight) * p0 + weight * p1),

@@ -34,25 +34,20 @@ P_hat^T Omega e = e_1, P_hat^T Omega P_hat = I_s and P_hat^T Omega I_hat = X_s (
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.linalg as la
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 from numpy.polynomial import legendre
 
 from mbs.errors import ModelError
 from mbs.model import Model
-from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
+from mbs.solvers.base import SchemeProperties, Solver, StepResult
 from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, solve_linear
 
 _TINY = 1e-300
 #: Multiplier systems up to this size are solved with numpy.linalg.solve.
 SMALL_SYSTEM = 64
-#: Newton: refactor when an iteration reduced the increment by less than this factor.
-REFACTOR_RATIO = 0.1
 
 
 # -- quadrature and Legendre matrices ---------------------------------------------------------
@@ -190,21 +185,11 @@ class HBVM(Solver):
         "fixed-point" (default): the paper's iteration on Gamma (section 4) with lambda
         eliminated exactly from (51) in every sweep; its contraction factor is O(h) times the
         stiffness, so it needs no Hessians but becomes slow or diverges for stiff systems
-        (small inertias, stiff springs). "newton": quasi-Newton on (Gamma, lambda) for (50a)
-        and (51) written as sum_j rho_j^T gamma_j = 0, with the matrix::
-
-            [ I + h^2 X_s^2 (x) M^-1 K     h (X_s (x) M^-1) R ]
-            [ G(q0 + h gamma_0) e_1^T      0                  ]
-
-        where K = Hess V + sum_k lam_k Hess g_k at q0 + h/2 gamma_0 stands for the stiffness
-        at every stage and R stacks the rho_j; the second block row is the exact derivative of
-        sum_j rho_j^T gamma_j = (g(q0 + h gamma_0) - g(q0))/h (quadratic g, exact
-        quadrature). It is factored at the straight-line start and refactored at the current
-        iterate only when an iteration reduced the increment by less than a factor 10. It
-        handles stiff potentials (measured: a k = 1e5 spring, h = 0.01, where the fixed-point
-        iteration diverges) and fast rotations (heavy top, h omega ~ 1.4: 11 instead of 42
-        sweeps); on mildly nonlinear problems it needs as many sweeps as the fixed point and
-        costs one LU of size s n + m per factorisation.
+        (small inertias, stiff springs). "newton": the shared Newton engine on the same
+        equations written as terms (:meth:`_equations`: (50a) times M, (52) and (51) as
+        sum_j rho_j^T gamma_j = 0), in tensor form for quadratic constraints, with the exact
+        Jacobian. It handles stiff potentials (a k = 1e5 spring at h = 0.01, where the
+        fixed-point iteration diverges) and fast rotations (the heavy top at h omega ~ 1.4).
     newton : NewtonOptions
         Stopping rule of either iteration: stop when the largest increment of Gamma (and of
         lambda for "newton") is <= ``tolerance`` (default 1e-15) times its magnitude, or
@@ -282,8 +267,6 @@ class HBVM(Solver):
         self._minv = (model.inverse_mass_operator() if self._dense
                       else model.inverse_mass_matrix.tocsr())
         self._stages = _StageFunctions(model, self.tab, self._dense)
-        #: LU factorisations done by the "newton" iteration since :meth:`start`.
-        self.factorizations = 0
 
     # -- building blocks ----------------------------------------------------------------------
     def _apply_minv_rows(self, rows: np.ndarray) -> np.ndarray:
@@ -353,11 +336,11 @@ class HBVM(Solver):
         model = self.model
         v0 = np.asarray(model.apply_inverse_mass(p0)).ravel()
         if self.iteration == "newton":
-            gamma, force, lam, iterations = self._solve_newton(q0, v0)
+            gamma, p1, lam, iterations = self._solve_newton(q0, p0, v0)
         else:
             gamma, force, lam, iterations = self._solve_fixed_point(q0, v0)
-        q1 = q0 + self.h * gamma[0]  # (52)
-        p1 = p0 - self.h * force[0]
+            p1 = p0 - self.h * force[0]  # (52)
+        q1 = q0 + self.h * gamma[0]
         self._lam = lam
         if model.m:
             jacobian = (self.model.jacobian_matrix(q1) if self._dense
@@ -407,106 +390,74 @@ class HBVM(Solver):
                          "the fixed-point contraction factor grows with h times the "
                          "largest frequency)")
 
-    def _newton_matrix(self, q0: np.ndarray, gamma0: np.ndarray, rho0, lam: np.ndarray):
-        """LU factors of the Newton matrix at the iterate (gamma_0, rho, lambda) (see the class
-        docstring); K is taken at the midpoint q0 + h/2 gamma_0 for all stages."""
+    #: the unknowns are Legendre coefficients, p1 and lambda, not (q1, p1, lambda, gamma)
+    _state_unknowns = False
+
+    def _polynomial_key(self) -> tuple:
+        return (self.k, self.s)
+
+    def _polynomial_applies(self, model) -> bool:
+        # the fixed-point iteration evaluates its own stage functions
+        return self.iteration == "newton" and super()._polynomial_applies(model)
+
+    def _equations(self, layout, shifted: bool = False):
+        """(50a) multiplied by M and the line-integral condition (51) over the data (q0, p0)
+        and the unknowns (gamma_0 .. gamma_{s-1}, p1, lambda), with the stages Y_l = q0 +
+        h sum_j I_hat_lj gamma_j::
+
+            M gamma_j - delta_j0 p0 + h sum_l W_jl (grad V(Y_l) + G(Y_l)^T lambda) = 0
+            (p1 - p0)/h + sum_l b_l (grad V(Y_l) + G(Y_l)^T lambda)              = 0   (52)
+            sum_l b_l G(Y_l) sum_j P_hat_lj gamma_j                              = 0   (51)
+
+        with W = X_s P_hat^T Omega; the last row is sum_j rho_j^T gamma_j, the quadrature of
+        the line integral of grad g along the stage polynomial.
+        """
         model, h, tab = self.model, self.h, self.tab
         n, m, s = model.n, model.m, tab.s
-        q_mid = q0 + 0.5 * h * gamma0
-        x2 = tab.X @ tab.X
-        if self._dense:
-            stiffness = model.potential_hessian_matrix(q_mid)
-            if m:
-                stiffness = stiffness + model.hessian_product_matrix(q_mid, lam)
-            j11 = np.eye(s * n) + h * h * np.kron(x2, self._minv @ stiffness)
-        else:
-            stiffness = model.potential_hessian(q_mid)
-            if m:
-                stiffness = stiffness + model.constraint_hessian_product(q_mid, lam)
-            j11 = (sp.identity(s * n, format="csr")
-                   + h * h * sp.kron(sp.csr_matrix(x2), self._minv @ stiffness))
-        if m:
-            if self._dense:
-                mrho_t = np.stack([self._minv @ r.T for r in rho0])  # (s, n, m)
-                j12 = h * np.tensordot(tab.X, mrho_t, axes=(1, 0)).reshape(s * n, m)
-                g1 = self.model.jacobian_matrix(q0 + h * gamma0)
-                j21 = np.hstack([g1, np.zeros((m, (s - 1) * n))])
-            else:
-                mrho_t = [self._minv @ r.T for r in rho0]
-                j12 = sp.vstack([h * sum(tab.X[j, i] * mrho_t[i] for i in range(s)
-                                         if tab.X[j, i] != 0.0) for j in range(s)])
-                g1 = model.constraint_jacobian(q0 + h * gamma0)
-                j21 = sp.hstack([g1, sp.csr_matrix((m, (s - 1) * n))])
-            matrix = assemble([[j11, j12], [j21, None]], self._dense)
-        else:
-            matrix = j11
-        try:
-            if sp.issparse(matrix):
-                lu = spla.splu(sp.csc_matrix(matrix), permc_spec="COLAMD")
-                return lu.solve
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", la.LinAlgWarning)
-                factors = la.lu_factor(matrix, check_finite=False)
-            if np.any(np.diag(factors[0]) == 0.0):
-                raise np.linalg.LinAlgError("singular matrix")
-            return lambda rhs: la.lu_solve(factors, rhs, check_finite=False)
-        except (np.linalg.LinAlgError, la.LinAlgWarning, RuntimeError) as exc:
-            raise self._fail(f"singular simplified Newton matrix ({exc})", np.inf, 0,
-                             "singular configuration or redundant constraints") from exc
+        unknowns = {**{f"gamma{j}": n for j in range(s)}, "p1": n, "lam": m}
+        builder = layout({"q0": n, "p0": n}, unknowns)
+        q0, p0, p1, lam = builder.variables("q0", "p0", "p1", "lam")
+        gamma = builder.variables(*(f"gamma{j}" for j in range(s)))
 
-    def _solve_newton(self, q0: np.ndarray, v0: np.ndarray):
-        """Quasi-Newton on (Gamma, lambda) for (50a) and sum_j rho_j^T gamma_j = 0.
+        def combination(weights: np.ndarray):
+            return sum((gamma[j] * weights[j] for j in np.flatnonzero(weights)),
+                       start=q0 * 0.0)
 
-        The matrix is factored at the starting iterate and refactored at the current iterate
-        whenever an iteration contracted the increment by less than ``REFACTOR_RATIO``: for
-        slow, weakly nonlinear steps one factorisation per step suffices, while fast rotations
-        (h omega ~ 1) need the coupling blocks at the current stages.
-        """
-        m, s, n = self.model.m, self.tab.s, q0.size
-        gamma = np.zeros((s, n))
-        gamma[0] = v0
-        psi, rho = self._evaluate(q0, gamma)
-        lam = self._multiplier(rho, psi, v0) if m else np.zeros(0)  # start: (51) eliminated
-        solve = self._newton_matrix(q0, gamma[0], rho, lam)
-        self.factorizations += 1
-        previous = previous_increment = increment = np.inf
-        for iteration in range(1, self.newton.max_iterations + 1):
-            if iteration > 1:
-                psi, rho = self._evaluate(q0, gamma)
-                if increment > REFACTOR_RATIO * previous_increment and increment > 1e-10:
-                    solve = self._newton_matrix(q0, gamma[0], rho, lam)
-                    self.factorizations += 1
-            force = self._forces(rho, psi, lam)
-            image = self._update(force, v0)
-            residual = (gamma - image).ravel()
-            if m:
-                if self._dense:
-                    line = np.einsum("jan,jn->a", rho, gamma)
-                else:
-                    line = sum(rho[j] @ gamma[j] for j in range(s))
-                residual = np.concatenate([residual, line])
-            if not np.all(np.isfinite(residual)):
-                raise self._fail("the residual is not finite", np.inf, iteration,
-                                 "reduce the step size")
-            delta = -np.asarray(solve(residual)).ravel()
-            d_gamma = delta[:s * n].reshape(s, n)
-            previous_increment = increment
-            g_scale = max(float(np.max(np.abs(gamma))), _TINY)
-            increment = float(np.max(np.abs(d_gamma))) / g_scale
-            if m:
-                l_scale = max(float(np.max(np.abs(lam))), _TINY)
-                increment = max(increment, float(np.max(np.abs(delta[s * n:]))) / l_scale)
-            if not np.isfinite(increment):
-                raise self._fail("the Newton increment is not finite", increment, iteration,
-                                 "reduce the step size")
-            if self._converged(iteration, increment, previous):
-                # The accepted pair (image, force) comes from one evaluation at the iterate,
-                # whose residual is of the size of this (round-off) increment.
-                return image, force, lam, iteration
-            gamma = gamma + d_gamma
-            if m:
-                lam = lam + delta[s * n:]
-            previous = increment
-        raise self._fail(f"no convergence in {self.newton.max_iterations} iterations (last "
-                         f"relative increment {increment:.3e})", increment,
-                         self.newton.max_iterations, "reduce the step size")
+        stages = [q0 + combination(h * tab.I[node]) for node in range(tab.k)]
+
+        def add_force(equation: str, weights: np.ndarray) -> None:
+            for node in np.flatnonzero(weights):  # sum_l w_l (grad V + G^T lambda)(Y_l)
+                builder.add_potential_gradient(equation, stages[node], weights[node])
+                builder.add_jacobian_transpose_product(equation, stages[node], lam,
+                                                       weights[node])
+
+        weights = tab.X @ tab.PtO
+        for j in range(s):
+            builder.equation(f"coefficient{j}", n)
+            builder.add_linear(f"coefficient{j}", gamma[j].mapped(model.mass_matrix)
+                               - (p0 if j == 0 else p0 * 0.0))
+            add_force(f"coefficient{j}", h * weights[j])
+        builder.equation("momentum", n)
+        builder.add_linear("momentum", (p1 - p0) * (1.0 / h))
+        add_force("momentum", tab.b)
+        builder.equation("line", m)
+        for node in range(tab.k):
+            builder.add_jacobian_product("line", stages[node], combination(tab.P[node]),
+                                         tab.b[node])
+        return builder
+
+    def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> None:
+        return None  # _solve_newton starts from the straight line
+
+
+    def _solve_newton(self, q0: np.ndarray, p0: np.ndarray, v0: np.ndarray):
+        """Newton's method (the shared engine) on :meth:`_equations`, from the straight-line
+        stages and the previous step's multiplier. Returns (gamma, p1, lambda, iterations)."""
+        n, s = self.model.n, self.tab.s
+        x0 = np.concatenate([v0, np.zeros((s - 1) * n), p0, self._lam])
+        acceleration = self.model.apply_inverse_mass(self.model.potential_gradient(q0))
+        scale = max(self._max(v0), abs(self.h) * self._max(acceleration), _TINY)
+        evaluate, _ = self.newton_system(q0, p0)
+        x, iterations, _ = self._solve_system(evaluate, x0, [slice(0, s * n)], [scale],
+                                              residual_from=None)
+        return x[:s * n].reshape(s, n), x[s * n:(s + 1) * n], x[(s + 1) * n:], iterations

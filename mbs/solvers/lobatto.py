@@ -13,9 +13,10 @@ Lambda (s, m) stage multipliers::
     g(Q_i) = 0,  i = 2 .. s
     p_{k+1} = p_k + h sum_j b_j F_j,   G(q_{k+1}) M^-1 p_{k+1} = 0
 
-The method is data (:class:`LobattoTableau`); the step residual and its Jacobian are written
-once here against the Model's evaluators, and Newton's method is the shared engine
-(:func:`mbs.solvers.newton.newton`). With s = 2 it is RATTLE.
+The method is data (:class:`LobattoTableau`); the step equations are written once as terms
+(:mod:`mbs.solvers.equations`), so they run in tensor form on models with quadratic
+constraints and through the model's evaluators on any other, with the shared Newton engine.
+With s = 2 it is RATTLE.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mbs.errors import ModelError
-from mbs.solvers.base import SchemeProperties, Solver, StepResult, assemble
-from mbs.solvers.newton import newton
+from mbs.solvers.base import SchemeProperties, Solver, StepResult
 
 
 @dataclass(frozen=True)
@@ -117,90 +117,84 @@ class Lobatto(Solver):
                              f"{self.stages!r}")
         self.tableau = LobattoTableau.with_stages(int(self.stages))
 
+    #: the unknowns are stage velocities and multipliers, not (q1, p1, lambda, gamma)
+    _state_unknowns = False
+
     def start(self, model, q0: np.ndarray, p0: np.ndarray, h: float) -> None:
         super().start(model, q0, p0, h)
         self._stage_multipliers = np.zeros((self.tableau.stages, model.m))
 
-    def _residual_and_jacobian(self, q0: np.ndarray, p0: np.ndarray):
-        """R(x) and dR/dx for x = (V (s n), Lambda (s m)), as a closure over the step data."""
+    def _polynomial_key(self) -> tuple:
+        return (self.tableau.a.tobytes(), self.tableau.b.tobytes())
+
+    def _equations(self, layout, shifted: bool = False):
+        """The step equations over the data (q0, p0) and the unknowns (V_1 .. V_s, p1,
+        Lambda_1 .. Lambda_s); p_{k+1} is an unknown so that every term is at most quadratic
+        (G(q_{k+1}) M^-1 p_{k+1} would otherwise be cubic)::
+
+            M V_i - p_k + h sum_j Ahat_ij (grad V(Q_j) + G(Q_j)^T Lambda_j) = 0
+            (p1 - p_k)/h + sum_j b_j (grad V(Q_j) + G(Q_j)^T Lambda_j)      = 0
+            g(Q_i) = 0 (i = 2 .. s),   G(Q_s) M^-1 p1 = 0
+        """
         model, h, tab = self.model, self.h, self.tableau
         s, n, m = tab.stages, model.n, model.m
         a, b, a_hat = tab.a, tab.b, tab.a_hat
-        mass, inverse_mass = model.mass_matrix, model.inverse_mass_matrix
+        unknowns = {**{f"V{i}": n for i in range(s)}, "p1": n,
+                    **{f"L{i}": m for i in range(s)}}
+        builder = layout({"q0": n, "p0": n}, unknowns)
+        q0, p0, p1 = builder.variables("q0", "p0", "p1")
+        velocities = builder.variables(*(f"V{i}" for i in range(s)))
+        multipliers = builder.variables(*(f"L{i}" for i in range(s)))
+        stages = [q0 + sum((velocities[k] * (h * a[j, k]) for k in range(s) if a[j, k]),
+                           start=q0 * 0.0) for j in range(s)]
 
-        dense = model.dense
-        mass_block, inverse_block = model.mass_operator(), model.inverse_mass_operator()
+        def add_force(equation: str, weights: np.ndarray) -> None:
+            for j in np.flatnonzero(weights):  # sum_j w_j (grad V + G^T Lambda)(Q_j)
+                builder.add_potential_gradient(equation, stages[j], weights[j])
+                builder.add_jacobian_transpose_product(equation, stages[j], multipliers[j],
+                                                       weights[j])
 
-        def evaluate(x: np.ndarray, jacobian: bool = True):
-            velocities = x[:s * n].reshape(s, n)
-            multipliers = x[s * n:].reshape(s, m)
-            stages = q0 + h * (a @ velocities)
-            constraint_jacobians = [model.jacobian_matrix(q) for q in stages]
-            forces = np.array([-model.potential_gradient(stages[j])
-                               - constraint_jacobians[j].T @ multipliers[j] for j in range(s)])
-            p1 = p0 + h * (b @ forces)
-            end_velocity = inverse_mass @ p1
-            residual = np.concatenate([
-                (velocities @ mass.T - (p0 + h * (a_hat @ forces))).ravel(),
-                np.concatenate([model.constraints(q) for q in stages[1:]]),
-                constraint_jacobians[-1] @ end_velocity])
-            if not jacobian:
-                return residual, None
-            # dF_j/dQ_j; a stage position moves with every stage velocity, dQ_j/dV_k = h a_jk
-            stiffness = [-(model.potential_hessian_matrix(stages[j])
-                           + model.hessian_product_matrix(stages[j], multipliers[j]))
-                         for j in range(s)]
-            end_map = constraint_jacobians[-1] @ inverse_block
-            blocks = []
-            for i in range(s):  # M V_i - p_k - h sum_j a_hat_ij F_j
-                row = []
-                for k in range(s):
-                    terms = [-h * h * a_hat[i, j] * a[j, k] * stiffness[j] for j in range(s)
-                             if a_hat[i, j] != 0.0 and a[j, k] != 0.0]
-                    if i == k:
-                        terms.append(mass_block)
-                    row.append(sum(terms[1:], terms[0]) if terms else None)
-                row += [h * a_hat[i, j] * constraint_jacobians[j].T if a_hat[i, j] != 0.0
-                        else None for j in range(s)]
-                blocks.append(row)
-            for i in range(1, s):  # g(Q_i)
-                blocks.append([h * a[i, k] * constraint_jacobians[i] if a[i, k] != 0.0
-                               else None for k in range(s)] + [None] * s)
-            # G(Q_s) M^-1 p_{k+1}
-            curvature = model.hessian_vector_matrix(stages[-1], end_velocity)
-            blocks.append([sum((h * h * b[j] * a[j, k] * (end_map @ stiffness[j])
-                                for j in range(s) if a[j, k] != 0.0),
-                               h * a[s - 1, k] * curvature) for k in range(s)]
-                          + [-h * b[j] * (end_map @ constraint_jacobians[j].T)
-                             for j in range(s)])
-            return residual, assemble(blocks, dense)
-
-        return evaluate
+        for i in range(s):
+            builder.equation(f"stage{i}", n)
+            builder.add_linear(f"stage{i}", velocities[i].mapped(model.mass_matrix) - p0)
+            add_force(f"stage{i}", h * a_hat[i])
+        builder.equation("momentum", n)
+        builder.add_linear("momentum", (p1 - p0) * (1.0 / h))
+        add_force("momentum", b)
+        for i in range(1, s):
+            builder.equation(f"position{i}", m)
+            builder.add_constraints(f"position{i}", stages[i])
+        builder.equation("velocity", m)
+        builder.add_jacobian_product("velocity", stages[-1],
+                                     p1.mapped(model.inverse_mass_matrix))
+        return builder
 
     def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         model, h, s = self.model, self.h, self.tableau.stages
         n, m = model.n, model.m
         velocity = model.inverse_mass_matrix @ p0
-        x0 = np.concatenate([np.tile(velocity, s), self._stage_multipliers.ravel()])
+        x0 = np.concatenate([np.tile(velocity, s), p0, self._stage_multipliers.ravel()])
         # stage velocities against their natural size: |v|, or the change a force makes in a
-        # step when the system starts from rest
+        # step when the system starts from rest; p1 against |p| or the impulse of a step
         acceleration = model.inverse_mass_matrix @ model.potential_gradient(q0)
-        scale = max(self._max(velocity), h * self._max(acceleration), 1e-300)
-        x, iterations, _ = newton(self._residual_and_jacobian(q0, p0), x0,
-                                  [slice(0, s * n)], [scale], self.newton, self._newton_state,
-                                  self._simplified)
+        blocks = [slice(0, s * n), slice(s * n, (s + 1) * n)]
+        scales = [max(self._max(velocity), h * self._max(acceleration), 1e-300),
+                  self._scales(q0, p0)[1]]
+        evaluate, _ = self.newton_system(q0, p0)
+        x, iterations, residual = self._solve_system(evaluate, x0, blocks, scales,
+                                                     residual_from=(s + 1) * n)
         velocities = x[:s * n].reshape(s, n)
-        multipliers = x[s * n:].reshape(s, m)
+        multipliers = x[(s + 1) * n:].reshape(s, m)
         self._stage_multipliers = multipliers.copy()
-        stages = q0 + h * (self.tableau.a @ velocities)
-        forces = np.array([-model.potential_gradient(q) - model.constraint_jacobian(q).T @ lam
-                           for q, lam in zip(stages, multipliers)])
-        q1 = stages[-1]
-        p1 = p0 + h * (self.tableau.b @ forces)
-        enforced = (max((self._max(model.constraints(q)) for q in stages[1:]), default=0.0),
-                    self._max(model.constraint_jacobian(q1) @ (model.inverse_mass_matrix @ p1)))
-        return StepResult(q1.copy(), p1, velocities[-1].copy(), multipliers[0].copy(),
-                          multipliers[-1].copy(), iterations, enforced)
+        q1 = q0 + h * (self.tableau.b @ velocities)  # = Q_s (last row of a is b)
+        constraint_rows = np.abs(residual[(s + 1) * n:])
+        enforced = (self._max(constraint_rows[:(s - 1) * m]), self._max(constraint_rows[-m:]))
+        return StepResult(q1, x[s * n:(s + 1) * n].copy(), velocities[-1].copy(),
+                          multipliers[0].copy(), multipliers[-1].copy(), iterations, enforced)
+
+    def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> None:
+        return None  # step() starts Newton from the stage velocities M^-1 p_k
+
 
     def checkpoint(self) -> dict:
         state = super().checkpoint()

@@ -66,18 +66,6 @@ def _expand(rows: np.ndarray, matrix: sp.csr_matrix) -> tuple[np.ndarray, np.nda
     return entry, starts[entry] + offsets
 
 
-def _embed(block, row_offset: int, size: int):
-    """A (size, size) matrix holding ``block`` (n x n, dense or sparse) at rows
-    row_offset .. row_offset + n and columns 0 .. n (the q1 columns of a step's unknowns)."""
-    n = block.shape[0]
-    if isinstance(block, np.ndarray):
-        out = np.zeros((size, size))
-        out[row_offset:row_offset + n, :n] = block
-        return out
-    coo = sp.coo_matrix(block)
-    return sp.csr_matrix((coo.data, (coo.row + row_offset, coo.col)), shape=(size, size))
-
-
 def _expansion_loses_precision(factored) -> bool:
     """Whether some row needs re-evaluation from the factored form (see
     :func:`~mbs.solvers.factored_rows.cancelling_terms`)."""
@@ -482,8 +470,10 @@ class QuadraticSystem:
             uv = uv_map @ x + uv_step
             residual[start:start + rows] = row_sum @ (uv[:half] * uv[half:]) + constant
 
-    def evaluate(self, x: np.ndarray, jacobian: bool = True):
-        """(R(x), dR/dx) at the current step data; the Jacobian is None when not asked."""
+    def evaluate(self, x: np.ndarray, jacobian: bool = True, first_row: int = 0):
+        """(R(x), dR/dx) at the current step data; the Jacobian is None when not asked.
+        ``first_row`` is accepted for the interface of :class:`~mbs.solvers.equations.
+        ModelSystem`; every row is evaluated."""
         buffer = np.empty((self.n_unknowns, self.n_equations))
         inner = x if self._shift_step is None else x + self._shift_step
         residual = self._residual(inner, buffer, extra=False)

@@ -156,8 +156,9 @@ class SparseQuadraticSystem:
                                for o in self._overrides]
         self._extra = extra
 
-    def evaluate(self, x: np.ndarray, jacobian: bool = True):
-        """(R(x), dR/dx as CSR) at the current step data."""
+    def evaluate(self, x: np.ndarray, jacobian: bool = True, first_row: int = 0):
+        """(R(x), dR/dx as CSR) at the current step data (every row, whatever
+        ``first_row``: see :meth:`QuadraticSystem.evaluate`)."""
         kernels = _evaluate_compiled()
         if kernels is not None:
             # one compiled pass instead of two mat-vecs and three temporaries (measured on
