@@ -274,7 +274,7 @@ class _BatchedEnergyMomentum:
     other rows, leaving n + 2m unknowns (q1, lambda, gamma) per member. Every member runs the
     Newton iteration of a single run on its own (:func:`mbs.solvers.newton.newton`, exact
     Newton with ``refactor_above``): it starts from the explicit predictor
-    (:meth:`mbs.solvers.base.Solver._predict_state`) with lambda from its previous step and
+    (:meth:`mbs.solvers.guess.ExplicitPredictor.state`) with lambda from its previous step and
     gamma = 0, factorises its condensed matrix there, and refactorises only while its
     relative increment is above ``refactor_above`` or contracts slower than ``contraction``
     (measured on 1000 heavy tops at h = 2 ms: 4 iterations and 2.0 factorisations per
@@ -459,7 +459,7 @@ class _BatchedEnergyMomentum:
 
     def _corrected_guess(self, raw: np.ndarray, data: np.ndarray):
         """(q1, p1, lambda, gamma) of every member: the predictor's ``raw`` guess plus the
-        extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess` (same terms
+        extrapolated defect of :meth:`mbs.solvers.guess.WarmStart.corrected` (same terms
         and the same guard per member), as C-ordered arrays."""
         guess = raw.copy()
         correction = extrapolated_defect(self._defects, self.predictor_correction)

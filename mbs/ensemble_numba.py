@@ -487,7 +487,7 @@ def _lanes_sparse_solve(lu, x, diag, forward_ptr, forward, backward_ptr, backwar
 def _lanes_correct_guess(q0, p0, q1, p1, lam, gam, raw, defects, defect_count, order,
                          coefficients):
     """Keep the predictor's guess (q1, p1, lambda, gamma) in ``raw`` and add to it, lane by
-    lane, the extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess` (same
+    lane, the extrapolated defect of :meth:`mbs.solvers.guess.WarmStart.corrected` (same
     terms, summed term by term), unless it is larger than the predicted change of (q, p)."""
     n, m, lanes = q1.shape[0], lam.shape[0], q1.shape[1]
     for lane in range(lanes):
@@ -808,7 +808,7 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
                 lam_prev[r, lane] = lam[r, lane]
                 gam_prev[r, lane] = gam[r, lane]
         # step 0 starts from zero multipliers: its defect is not the smooth predictor error
-        # (see Solver._startup_defects)
+        # (see WarmStart.startup_defects)
         if correction_order >= 0 and s > 0:
             if defect_count == defects.shape[0]:  # drop the oldest
                 for row in range(defect_count - 1):
@@ -852,7 +852,7 @@ def run_lanes(lanes, pivot_threshold, h, q_out, p_out, force, force_scale, lengt
 
     Row 0 of ``q_out``, ``p_out`` (K, N + 1, n) holds the initial states; rows 1..N are
     written. Each step starts from the explicit predictor of the single runs
-    (:meth:`mbs.solvers.base.Solver._predict_state`, w = 1/2) with the previous step's
+    (:meth:`mbs.solvers.guess.ExplicitPredictor.state`, w = 1/2) with the previous step's
     multipliers, lambda from the previous step and gamma = 0, corrected by the extrapolated
     defects of the member's past steps of degree ``correction_order`` (-1: none; see
     ``Solver.predictor_correction``; ``coefficients`` is

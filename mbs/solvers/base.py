@@ -10,13 +10,9 @@ import scipy.sparse as sp
 
 from mbs.model import DENSE_LIMIT, Model
 from mbs.solvers.cache import model_cache
-from mbs.solvers.defects import (  # noqa: F401 (re-exported)
-    MAX_CORRECTION_DEGREE,
-    DefectHistory,
-    extrapolated_defect,
-    extrapolation_coefficients,
-)
+from mbs.solvers.defects import MAX_CORRECTION_DEGREE
 from mbs.solvers.equations import EquationLayout, ModelEquations
+from mbs.solvers.guess import ExplicitPredictor, WarmStart, build_map
 from mbs.solvers.newton import (
     NewtonConvergenceError,
     NewtonOptions,
@@ -147,16 +143,7 @@ class Solver:
         self._mass = model.mass_operator()
         self._minv = model.inverse_mass_operator()
         self._identity = model.identity_operator()
-        self._lam = np.zeros(model.m)
-        self._gam = np.zeros(model.m)
-        self._lam_before = self._gam_before = None  # one step older (see _multiplier_lag)
-        # predictor errors of past steps (see predictor_correction)
-        self._defects = DefectHistory(self.correction_degree, self._multiplier_lag)
-        # The first L steps start from multipliers that are not the lag-L warm start (zeros,
-        # then for L = 2 the previous step's): their defects hold that jump, not the smooth
-        # predictor error, and would spoil the extrapolation while in the history (measured
-        # on the heavy top: 4 Newton iterations on the first 5 (EM) / 16 (VI-A) steps).
-        self._startup_defects = self._multiplier_lag
+        self._warm = WarmStart(model.m, self.correction_degree, self._multiplier_lag)
         self._newton_state = NewtonState()
         #: steps retried from the "advanced" guess after the "explicit" one failed
         self.guess_retries = 0
@@ -171,7 +158,6 @@ class Solver:
         self._constant_force = (None if constant is None else
                                 float(np.abs(constant).max()) if model.n else 0.0)
         self._polynomial = None
-        self._predictor = None
         self._compiled = None
         self._blocks = [slice(0, model.n), slice(model.n, 2 * model.n)]  # q, p convergence
         self._block_starts = np.array([0, model.n] if model.n else [], dtype=np.intp)
@@ -180,8 +166,6 @@ class Solver:
         self._update_floor_minimum()
         if self.backend != "assembled" and self._polynomial_applies(model):
             self._polynomial = self._shared_polynomial()
-            if self._state_unknowns:
-                self._predictor = self._shared_predictor()
             if self.backend == "compiled":
                 self._compiled = self._compile()
         elif self.backend in ("polynomial", "compiled"):
@@ -191,6 +175,7 @@ class Solver:
                              f"constraints only (no UserConstraint) and step equations written "
                              f"as terms (every implicit scheme; hbvm with iteration='newton'; "
                              f"not rattle); use backend='auto'")
+        self._predictor = self._make_predictor()
 
     def _compile(self):
         """The compiled kernel for the polynomial system, or None (with a warning saying
@@ -267,13 +252,8 @@ class Solver:
             q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
             count)
         self._newton_state.factorizations += factorizations
-        if done >= 2:
-            self._lam_before = multipliers[first + done - 2].copy()
-            self._gam_before = velocity_multipliers[first + done - 2].copy()
-            self._lam = multipliers[first + done - 1].copy()
-            self._gam = velocity_multipliers[first + done - 1].copy()
-        elif done == 1:
-            self._record_multipliers(multipliers[first], velocity_multipliers[first])
+        self._warm.record_run(multipliers[first:first + done],
+                              velocity_multipliers[first:first + done])
         return done
 
     #: Steps between the multipliers a new step resembles most: 1 when they vary smoothly
@@ -281,44 +261,25 @@ class Solver:
     #: (measured on the heavy top: lambda changes by ~0.1 per step, every second step ~0.01).
     _multiplier_lag = 1
 
-    def _record_multipliers(self, lam: np.ndarray, gam: np.ndarray, copy: bool = True) -> None:
-        """Keep the step's multipliers as the next warm start (``copy=False`` for arrays
-        nobody modifies afterwards, e.g. slices of a step's own solution vector)."""
-        self._lam_before, self._gam_before = self._lam, self._gam
-        self._lam, self._gam = (lam.copy(), gam.copy()) if copy else (lam, gam)
-
-    def _multiplier_guess(self) -> tuple[np.ndarray, np.ndarray]:
-        """Warm start of (lambda, gamma) for the next step."""
-        if self._multiplier_lag == 2 and self._lam_before is not None:
-            return self._lam_before, self._gam_before
-        return self._lam, self._gam
-
-    def _compiled_history(self) -> tuple:
-        """(lag, lambda one step older, gamma one step older) for the kernel."""
-        has_before = self._lam_before is not None
-        return (self._multiplier_lag,
-                self._lam_before if has_before else self._lam,
-                self._gam_before if has_before else self._gam)
-
     def _run_kernel(self, q, p, velocities, multipliers, velocity_multipliers, enforced,
                     iterations, first: int, count: int) -> tuple:
         """:meth:`CompiledSystem.run` with this solver's state; the defect history goes in
         as the kernel's ((degree + 1) L, n_x) buffer and comes back updated. Returns (steps
         done, code, residual norm, increment, iterations, factorisations) of the kernel."""
-        order = self.correction_degree
-        defects = np.zeros((self._defects.capacity, 2 * self.model.n + 2 * self.model.m))
-        if self._defects:
-            defects[:len(self._defects)] = self._defects.rows()
-        *result, defect_count, self._startup_defects = self._compiled.run(
+        order, warm = self.correction_degree, self._warm
+        defects = np.zeros((warm.defects.capacity, 2 * self.model.n + 2 * self.model.m))
+        if warm.defects:
+            defects[:len(warm.defects)] = warm.defects.rows()
+        *result, defect_count, warm.startup_defects = self._compiled.run(
             q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
             count, self._inverse_mass_dense, self.h, self._guess_mode(),
-            self._constant_force, self.model.length_scale, self._lam, self._gam,
+            self._constant_force, self.model.length_scale, warm.lam, warm.gam,
             self._warm_gamma,
             self._velocity_maps, self.newton, self._constant_gradient,
-            self._new_momentum_weight, *self._compiled_history(),
-            -1 if order is None else int(order), defects, len(self._defects),
-            self._startup_defects)
-        self._defects.load(defects[:defect_count])
+            self._new_momentum_weight, warm.lag, *warm.older(),
+            -1 if order is None else int(order), defects, len(warm.defects),
+            warm.startup_defects)
+        warm.defects.load(defects[:defect_count])
         return tuple(result)
 
     def _guess_mode(self) -> int:
@@ -337,7 +298,7 @@ class Solver:
             q, p, velocity, lam, gam, enforced, iterations, 0, 1)
         if code != compiled.CONVERGED:
             raise NewtonConvergenceError(*_kernel_failure(code, norm, increment, its))
-        self._record_multipliers(lam[0], gam[0])
+        self._warm.record(lam[0], gam[0])
         self._newton_state.factorizations += factorizations
         return StepResult(q[1], p[1], velocity[0], lam[0].copy(), gam[0].copy(),
                           int(iterations[0]), (float(enforced[0, 0]), float(enforced[0, 1])))
@@ -347,7 +308,8 @@ class Solver:
         :meth:`_corrected_guess`): (x, iterations, R(x))."""
         system = self._polynomial
         data = self._start_system(system, q0, p0)
-        guess = self._corrected_guess(x0, data)
+        explicit = self.initial_guess == "explicit"
+        guess = self._warm.corrected(x0, data, explicit)
         if self._simplified or not system.dense:
             x, iterations, _ = newton(system.evaluate, guess, self._blocks,
                                       list(self._scales(q0, p0)), self.newton,
@@ -364,7 +326,7 @@ class Solver:
                 guess, (self._block_starts, self._block_sizes, self._blocks_lead), floors,
                 self.newton)
             self._newton_state.factorizations += factorizations
-        self._remember_defect(x, x0)
+        self._warm.remember(x, x0, explicit)
         return x, iterations, residual
 
     @property
@@ -391,37 +353,6 @@ class Solver:
             return 3 if self._multiplier_lag == 1 else 6
         return None if self.predictor_correction is None else int(self.predictor_correction)
 
-    def _corrected_guess(self, guess: np.ndarray, data: np.ndarray) -> np.ndarray:
-        """The predictor's guess plus the extrapolated defect (see ``predictor_correction``),
-        as a new array (Newton overwrites its start). The correction is skipped while it is
-        larger than the predicted change of (q, p): the predictor is then far from its
-        asymptotic regime (very large steps) and the defects say nothing about the next."""
-        correction = self._defect_extrapolation()
-        if correction is None:
-            return guess.copy()
-        lead = data.size  # np.maximum.reduce: ndarray.max's wrapper costs ~2 us per call
-        if lead and _max(np.abs(correction[:lead])) > _max(np.abs(guess[:lead] - data)):
-            return guess.copy()
-        return guess + correction
-
-    def _defect_extrapolation(self) -> np.ndarray | None:
-        """:func:`extrapolated_defect` of the past steps' defects, every
-        L = :attr:`_multiplier_lag`-th one; None without defects or "explicit" guess."""
-        if self.initial_guess != "explicit":
-            return None
-        return self._defects.extrapolate()
-
-    def _remember_defect(self, solution: np.ndarray, guess: np.ndarray) -> None:
-        """Keep solution - guess of an "explicit" step (the last (degree + 1) L); a step from
-        another guess (the "advanced" retry of a failed step) starts the history afresh."""
-        if not self._defects.capacity or self.initial_guess != "explicit":
-            self._defects.clear()
-            return
-        if self._startup_defects:
-            self._startup_defects -= 1
-            return
-        self._defects.append(solution, guess)
-
     def _update_floor_minimum(self) -> None:
         """Lower bounds of the Newton scales of q and p (see :meth:`_scales`) when they do
         not depend on the state (constant force), as an array for the hot path."""
@@ -440,61 +371,28 @@ class Solver:
                                                  (0, m)).tolist()
         return position, velocity
 
-    def _shared_predictor(self):
-        """The "explicit" predictor as a :class:`~mbs.solvers.polynomial.QuadraticMap` of
-        (q, p, lambda, gamma), built once per (model, scheme, h) like the step equations; None
-        when the potential is not linear in q or the model is large (then
-        :meth:`_predict_state` evaluates it; the map's tensor has (outputs x inputs) rows,
-        which only small models afford)."""
-        if self._constant_gradient is None or not self._polynomial.dense:
-            return None
-        cache = model_cache(self.model, "polynomial_systems")
-        key = ("predictor", type(self).__name__, self._polynomial_key(), self.h)
-        predictor = cache.get(key)
-        if predictor is None:
-            predictor = cache[key] = self._build_predictor()
-        return predictor.for_run()
-
-    def _build_predictor(self):
-        """x0 = (q1, p1, lambda, gamma) of :meth:`_predict_state` ("explicit") as a quadratic
-        map: p1 = p - h F, q1 = q + h M^-1 (p - w h F + G(q)^T gamma) with the force
-        F = grad V + G(q)^T lambda + H(gamma) M^-1 p (w = :attr:`_new_momentum_weight`);
-        gamma is passed on only by schemes that warm-start it (:attr:`_warm_gamma`)."""
-        model, h, n, m = self.model, self.h, self.model.n, self.model.m
-        builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
-                                         {"q": n, "p": n, "lam": m, "gam": m}, {})
-        q, p, lam, gam = (builder.variable(name) for name in ("q", "p", "lam", "gam"))
-        for name, size in (("q", n), ("p", n), ("force", n), ("correction", n), ("lam", m),
-                           ("gam", m)):
-            builder.equation(name, size)
-        builder.add_linear("q", q)
-        builder.add_linear("p", p)
-        builder.add_constant("force", self._constant_gradient)
-        builder.add_jacobian_transpose_product("force", q, lam)
-        builder.add_hessian_product("force", q, gam, p.mapped(model.inverse_mass_matrix))
-        builder.add_jacobian_transpose_product("correction", q, gam)
-        builder.add_linear("lam", lam)
-        builder.add_linear("gam", gam)
-        inverse, identity = sp.csr_matrix(model.inverse_mass_matrix), sp.identity(n)
-        weight = self._new_momentum_weight
-        post = sp.bmat([
-            [identity, h * inverse, -weight * h * h * inverse, h * inverse, None, None],
-            [None, identity, -h * identity, None, None, None],
-            [None, None, None, None, sp.identity(m), None],
-            [None, None, None, None, None,
-             sp.identity(m) if self._warm_gamma else sp.csr_matrix((m, m))]])
-        return builder.build_map(post)
+    def _make_predictor(self) -> ExplicitPredictor:
+        """The run's :class:`~mbs.solvers.guess.ExplicitPredictor`, with its tensor map (built
+        once per model, scheme and h and kept in :mod:`mbs.solvers.cache`) where the step's
+        unknowns are (q1, p1, lambda, gamma), the tensor form is dense and the potential is
+        linear in q (the map's tensor has (outputs x inputs) rows, which only small models
+        afford)."""
+        tensor_map = None
+        if (self._state_unknowns and self._polynomial is not None and self._polynomial.dense
+                and self._constant_gradient is not None):
+            cache = model_cache(self.model, "polynomial_systems")
+            key = ("predictor", type(self).__name__, self._polynomial_key(), self.h)
+            if key not in cache:
+                cache[key] = build_map(self.model, self.h, self._new_momentum_weight,
+                                       self._warm_gamma, self._constant_gradient)
+            tensor_map = cache[key].for_run()
+        return ExplicitPredictor(self.model, self.h, self._new_momentum_weight,
+                                 self._warm_gamma, self._constant_gradient, tensor_map)
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
-        """Newton's x0 = (q1, p1, lambda, gamma) of the polynomial step systems (and EM's
-        assembled one): the predictor map where it applies, else :meth:`_predict_state` with
-        the multiplier warm start (gamma only for schemes with :attr:`_warm_gamma`)."""
-        guess = self._explicit_guess(q0, p0)
-        if guess is not None:
-            return guess
-        lam, gam = self._multiplier_guess()
-        return np.concatenate([*self._predict_state(q0, p0), lam,
-                               gam if self._warm_gamma else np.zeros_like(gam)])
+        """Newton's x0 = (q1, p1, lambda, gamma) from the predictor and the multiplier warm
+        start (see :mod:`mbs.solvers.guess`)."""
+        return self._predictor.unknowns(q0, p0, *self._warm.multipliers(), self.initial_guess)
 
     def _start_system(self, system, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
         """Set the step data (q0, p0) of a polynomial step system, with its potential terms
@@ -539,7 +437,7 @@ class Solver:
             x, iterations, residual = self._solve(evaluate, x0, q0, p0)
         m = self.model.m
         lam, gam = x[x.size - 2 * m:x.size - m], x[x.size - m:]
-        self._record_multipliers(lam, gam, copy=False)
+        self._warm.record(lam, gam, copy=False)
         return StepResult(x[:self.model.n], x[self.model.n:2 * self.model.n],
                           self._step_velocity(q0, p0, x), lam, gam, iterations,
                           self._enforced_rows(residual))
@@ -547,13 +445,6 @@ class Solver:
     def _step_velocity(self, q0: np.ndarray, p0: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The scheme's velocity unknown (see :class:`StepResult`) of a solved step."""
         raise NotImplementedError
-
-    def _explicit_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray | None:
-        """Newton's x0 from the predictor map, or None where it does not apply."""
-        if self._predictor is None or self.initial_guess != "explicit":
-            return None
-        lam, gam = self._multiplier_guess()
-        return self._predictor(np.concatenate((q0, p0, lam, gam)))
 
     #: Whether the step's unknowns are (q1, p1, lambda, gamma) (with the equations' last 2m
     #: rows the position and velocity constraints): the layout of the explicit predictor,
@@ -654,56 +545,40 @@ class Solver:
         equations depend on h and are kept per step size."""
         if h == self.h:
             return
-        self._defects.clear()  # they scale with h
+        self._warm.defects.clear()  # they scale with h
         if self._polynomial is not None:
             cache = self.__dict__.setdefault("_polynomial_by_h", {})
             cache[self.h] = self._polynomial
             self.h = h
             self._polynomial = cache.get(h) or self._shared_polynomial()
-            self._predictor = self._shared_predictor()
             if self._compiled is not None:
                 self._compiled = self._compile()
         self.h = h
+        self._predictor = self._make_predictor()
         self._update_floor_minimum()
 
     def checkpoint(self) -> dict:
         """Warm-start state carried between steps (restored by :meth:`restore` on resume,
         so that a resumed run repeats the uninterrupted one bitwise). A Jacobian kept by
         simplified Newton is dropped here, so a resumed run refactors at the same step."""
-        if hasattr(self, "_newton_state"):
-            self._newton_state.factorization = None
-        state = {"lam": self._lam.copy(), "gam": self._gam.copy()}
-        if self._lam_before is not None:
-            state.update(lam_before=self._lam_before.copy(), gam_before=self._gam_before.copy())
-        if getattr(self, "_defects", None):
-            state["defects"] = self._defects.rows()
-            state["defect_layout"] = self._defects.layout()
-        if getattr(self, "_startup_defects", 0):
-            state["startup_defects"] = self._startup_defects
-        return state
+        self._newton_state.factorization = None
+        return self._warm.checkpoint()
 
     def restore(self, state: dict) -> None:
         """Inverse of :meth:`checkpoint`."""
-        self._lam = np.asarray(state["lam"], dtype=float).copy()
-        self._gam = np.asarray(state["gam"], dtype=float).copy()
-        before = state.get("lam_before")
-        self._lam_before = None if before is None else np.asarray(before, dtype=float).copy()
-        self._gam_before = (None if before is None
-                            else np.asarray(state["gam_before"], dtype=float).copy())
-        self._defects = DefectHistory(self.correction_degree, self._multiplier_lag)
-        self._defects.load(state.get("defects", ()), state.get("defect_layout"))
-        self._startup_defects = int(state.get("startup_defects", 0))
+        self._warm.restore(state)
 
     # helpers ------------------------------------------------------------------------------
     def _solve(self, system, x0: np.ndarray, q0: np.ndarray, p0: np.ndarray):
         """Newton on ``system`` from the corrected ``x0`` with convergence judged on the q and
         p blocks: (x, iterations, R(x) with its constraint rows evaluated)."""
         n = self.model.n
-        guess = self._corrected_guess(x0, np.concatenate((q0, p0)))
+        explicit = self.initial_guess == "explicit"
+        guess = self._warm.corrected(x0, np.concatenate((q0, p0)), explicit)
         x, iterations, residual = self._solve_system(
             system, guess, [slice(0, n), slice(n, 2 * n)], list(self._scales(q0, p0)),
             residual_from=self._first_constraint_row(x0.size))
-        self._remember_defect(x, x0)
+        self._warm.remember(x, x0, explicit)
         return x, iterations, residual
 
     def _first_constraint_row(self, size: int) -> int:
@@ -723,36 +598,6 @@ class Solver:
     #: Weight of p^{n+1} in the scheme's position update q1 = q0 + h M^-1 ((1 - w) p0 + w p1)
     #: (1/2 for EM's midpoint; 1 - theta for the GGL theta methods).
     _new_momentum_weight = 0.5
-
-    def _predict_state(self, q: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Newton's starting (q^{n+1}, p^{n+1}) for ``initial_guess`` (see the class doc)."""
-        if self.initial_guess == "simple":
-            return q.copy(), p.copy()
-        if self.initial_guess == "advanced":
-            return q + self.h * (self._minv @ p), p.copy()
-        # "explicit": the momentum balance of EM (84a,b) and GGL (79a,b) with the previous
-        # step's multipliers, then the position update -- O(h^2) in p and O(h^3) in q
-        # instead of O(h) and O(h^2):
-        #   p1 = p - h (grad V + G^T lambda + H(gamma) M^-1 p)
-        #   q1 = q + h M^-1 ((1 - w) p + w p1 + G^T gamma)
-        model = self.model
-        force = (self._constant_gradient if self._constant_gradient is not None
-                 else model.potential_gradient(q))
-        table = model.quadratic_constraint_table
-        velocity = self._minv @ p
-        lam, gam = self._multiplier_guess()
-        if table is not None:
-            constraint_force = (table.jacobian_transpose_product(q, lam)
-                                + table.hessian_vector_transpose_product(velocity, gam))
-            correction = table.jacobian_transpose_product(q, gam)
-        else:
-            constraint_force = model.constraint_jacobian_transpose_product(q, lam)
-            correction = model.constraint_jacobian_transpose_product(q, gam)
-        p_new = p - self.h * (force + constraint_force)
-        weight = self._new_momentum_weight
-        return (q + self.h * (self._minv @ ((1.0 - weight) * p + weight * p_new + correction)),
-                p_new)
-
 
     def _scales(self, q: np.ndarray, p: np.ndarray) -> tuple[float, float]:
         if not q.size:

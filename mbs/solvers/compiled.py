@@ -4,7 +4,7 @@ The :class:`~mbs.solvers.polynomial.QuadraticSystem` of a scheme is plain arrays
 can run in compiled code with no Python in the loop (:func:`_run_steps`, blocks of steps):
 
 * the predictor (seed 003's simple or advanced guess, or the explicit momentum-balance guess of
-  :meth:`mbs.solvers.base.Solver._predict_state`);
+  :meth:`mbs.solvers.guess.ExplicitPredictor.state`);
 * the step data folded into the equations, then per Newton iteration the residual and the
   Jacobian on its fixed sparsity pattern (one CSR tensor product), the constraint rows from the
   factored form;
@@ -386,7 +386,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     0 .. defect_count - 1 of ``defects``, newest last, updated in place; see
     ``Solver.predictor_correction``). With ``shifted`` the system's unknowns are x + S d,
     S the CSR ``shift_map``. The defects of the next ``startup_defects`` steps are not kept
-    (see ``Solver._startup_defects``). ``coefficients`` is
+    (see ``WarmStart.startup_defects``). ``coefficients`` is
     :data:`mbs.solvers.defects.COEFFICIENT_TABLE` (read per step instead of recomputing the
     binomials, whose integer divisions cost ~0.3 us per step at degree 6). Returns (steps
     done, code of the failed step or CONVERGED, its residual norm, increment, iterations, LU
@@ -427,7 +427,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
         data[n:] = p0
         if guess_mode == 2:
             # p1 = p - h (grad V + G^T lambda + H(gamma) M^-1 p),
-            # q1 = q + h M^-1 ((1 - w) p + w p1 + G^T gamma)   (see Solver._predict_state)
+            # q1 = q + h M^-1 ((1 - w) p + w p1 + G^T gamma)   (see ExplicitPredictor.state)
             _affine(inverse_mass, p0, zero_velocity, 1.0, velocity_part)
             momentum[:] = force
             correction[:] = 0.0
@@ -550,7 +550,7 @@ def _unroll_defects(defects, oldest):
 @_jit
 def _correct_guess(x, data, defects, defect_count, oldest, order, lag, correction,
                    coefficients):
-    """x += the extrapolated defect of :meth:`mbs.solvers.base.Solver._corrected_guess`
+    """x += the extrapolated defect of :meth:`mbs.solvers.guess.WarmStart.corrected`
     (same terms, summed term by term), unless it is larger than the predicted change of (q, p).
     ``coefficients`` is :data:`mbs.solvers.defects.COEFFICIENT_TABLE`."""
     usable = min(order + 1, defect_count // lag)

@@ -66,7 +66,7 @@ class DefectHistory:
         Degree of the extrapolating polynomial (None: no history is kept).
     lag : int
         Every L-th defect is used (L = 2 for schemes whose multipliers alternate from step to
-        step, see ``Solver._multiplier_lag``).
+        step, see :class:`~mbs.solvers.guess.WarmStart`).
     """
 
     def __init__(self, degree: int | None, lag: int = 1):

@@ -280,7 +280,8 @@ class GGLVI(Solver):
         momenta as in (55c) / (82c); variant A as EM."""
         if self.variant == "A":
             return super()._initial_guess(q0, p0)
-        q1, p1 = self._predict_state(q0, p0)
+        lam, gam = self._warm.multipliers()
+        q1, p1 = self._predictor.state(q0, p0, lam, gam, self.initial_guess)
         weight = self._new_momentum_weight
         return np.concatenate([q1, p1, self._minv @ ((1.0 - weight) * p0 + weight * p1),
-                               *self._multiplier_guess()])
+                               lam, gam])

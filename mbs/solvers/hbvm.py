@@ -341,7 +341,7 @@ class HBVM(Solver):
             gamma, force, lam, iterations = self._solve_fixed_point(q0, v0)
             p1 = p0 - self.h * force[0]  # (52)
         q1 = q0 + self.h * gamma[0]
-        self._lam = lam
+        self._warm.lam = lam
         if model.m:
             jacobian = (self.model.jacobian_matrix(q1) if self._dense
                         else model.constraint_jacobian(q1))
@@ -454,7 +454,7 @@ class HBVM(Solver):
         """Newton's method (the shared engine) on :meth:`_equations`, from the straight-line
         stages and the previous step's multiplier. Returns (gamma, p1, lambda, iterations)."""
         n, s = self.model.n, self.tab.s
-        x0 = np.concatenate([v0, np.zeros((s - 1) * n), p0, self._lam])
+        x0 = np.concatenate([v0, np.zeros((s - 1) * n), p0, self._warm.lam])
         acceleration = self.model.apply_inverse_mass(self.model.potential_gradient(q0))
         scale = max(self._max(v0), abs(self.h) * self._max(acceleration), _TINY)
         evaluate, _ = self.newton_system(q0, p0)

@@ -61,7 +61,7 @@ class Rattle(Solver):
             # converged when lambda's effect on q1 is below the tolerance: lambda passes
             # through zero (a pendulum released from rest), its effect has the size of q
             scale = max(float(np.max(np.abs(q0))), model.length_scale)
-            lam, iterations, _ = newton(residual_and_jacobian, self._lam.copy(),
+            lam, iterations, _ = newton(residual_and_jacobian, self._warm.lam.copy(),
                                         [slice(0, model.n)], [scale], self.newton,
                                         state_map=position_change, state_offset=q_free)
         else:
@@ -81,7 +81,7 @@ class Rattle(Solver):
             p1 = p_unconstrained - 0.5 * h * (jac1.T @ mu)
         else:
             mu, p1 = np.zeros(0), p_unconstrained
-        self._lam = lam
+        self._warm.lam = lam
         enforced = (self._max(model.constraints(q1)),
                     self._max(model.jacobian_matrix(q1) @ (self._minv @ p1)))
         return StepResult(q1, p1, minv @ p_half, lam.copy(), mu, iterations, enforced)

@@ -1,0 +1,224 @@
+"""Newton's starting point for a step, shared by every implicit scheme.
+
+Two parts, each owned by the solver run:
+
+* :class:`WarmStart` -- what a step hands to the next: the multipliers of the last two steps
+  (the warm start, taken ``lag`` steps back) and the predictor defects ``x - guess`` of past
+  steps, whose extrapolation corrects the next guess (``Solver.predictor_correction``). It
+  is the whole state a resumed run needs to repeat the uninterrupted one bitwise.
+* :class:`ExplicitPredictor` -- the unknowns (q^{n+1}, p^{n+1}, lambda, gamma) predicted from
+  the state: seed 003 section 6.3's "simple" (values at t^n) and "advanced" (q^n + h M^-1 p^n)
+  guesses, and the "explicit" one, the momentum balance with the previous multipliers
+  followed by the scheme's position update::
+
+      p1 = p - h (grad V + G^T lambda + H(gamma) M^-1 p)
+      q1 = q + h M^-1 ((1 - w) p + w p1 + G^T gamma)
+
+  O(h^2) in p and O(h^3) in q instead of O(h) and O(h^2); w is the weight of p^{n+1} in the
+  scheme's position update (1/2 for EM, 1 - theta for the GGL theta methods). For small
+  models with a potential linear in q it is one quadratic map of (q, p, lambda, gamma)
+  (:class:`~mbs.solvers.polynomial.QuadraticMap`), built once per model, scheme and h.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from mbs.model import Model
+from mbs.solvers.defects import DefectHistory
+from mbs.solvers.polynomial import QuadraticMap, QuadraticSystemBuilder
+
+#: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
+_max = np.maximum.reduce
+
+
+class WarmStart:
+    """Multipliers and predictor defects carried from step to step.
+
+    Parameters
+    ----------
+    m : int
+        Number of constraints.
+    degree : int or None
+        Degree of the defect extrapolation (None: no correction).
+    lag : int
+        Steps between the multipliers a new step resembles most: 1 when they vary smoothly
+        (EM), 2 for the GGL theta methods, whose lambda^n, gamma^n alternate from step to step.
+    """
+
+    def __init__(self, m: int, degree: int | None, lag: int):
+        self.degree, self.lag = degree, lag
+        self.lam, self.gam = np.zeros(m), np.zeros(m)
+        self.lam_before = self.gam_before = None  # one step older (see ``lag``)
+        self.defects = DefectHistory(degree, lag)
+        # The first L steps start from multipliers that are not the lag-L warm start (zeros,
+        # then for L = 2 the previous step's): their defects hold that jump, not the smooth
+        # predictor error, and would spoil the extrapolation while in the history (measured
+        # on the heavy top: 4 Newton iterations on the first 5 (EM) / 16 (VI-A) steps).
+        self.startup_defects = lag
+
+    def record(self, lam: np.ndarray, gam: np.ndarray, copy: bool = True) -> None:
+        """Keep a step's multipliers (``copy=False`` for arrays nobody modifies afterwards,
+        e.g. slices of a step's own solution vector)."""
+        self.lam_before, self.gam_before = self.lam, self.gam
+        self.lam, self.gam = (lam.copy(), gam.copy()) if copy else (lam, gam)
+
+    def record_run(self, multipliers: np.ndarray, velocity_multipliers: np.ndarray) -> None:
+        """Keep the multipliers of the last two rows of a block of steps (compiled kernel)."""
+        if len(multipliers) >= 2:
+            self.lam_before = multipliers[-2].copy()
+            self.gam_before = velocity_multipliers[-2].copy()
+            self.lam, self.gam = multipliers[-1].copy(), velocity_multipliers[-1].copy()
+        elif len(multipliers) == 1:
+            self.record(multipliers[0], velocity_multipliers[0])
+
+    def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
+        """The warm start of (lambda, gamma) for the next step."""
+        if self.lag == 2 and self.lam_before is not None:
+            return self.lam_before, self.gam_before
+        return self.lam, self.gam
+
+    def older(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lambda, gamma) one step older than the last (the last ones at the start)."""
+        if self.lam_before is None:
+            return self.lam, self.gam
+        return self.lam_before, self.gam_before
+
+    def corrected(self, guess: np.ndarray, data: np.ndarray, explicit: bool) -> np.ndarray:
+        """The predictor's guess plus the extrapolated defect, as a new array (Newton
+        overwrites its start). The correction is skipped while it is larger than the predicted
+        change of (q, p): the predictor is then far from its asymptotic regime (very large
+        steps) and the defects say nothing about the next."""
+        correction = self.defects.extrapolate() if explicit else None
+        if correction is None:
+            return guess.copy()
+        lead = data.size  # np.maximum.reduce: ndarray.max's wrapper costs ~2 us per call
+        if lead and _max(np.abs(correction[:lead])) > _max(np.abs(guess[:lead] - data)):
+            return guess.copy()
+        return guess + correction
+
+    def remember(self, solution: np.ndarray, guess: np.ndarray, explicit: bool) -> None:
+        """Keep solution - guess of an "explicit" step (the last (degree + 1) L); a step from
+        another guess (the "advanced" retry of a failed step) starts the history afresh."""
+        if not self.defects.capacity or not explicit:
+            self.defects.clear()
+            return
+        if self.startup_defects:
+            self.startup_defects -= 1
+            return
+        self.defects.append(solution, guess)
+
+    def checkpoint(self) -> dict:
+        """Everything the next step depends on, as plain arrays."""
+        state = {"lam": self.lam.copy(), "gam": self.gam.copy()}
+        if self.lam_before is not None:
+            state.update(lam_before=self.lam_before.copy(), gam_before=self.gam_before.copy())
+        if self.defects:
+            state["defects"] = self.defects.rows()
+            state["defect_layout"] = self.defects.layout()
+        if self.startup_defects:
+            state["startup_defects"] = self.startup_defects
+        return state
+
+    def restore(self, state: dict) -> None:
+        """Inverse of :meth:`checkpoint`."""
+        self.lam = np.asarray(state["lam"], dtype=float).copy()
+        self.gam = np.asarray(state["gam"], dtype=float).copy()
+        before = state.get("lam_before")
+        self.lam_before = None if before is None else np.asarray(before, dtype=float).copy()
+        self.gam_before = (None if before is None
+                           else np.asarray(state["gam_before"], dtype=float).copy())
+        self.defects = DefectHistory(self.degree, self.lag)
+        self.defects.load(state.get("defects", ()), state.get("defect_layout"))
+        self.startup_defects = int(state.get("startup_defects", 0))
+
+
+class ExplicitPredictor:
+    """Newton's starting unknowns (q^{n+1}, p^{n+1}, lambda, gamma) from the state (see the
+    module doc).
+
+    Parameters
+    ----------
+    model : Model
+    h : float
+    weight : float
+        Weight w of p^{n+1} in the scheme's position update.
+    warm_gamma : bool
+        Whether gamma starts from the previous step's (else from zero).
+    constant_gradient : array or None
+        grad V when the potential is linear in q.
+    tensor_map : QuadraticMap or None
+        The "explicit" prediction as one map of (q, p, lambda, gamma) (:func:`build_map`).
+    """
+
+    def __init__(self, model: Model, h: float, weight: float, warm_gamma: bool,
+                 constant_gradient: np.ndarray | None, tensor_map: QuadraticMap | None):
+        self.model, self.h, self.weight, self.warm_gamma = model, h, weight, warm_gamma
+        self.constant_gradient, self.tensor_map = constant_gradient, tensor_map
+        self.inverse_mass = model.inverse_mass_operator()
+
+    def state(self, q: np.ndarray, p: np.ndarray, lam: np.ndarray, gam: np.ndarray,
+              mode: str) -> tuple[np.ndarray, np.ndarray]:
+        """The predicted (q^{n+1}, p^{n+1}) for ``mode`` "simple", "advanced" or
+        "explicit"."""
+        if mode == "simple":
+            return q.copy(), p.copy()
+        if mode == "advanced":
+            return q + self.h * (self.inverse_mass @ p), p.copy()
+        model, h = self.model, self.h
+        force = (self.constant_gradient if self.constant_gradient is not None
+                 else model.potential_gradient(q))
+        table = model.quadratic_constraint_table
+        velocity = self.inverse_mass @ p
+        if table is not None:
+            constraint_force = (table.jacobian_transpose_product(q, lam)
+                                + table.hessian_vector_transpose_product(velocity, gam))
+            correction = table.jacobian_transpose_product(q, gam)
+        else:
+            constraint_force = model.constraint_jacobian_transpose_product(q, lam)
+            correction = model.constraint_jacobian_transpose_product(q, gam)
+        p_new = p - h * (force + constraint_force)
+        weight = self.weight
+        return (q + h * (self.inverse_mass @ ((1.0 - weight) * p + weight * p_new + correction)),
+                p_new)
+
+    def unknowns(self, q: np.ndarray, p: np.ndarray, lam: np.ndarray, gam: np.ndarray,
+                 mode: str) -> np.ndarray:
+        """x0 = (q^{n+1}, p^{n+1}, lambda, gamma): the tensor map where it applies, else
+        :meth:`state` with the multipliers (gamma only when ``warm_gamma``)."""
+        if self.tensor_map is not None and mode == "explicit":
+            return self.tensor_map(np.concatenate((q, p, lam, gam)))
+        return np.concatenate([*self.state(q, p, lam, gam, mode), lam,
+                               gam if self.warm_gamma else np.zeros_like(gam)])
+
+
+def build_map(model: Model, h: float, weight: float, warm_gamma: bool,
+              constant_gradient: np.ndarray) -> QuadraticMap:
+    """The "explicit" prediction as a quadratic map of (q, p, lambda, gamma): p1 = p - h F,
+    q1 = q + h M^-1 (p - w h F + G(q)^T gamma) with the force F = grad V + G(q)^T lambda +
+    H(gamma) M^-1 p; gamma is passed on only when ``warm_gamma``. Needs a potential linear
+    in q (``constant_gradient``) and quadratic constraints."""
+    n, m = model.n, model.m
+    builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
+                                     {"q": n, "p": n, "lam": m, "gam": m}, {})
+    q, p, lam, gam = builder.variables("q", "p", "lam", "gam")
+    for name, size in (("q", n), ("p", n), ("force", n), ("correction", n), ("lam", m),
+                       ("gam", m)):
+        builder.equation(name, size)
+    builder.add_linear("q", q)
+    builder.add_linear("p", p)
+    builder.add_constant("force", constant_gradient)
+    builder.add_jacobian_transpose_product("force", q, lam)
+    builder.add_hessian_product("force", q, gam, p.mapped(model.inverse_mass_matrix))
+    builder.add_jacobian_transpose_product("correction", q, gam)
+    builder.add_linear("lam", lam)
+    builder.add_linear("gam", gam)
+    inverse, identity = sp.csr_matrix(model.inverse_mass_matrix), sp.identity(n)
+    post = sp.bmat([
+        [identity, h * inverse, -weight * h * h * inverse, h * inverse, None, None],
+        [None, identity, -h * identity, None, None, None],
+        [None, None, None, None, sp.identity(m), None],
+        [None, None, None, None, None,
+         sp.identity(m) if warm_gamma else sp.csr_matrix((m, m))]])
+    return builder.build_map(post)
