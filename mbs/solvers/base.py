@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 
-from mbs.model import DENSE_LIMIT, Model
+from mbs.model import Model
 from mbs.solvers.cache import model_cache
+from mbs.solvers.compiled_run import CompiledRun
 from mbs.solvers.defects import MAX_CORRECTION_DEGREE
 from mbs.solvers.equations import EquationLayout, ModelEquations
 from mbs.solvers.guess import ExplicitPredictor, WarmStart, build_map
@@ -167,7 +166,7 @@ class Solver:
         if self.backend != "assembled" and self._polynomial_applies(model):
             self._polynomial = self._shared_polynomial()
             if self.backend == "compiled":
-                self._compiled = self._compile()
+                self._compiled = CompiledRun.create(self)
         elif self.backend in ("polynomial", "compiled"):
             from mbs.errors import ModelError
 
@@ -176,55 +175,6 @@ class Solver:
                              f"as terms (every implicit scheme; hbvm with iteration='newton'; "
                              f"not rattle); use backend='auto'")
         self._predictor = self._make_predictor()
-
-    def _compile(self):
-        """The compiled kernel for the polynomial system, or None (with a warning saying
-        why) when it does not apply."""
-        from mbs.solvers import compiled
-
-        reason = None
-        if not self._state_unknowns:
-            reason = (f"the compiled kernel solves for (q1, p1, lambda, gamma), not for "
-                      f"{self.name}'s unknowns")
-        elif not compiled.available():
-            reason = "numba is not installed (pip install numba)"
-        elif self.model.constant_potential_gradient() is None:
-            reason = "the potential is not linear in q (its terms are evaluated in Python)"
-        elif self._simplified or not self.model.dense:
-            reason = (f"large models (n > {DENSE_LIMIT}) use sparse linear algebra and "
-                      f"simplified Newton, which are not compiled")
-        if reason is not None:
-            warnings.warn(f"{type(self).__name__}: backend='compiled' falls back to the numpy "
-                          f"polynomial path: {reason}", stacklevel=4)
-            return None
-        self._inverse_mass_dense = np.ascontiguousarray(self.model.inverse_mass_matrix.toarray())
-        # immutable arrays: built once per (model, scheme, h), like the polynomial system
-        cache = model_cache(self.model, "compiled_systems")
-        key = (type(self).__name__, self._polynomial_key(), self.h)
-        if key not in cache:
-            # (indptr, indices, data) of V_d and V_x: a row of a velocity map has few entries
-            velocity_maps = tuple(compiled.csr_arrays(a) for a in self._velocity_map())
-            cache[key] = (compiled.CompiledSystem(self._polynomial, self.model.m,
-                                                  self._identity_block(),
-                                                  self._sample_newton_matrix()),
-                          velocity_maps)
-        system, self._velocity_maps = cache[key]
-        return system
-
-    def _sample_newton_matrix(self) -> np.ndarray | None:
-        """The polynomial step's Newton matrix at the model's own initial state, with
-        multipliers drawn from a fixed seed (so that their Hessian terms are present): the
-        sample on which the compiled backend measures LU orders. Depends on the model only,
-        never on the run that happens to build the compiled system first."""
-        model, system = self.model, self._polynomial
-        q0, p0 = model.q0, model.p0
-        multipliers = np.random.default_rng(0).standard_normal(2 * model.m)
-        try:
-            self._start_system(system, q0, p0)
-            _, jacobian = system.evaluate(np.concatenate([q0, p0, multipliers]))
-        except (ArithmeticError, ValueError, np.linalg.LinAlgError):
-            return None
-        return jacobian.toarray() if sp.issparse(jacobian) else np.asarray(jacobian)
 
     def _velocity_map(self) -> tuple[np.ndarray, np.ndarray]:
         """(V_d, V_x): the scheme velocity as V_d (q0, p0) + V_x x (compiled backend)."""
@@ -248,60 +198,16 @@ class Solver:
         arrays) are written. Returns the number of steps done: fewer than ``count`` when a
         step fails, which is then left to :meth:`step` (errors, refinement).
         """
-        done, _, _, _, _, factorizations = self._run_kernel(
+        done, factorizations = self._compiled.run_block(
             q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
             count)
         self._newton_state.factorizations += factorizations
-        self._warm.record_run(multipliers[first:first + done],
-                              velocity_multipliers[first:first + done])
         return done
 
     #: Steps between the multipliers a new step resembles most: 1 when they vary smoothly
     #: (EM), 2 for the GGL theta methods, whose lambda^n, gamma^n alternate from step to step
     #: (measured on the heavy top: lambda changes by ~0.1 per step, every second step ~0.01).
     _multiplier_lag = 1
-
-    def _run_kernel(self, q, p, velocities, multipliers, velocity_multipliers, enforced,
-                    iterations, first: int, count: int) -> tuple:
-        """:meth:`CompiledSystem.run` with this solver's state; the defect history goes in
-        as the kernel's ((degree + 1) L, n_x) buffer and comes back updated. Returns (steps
-        done, code, residual norm, increment, iterations, factorisations) of the kernel."""
-        order, warm = self.correction_degree, self._warm
-        defects = np.zeros((warm.defects.capacity, 2 * self.model.n + 2 * self.model.m))
-        if warm.defects:
-            defects[:len(warm.defects)] = warm.defects.rows()
-        *result, defect_count, warm.startup_defects = self._compiled.run(
-            q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
-            count, self._inverse_mass_dense, self.h, self._guess_mode(),
-            self._constant_force, self.model.length_scale, warm.lam, warm.gam,
-            self._warm_gamma,
-            self._velocity_maps, self.newton, self._constant_gradient,
-            self._new_momentum_weight, warm.lag, *warm.older(),
-            -1 if order is None else int(order), defects, len(warm.defects),
-            warm.startup_defects)
-        warm.defects.load(defects[:defect_count])
-        return tuple(result)
-
-    def _guess_mode(self) -> int:
-        return {"simple": 0, "advanced": 1, "explicit": 2}[self.initial_guess]
-
-    def _compiled_step(self, q0: np.ndarray, p0: np.ndarray) -> StepResult:
-        """One step through the compiled kernel (refinement, streaming, progress bars)."""
-        from mbs.solvers import compiled
-
-        n, m = self.model.n, self.model.m
-        q, p = np.empty((2, n)), np.empty((2, n))
-        q[0], p[0] = q0, p0
-        velocity, lam, gam = np.empty((1, n)), np.empty((1, m)), np.empty((1, m))
-        enforced, iterations = np.empty((1, 2)), np.zeros(1, dtype=np.int64)
-        done, code, norm, increment, its, factorizations = self._run_kernel(
-            q, p, velocity, lam, gam, enforced, iterations, 0, 1)
-        if code != compiled.CONVERGED:
-            raise NewtonConvergenceError(*_kernel_failure(code, norm, increment, its))
-        self._warm.record(lam[0], gam[0])
-        self._newton_state.factorizations += factorizations
-        return StepResult(q[1], p[1], velocity[0], lam[0].copy(), gam[0].copy(),
-                          int(iterations[0]), (float(enforced[0, 0]), float(enforced[0, 1])))
 
     def _solve_polynomial(self, q0: np.ndarray, p0: np.ndarray, x0: np.ndarray):
         """Newton on the polynomial step equations from the predictor's ``x0`` (corrected by
@@ -428,7 +334,9 @@ class Solver:
 
     def _step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         if self._compiled is not None:
-            return self._compiled_step(q0, p0)
+            *result, factorizations = self._compiled.step(q0, p0)
+            self._newton_state.factorizations += factorizations
+            return StepResult(*result)
         if self._polynomial is not None:
             x, iterations, residual = self._solve_polynomial(q0, p0,
                                                              self._initial_guess(q0, p0))
@@ -552,7 +460,7 @@ class Solver:
             self.h = h
             self._polynomial = cache.get(h) or self._shared_polynomial()
             if self._compiled is not None:
-                self._compiled = self._compile()
+                self._compiled = CompiledRun.create(self)
         self.h = h
         self._predictor = self._make_predictor()
         self._update_floor_minimum()
@@ -610,22 +518,3 @@ class Solver:
 
     def _max(self, values: np.ndarray) -> float:
         return float(_max(np.abs(values))) if values.size else 0.0
-
-
-def _kernel_failure(code: int, norm: float, increment: float, iterations: int) -> tuple:
-    """NewtonConvergenceError arguments for a failure code of the compiled kernel."""
-    from mbs.solvers import compiled
-
-    if code == compiled.RESIDUAL_NOT_FINITE:
-        return ("residual is not finite", norm, np.inf, iterations,
-                "the state blew up: reduce the step size")
-    if code == compiled.SINGULAR:
-        return ("singular Newton matrix", norm, np.inf, iterations,
-                "singular configuration or redundant constraints; check model.redundancies")
-    if code == compiled.INCREMENT_NOT_FINITE:
-        return ("Newton increment is not finite", norm, np.inf, iterations,
-                "singular Newton matrix: singular configuration, redundant constraints, or a "
-                "too large step")
-    return (f"Newton did not converge in {iterations} iterations (last relative increment "
-            f"{increment:.3e}, residual {norm:.3e})", norm, increment, iterations,
-            "reduce the step size or raise max_iterations")

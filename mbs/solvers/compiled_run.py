@@ -1,0 +1,155 @@
+"""The compiled backend bound to one solver run (see :mod:`mbs.solvers.compiled`).
+
+:class:`CompiledRun` builds (or takes from the model's cache) the
+:class:`~mbs.solvers.compiled.CompiledSystem` of a scheme's tensor form and runs blocks of
+steps in it with the run's warm start (:class:`~mbs.solvers.guess.WarmStart`), which it reads
+before and updates after every call, so that a run may alternate between compiled blocks and
+single steps (refinement, streaming) and still repeat itself bitwise on resume.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+import scipy.sparse as sp
+
+from mbs.model import DENSE_LIMIT
+from mbs.solvers.cache import model_cache
+from mbs.solvers.newton import NewtonConvergenceError
+
+if TYPE_CHECKING:
+    from mbs.solvers.compiled import CompiledSystem
+
+
+def _compiled():
+    """:mod:`mbs.solvers.compiled`, imported on first use (it imports numba, which takes
+    longer to import than the rest of mbs)."""
+    from mbs.solvers import compiled
+
+    return compiled
+
+_GUESS_MODES = {"simple": 0, "advanced": 1, "explicit": 2}
+
+
+class CompiledRun:
+    """The compiled kernel of ``solver``'s step equations; construct with :meth:`create`."""
+
+    def __init__(self, solver, system: CompiledSystem, velocity_maps: tuple):
+        self.solver, self.system, self.velocity_maps = solver, system, velocity_maps
+        self.inverse_mass = np.ascontiguousarray(solver.model.inverse_mass_matrix.toarray())
+
+    @classmethod
+    def create(cls, solver) -> CompiledRun | None:
+        """The compiled run of ``solver`` (started, with its tensor form), or None with a
+        warning saying why the compiled kernel does not apply."""
+        model, compiled = solver.model, _compiled()
+        reason = None
+        if not solver._state_unknowns:
+            reason = (f"the compiled kernel solves for (q1, p1, lambda, gamma), not for "
+                      f"{solver.name}'s unknowns")
+        elif not compiled.available():
+            reason = "numba is not installed (pip install numba)"
+        elif model.constant_potential_gradient() is None:
+            reason = "the potential is not linear in q (its terms are evaluated in Python)"
+        elif solver.uses_simplified_newton or not model.dense:
+            reason = (f"large models (n > {DENSE_LIMIT}) use sparse linear algebra and "
+                      f"simplified Newton, which are not compiled")
+        if reason is not None:
+            warnings.warn(f"{type(solver).__name__}: backend='compiled' falls back to the "
+                          f"numpy polynomial path: {reason}", stacklevel=5)
+            return None
+        # immutable arrays: built once per (model, scheme, h), like the tensor form
+        cache = model_cache(model, "compiled_systems")
+        key = (type(solver).__name__, solver._polynomial_key(), solver.h)
+        if key not in cache:
+            # (indptr, indices, data) of V_d and V_x: a row of a velocity map has few entries
+            velocity_maps = tuple(compiled.csr_arrays(a) for a in solver._velocity_map())
+            cache[key] = (compiled.CompiledSystem(solver._polynomial, model.m,
+                                                  solver._identity_block(),
+                                                  _sample_newton_matrix(solver)),
+                          velocity_maps)
+        return cls(solver, *cache[key])
+
+    def run(self, q, p, velocities, multipliers, velocity_multipliers, enforced, iterations,
+            first: int, count: int) -> tuple:
+        """:meth:`CompiledSystem.run` with the solver's state; the defect history goes in as
+        the kernel's ((degree + 1) L, n_x) buffer and comes back updated. Returns (steps
+        done, code, residual norm, increment, iterations, factorisations) of the kernel."""
+        solver = self.solver
+        model, order, warm = solver.model, solver.correction_degree, solver._warm
+        defects = np.zeros((warm.defects.capacity, 2 * model.n + 2 * model.m))
+        if warm.defects:
+            defects[:len(warm.defects)] = warm.defects.rows()
+        *result, defect_count, warm.startup_defects = self.system.run(
+            q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
+            count, self.inverse_mass, solver.h, _GUESS_MODES[solver.initial_guess],
+            solver._constant_force, model.length_scale, warm.lam, warm.gam,
+            solver._warm_gamma, self.velocity_maps, solver.newton, solver._constant_gradient,
+            solver._new_momentum_weight, warm.lag, *warm.older(),
+            -1 if order is None else int(order), defects, len(warm.defects),
+            warm.startup_defects)
+        warm.defects.load(defects[:defect_count])
+        return tuple(result)
+
+    def run_block(self, q, p, velocities, multipliers, velocity_multipliers, enforced,
+                  iterations, first: int, count: int) -> tuple[int, int]:
+        """Steps ``first`` .. ``first + count - 1`` (see ``Solver.run_compiled``); returns
+        (steps done, factorisations) and keeps the last multipliers as the warm start."""
+        done, _, _, _, _, factorizations = self.run(
+            q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
+            count)
+        self.solver._warm.record_run(multipliers[first:first + done],
+                                     velocity_multipliers[first:first + done])
+        return done, factorizations
+
+    def step(self, q0: np.ndarray, p0: np.ndarray) -> tuple:
+        """One step: (q1, p1, velocity, lambda, gamma, iterations, enforced, factorisations);
+        raises NewtonConvergenceError when the kernel fails."""
+        n, m = self.solver.model.n, self.solver.model.m
+        q, p = np.empty((2, n)), np.empty((2, n))
+        q[0], p[0] = q0, p0
+        velocity, lam, gam = np.empty((1, n)), np.empty((1, m)), np.empty((1, m))
+        enforced, iterations = np.empty((1, 2)), np.zeros(1, dtype=np.int64)
+        _, code, norm, increment, its, factorizations = self.run(
+            q, p, velocity, lam, gam, enforced, iterations, 0, 1)
+        if code != _compiled().CONVERGED:
+            raise NewtonConvergenceError(*_failure(code, norm, increment, its))
+        self.solver._warm.record(lam[0], gam[0])
+        return (q[1], p[1], velocity[0], lam[0].copy(), gam[0].copy(), int(iterations[0]),
+                (float(enforced[0, 0]), float(enforced[0, 1])), factorizations)
+
+
+def _sample_newton_matrix(solver) -> np.ndarray | None:
+    """The tensor form's Newton matrix at the model's own initial state, with multipliers
+    drawn from a fixed seed (so that their Hessian terms are present): the sample on which the
+    compiled backend measures LU orders. Depends on the model only, never on the run that
+    happens to build the compiled system first."""
+    model, system = solver.model, solver._polynomial
+    q0, p0 = model.q0, model.p0
+    multipliers = np.random.default_rng(0).standard_normal(2 * model.m)
+    try:
+        solver._start_system(system, q0, p0)
+        _, jacobian = system.evaluate(np.concatenate([q0, p0, multipliers]))
+    except (ArithmeticError, ValueError, np.linalg.LinAlgError):
+        return None
+    return jacobian.toarray() if sp.issparse(jacobian) else np.asarray(jacobian)
+
+
+def _failure(code: int, norm: float, increment: float, iterations: int) -> tuple:
+    """NewtonConvergenceError arguments for a failure code of the compiled kernel."""
+    compiled = _compiled()
+    if code == compiled.RESIDUAL_NOT_FINITE:
+        return ("residual is not finite", norm, np.inf, iterations,
+                "the state blew up: reduce the step size")
+    if code == compiled.SINGULAR:
+        return ("singular Newton matrix", norm, np.inf, iterations,
+                "singular configuration or redundant constraints; check model.redundancies")
+    if code == compiled.INCREMENT_NOT_FINITE:
+        return ("Newton increment is not finite", norm, np.inf, iterations,
+                "singular Newton matrix: singular configuration, redundant constraints, or a "
+                "too large step")
+    return (f"Newton did not converge in {iterations} iterations (last relative increment "
+            f"{increment:.3e}, residual {norm:.3e})", norm, increment, iterations,
+            "reduce the step size or raise max_iterations")
