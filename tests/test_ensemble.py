@@ -76,8 +76,8 @@ def assert_members_match_single_runs(model, momentum_scales, backend, relative):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ensemble_predictor_correction_matches_single_runs_with_fewer_factorisations(top,
                                                                                      backend):
-    """The opt-in corrected predictor: members equal single runs with the same option, and
-    need fewer LU factorisations than with the plain predictor."""
+    """The corrected predictor (the default, degree 2): members equal single runs with the same
+    option, and need fewer LU factorisations than with the plain predictor."""
     q0, p0 = rotated_states(top, 5)
     runs = {order: mbs.simulate_ensemble(top, (q0, p0), h=0.002, t_end=0.1, backend=backend,
                                          tolerance=1e-13, predictor_correction=order)
