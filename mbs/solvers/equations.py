@@ -109,6 +109,22 @@ class _Map:
         self.moves = self.unknowns.nnz > 0  # depends on the unknowns
 
 
+class _Maps:
+    """The distinct linear functions among a definition's terms, each split once: terms at
+    the same point share the model's evaluations there."""
+
+    def __init__(self, n_data: int):
+        self.n_data, self.split = n_data, {}
+
+    def __call__(self, term: Linear) -> _Map:
+        matrix = term.matrix.copy()
+        matrix.sum_duplicates()
+        matrix.eliminate_zeros()
+        key = (matrix.shape, matrix.indptr.tobytes(), matrix.indices.tobytes(),
+               matrix.data.tobytes())
+        return self.split.setdefault(key, _Map(term, self.n_data))
+
+
 class PotentialTerms:
     """The potential's terms of a step residual: ``scale grad V(u)`` and ``D^G V(a, b)``.
 
@@ -123,26 +139,20 @@ class PotentialTerms:
     """
 
     def __init__(self, terms: list, n_data: int, n_equations: int, n_unknowns: int):
-        self.n_data, self.n_equations, self.n_unknowns = n_data, n_equations, n_unknowns
-        maps: dict[int, _Map] = {}
-
-        def split(term: Linear) -> _Map:  # one split per Linear object, shared by its terms
-            return maps.setdefault(id(term), _Map(term, n_data))
-
-        self._gradients: dict[int, list] = {}  # point -> [(row start, scale)]
+        self.n_equations, self.n_unknowns = n_equations, n_unknowns
+        split = _Maps(n_data)
+        self._gradients: dict[int, tuple[_Map, list]] = {}  # point -> (map, [(start, scale)])
         self._discrete = []
         for kind, start, first, second, scale in terms:
             if kind == "gradient":
-                split(first)
-                self._gradients.setdefault(id(first), []).append((start, scale))
+                point = split(first)
+                self._gradients.setdefault(id(point), (point, []))[1].append((start, scale))
             else:
                 if split(first).moves:
                     raise ValueError("the first point of a discrete gradient must be step data")
                 self._discrete.append((start, split(first), split(second)))
-        self._maps = maps
         #: the end of the last row these terms add to (a gradient has one row per coordinate)
-        self.rows_end = max(start + maps[id(first)].data.shape[0]
-                            for _, start, first, _, _ in terms)
+        self.rows_end = max(start + first.matrix.shape[0] for _, start, first, _, _ in terms)
 
     def bind(self, model, data: np.ndarray, shift: sp.spmatrix | None = None) -> Callable:
         """``extra(x, jacobian) -> (r, J)`` at the step data (the ``extra`` of the tensor
@@ -152,8 +162,8 @@ class PotentialTerms:
         that use them."""
         shift_step = None if shift is None else shift @ data
         n_eq, n_x, dense = self.n_equations, self.n_unknowns, model.dense
-        gradients = [(self._maps[key], self._maps[key].data @ data, uses)
-                     for key, uses in self._gradients.items()]
+        gradients = [(point, point.data @ data, uses)
+                     for point, uses in self._gradients.values()]
         discrete = [(start, first.data @ data, second, second.data @ data)
                     for start, first, second in self._discrete]
 
@@ -279,18 +289,7 @@ class ModelEquations(EquationLayout):
             placed = sp.vstack([sp.csr_matrix((start, self.n_w)), term.matrix,
                                 sp.csr_matrix((n_eq - start - size, self.n_w))])
             linear = linear + placed
-        maps: dict[tuple, _Map] = {}
-
-        def split(term: Linear) -> _Map:
-            # one map per distinct linear function: terms at the same point share the
-            # model's evaluations there
-            matrix = term.matrix.copy()
-            matrix.sum_duplicates()
-            matrix.eliminate_zeros()
-            key = (matrix.shape, matrix.indptr.tobytes(), matrix.indices.tobytes(),
-                   matrix.data.tobytes())
-            return maps.setdefault(key, _Map(term, n_d))
-
+        split = _Maps(n_d)
         terms = [(kind, *self._equations[equation], tuple(split(a) for a in arguments), scale)
                  for kind, equation, arguments, scale in self._terms]
         potential = PotentialTerms(
