@@ -208,6 +208,21 @@ def parallelogram_chain_angle(solution, crank: int) -> np.ndarray:
     return np.unwrap(np.arctan2(along[:, 1], along[:, 0]))
 
 
+def spring_link() -> mbs.System:
+    """A rigid link on a revolute joint, a point mass on a Hookean spring from it, uniform and
+    central gravity: quadratic constraints and potentials that are not polynomial in q."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    body = system.add(mbs.RigidBody(mass=2.0, inertia=(0.3, 0.4, 0.5), name="link"))
+    body.set_state(position=(0.0, 0.0, -0.5), rotation=mbs.rotation_about_y(0.3),
+                   angular_velocity=(0.0, 1.0, 0.5))
+    system.add(mbs.joints.Revolute(system.ground, body, point=(0, 0, 0), axis=(0, 1, 0)))
+    bob = system.add(mbs.PointMass(mass=0.5, name="bob"))
+    bob.set_state(position=(0.5, 0.0, -1.0))
+    system.add(mbs.forces.Spring(body, bob, stiffness=30.0, rest_length=0.3))
+    system.add(mbs.forces.CentralGravity(5.0, center=(0.0, 0.0, 3.0), bodies=[bob, body]))
+    return system
+
+
 def slider_crank() -> mbs.System:
     """Crank (hinge to ground), connecting rod, slider (prismatic along x): planar, 1 dof.
 

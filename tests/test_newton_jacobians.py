@@ -8,23 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mechanisms import spring_link
 
 import mbs
 from mbs.solvers import GGLVI, EnergyMomentum
 
 
 def mechanism() -> mbs.Model:
-    system = mbs.System(gravity=(0.0, 0.0, -9.81))
-    body = system.add(mbs.RigidBody(mass=2.0, inertia=(0.3, 0.4, 0.5), name="link"))
-    body.set_state(position=(0.0, 0.0, -0.5), rotation=mbs.rotation_about_y(0.3),
-                   angular_velocity=(0.0, 1.0, 0.5))
-    system.add(mbs.joints.Revolute(system.ground, body, point=(0, 0, 0), axis=(0, 1, 0)))
-    bob = system.add(mbs.PointMass(mass=0.5, name="bob"))
-    bob.set_state(position=(0.5, 0.0, -1.0))
-    system.add(mbs.forces.Spring(body, bob, stiffness=30.0, rest_length=0.3))
-    system.add(mbs.forces.CentralGravity(5.0, center=(0.0, 0.0, 3.0), bodies=[bob, body]))
     with pytest.warns(UserWarning):
-        return system.compile()
+        return spring_link().compile()
 
 
 def finite_difference_jacobian(function, x, step=1e-6):
