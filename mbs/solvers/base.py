@@ -79,22 +79,24 @@ class Solver:
         with it as the scheme does (measured: heavy top 3 instead of 4 Newton iterations
         per step; 1000-body chain 6.2 instead of 6.8).
     backend : {"auto", "polynomial", "compiled", "assembled"}
-        How the step equations are evaluated. "polynomial" uses the precomputed quadratic
-        step equations of :mod:`mbs.solvers.polynomial` (small models with quadratic
-        constraints), "compiled" runs that system's whole Newton solve in one numba kernel
-        (:mod:`mbs.solvers.compiled`; falls back to "polynomial" with a warning where it does
-        not apply), "assembled" the element-wise assembly from Model pieces; "auto" picks
-        "polynomial" where it applies. All solve the same equations (they agree to
-        round-off).
+        How the scheme's step equations (written once as terms, :meth:`_equations`) are
+        evaluated. "polynomial": in tensor form (:mod:`mbs.solvers.polynomial`; models with
+        quadratic constraints only); "compiled": that tensor form's whole Newton solve in one
+        numba kernel (:mod:`mbs.solvers.compiled_run`; EM and GGL-VI A; falls back to
+        "polynomial" with a warning where it does not apply); "assembled": term by term
+        through the model's functions (:mod:`mbs.solvers.equations`; any model); "auto" picks
+        "polynomial" where it applies, else "assembled". All solve the same equations (they
+        agree to round-off).
     predictor_correction : int, None or "auto"
         With the "explicit" predictor (all backends of EM and the GGL schemes): the degree
         (0 .. 6) of the polynomial through the predictor's errors (defects x^{k+1} -
         guess^{k+1}) of past steps that is added to its next guess. The defect of a smooth
         motion varies smoothly, so its extrapolation removes the leading error terms; for the
         GGL theta methods, whose q^n and multipliers alternate, every second defect is used
-        (:attr:`_multiplier_lag`). None turns it off. "auto" (default) takes degree 3, or 6
-        where every second defect is used: the extrapolation error grows with the spacing
-        (L h)^(k+1), and these degrees bring the first Newton increment of the heavy top at
+        (see :class:`~mbs.solvers.guess.WarmStart`). None turns it off. "auto" (default)
+        takes degree 3, or 6 where every second defect is used: the extrapolation error grows
+        with the spacing (L h)^(k+1), and these degrees bring the first Newton increment of
+        the heavy top at
         h = 1 ms to ~3e-7 (EM) and ~2e-7 (VI-A), below which the second increment is under
         the 1e-12 tolerance (measured, numpy path: EM 3.0 -> 2.0 Newton iterations per
         step against degree 2, VI-A 3.0 -> 2.0 against degree 2 with lag 2; double
