@@ -10,6 +10,7 @@ back (with a warning) where it does not apply.
 
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 from pathlib import Path
@@ -120,16 +121,60 @@ def assert_same_iterations_up_to_threshold_flips(a, b) -> None:
     assert np.mean(first != second) <= 0.10
 
 
-@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a", "ggl-vi-s", "ggl-vi-b"])
-def test_polynomial_and_assembled_trajectories_agree(model, scheme):
-    runs = [mbs.simulate(model, make_solver(scheme, backend=backend), h=2e-3, t_end=0.2)
-            for backend in ("assembled", "polynomial")]
-    a, b = runs
-    scale = max(np.abs(a.p).max(), 1e-300)
-    assert np.abs(a.q - b.q).max() <= 1e-11
-    assert np.abs(a.p - b.p).max() <= 1e-11 * scale
-    assert_same_iterations_up_to_threshold_flips(a, b)
-    assert np.abs(a.enforced_residuals - b.enforced_residuals).max() <= 1e-12
+needs_numba = pytest.mark.skipif(not compiled.available(), reason="numba not installed")
+
+
+#: Every scheme whose step equations are written as terms, with its options.
+SCHEMES = {"em": {}, "ggl-vi-a": {}, "ggl-vi-s": {}, "ggl-vi-b": {}, "lobatto": {},
+           "hbvm": {"iteration": "newton"}}
+
+
+@functools.cache
+def reference_run(name: str, scheme: str) -> mbs.Solution:
+    """The model evaluation of the scheme's equations ("assembled"), the truth below."""
+    return mbs.simulate(MODELS[name](), make_solver(scheme, backend="assembled",
+                                                    **SCHEMES[scheme]), h=2e-3, t_end=0.2)
+
+
+#: (model, scheme, backend): the compiled kernel serves EM and GGL-VI A on models whose
+#: potential is linear in q (not the springs of four_particle and spring)
+BACKEND_CASES = [
+    (name, scheme, "polynomial") for name in sorted(MODELS) for scheme in sorted(SCHEMES)
+] + [
+    pytest.param(name, scheme, "compiled", marks=needs_numba)
+    for name in sorted(set(MODELS) - {"four_particle", "spring"})
+    for scheme in ("em", "ggl-vi-a")
+]
+
+
+@pytest.mark.parametrize("name, scheme, backend", BACKEND_CASES)
+def test_every_backend_reproduces_the_model_evaluation(name, scheme, backend):
+    """One scheme definition, every backend: the trajectories agree to round-off (each
+    step's Newton tolerance is 1e-12 relative, 100 steps), with the same Newton iterations
+    up to threshold flips, and the same enforced constraint residuals."""
+    model = MODELS[name]()
+    solver = make_solver(scheme, backend=backend, **SCHEMES[scheme])
+    run = mbs.simulate(model, solver, h=2e-3, t_end=0.2)
+    assert solver.active_backend == backend
+    reference = reference_run(name, scheme)
+    scale = max(np.abs(reference.p).max(), 1e-300)
+    assert np.abs(run.q - reference.q).max() <= 1e-11
+    assert np.abs(run.p - reference.p).max() <= 1e-11 * scale
+    assert np.abs(run.scheme_velocities - reference.scheme_velocities).max() <= 1e-10 * max(
+        np.abs(reference.scheme_velocities).max(), 1e-300)
+    if scheme not in ("lobatto", "hbvm"):
+        # The stage schemes start their stage multipliers from zero; there the model
+        # evaluation's round-off floor is higher (double pendulum from rest: increments stall
+        # at 6e-12 instead of 1e-13 on the first steps, accepted by the stagnation rule 1-3
+        # iterations later), so only their results are compared.
+        assert_same_iterations_up_to_threshold_flips(run, reference)
+    # enforced residuals: round-off where enforced; HBVM's hidden constraint is O(h^2) and
+    # follows the states' difference
+    enforced = reference.enforced_residuals
+    assert np.all(np.abs(run.enforced_residuals - enforced) <= 1e-12 + 1e-10 * np.abs(enforced))
+    if scheme == "em":
+        energy = run.energy()
+        assert np.abs(energy - energy[0]).max() <= 1e-12 * np.abs(energy).max()
 
 
 def test_auto_backend_picks_polynomial_for_quadratic_constraints():
@@ -166,25 +211,6 @@ def test_unknown_backend_is_rejected():
 
 
 # -- compiled kernel ----------------------------------------------------------------------------
-needs_numba = pytest.mark.skipif(not compiled.available(), reason="numba not installed")
-
-
-@needs_numba
-@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a"])
-@pytest.mark.parametrize("name", ["heavy_top", "double_pendulum", "four_bar"])
-def test_compiled_kernel_reproduces_numpy_path(name, scheme):
-    model = MODELS[name]()
-    a = mbs.simulate(model, make_solver(scheme), h=2e-3, t_end=0.3)
-    b = mbs.simulate(model, make_solver(scheme, backend="compiled"), h=2e-3, t_end=0.3)
-    assert np.abs(a.q - b.q).max() <= 1e-11
-    assert np.abs(a.p - b.p).max() <= 1e-11 * np.abs(a.p).max()
-    assert np.abs(a.scheme_velocities - b.scheme_velocities).max() <= 1e-10 * np.abs(
-        a.scheme_velocities).max()
-    assert_same_iterations_up_to_threshold_flips(a, b)
-    assert np.abs(a.enforced_residuals - b.enforced_residuals).max() <= 1e-12
-    if scheme == "em":
-        energy = b.energy()
-        assert np.abs(energy - energy[0]).max() <= 1e-12 * np.abs(energy[0])
 
 
 @needs_numba
