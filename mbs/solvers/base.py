@@ -141,9 +141,7 @@ class Solver:
         """Prepare for a run (constant matrices, previous multipliers)."""
         self.model = model
         self.h = h
-        self._mass = model.mass_operator()
         self._minv = model.inverse_mass_operator()
-        self._identity = model.identity_operator()
         self._warm = WarmStart(model.m, self.correction_degree, self._multiplier_lag)
         self._newton_state = NewtonState()
         #: steps retried from the "advanced" guess after the "explicit" one failed

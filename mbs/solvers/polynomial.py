@@ -39,7 +39,7 @@ from scipy.linalg import lapack
 
 from mbs.quadratic import QuadraticTable
 from mbs.solvers.equations import EquationLayout, Linear, PotentialTerms
-from mbs.solvers.factored_rows import cancelling_terms, csr_matvec, factored_override
+from mbs.solvers.factored_rows import csr_matvec, factored_override
 from mbs.solvers.newton import (
     NewtonConvergenceError,
     NewtonOptions,
@@ -64,12 +64,6 @@ def _expand(rows: np.ndarray, matrix: sp.csr_matrix) -> tuple[np.ndarray, np.nda
     entry = np.repeat(np.arange(rows.size), counts)
     offsets = np.arange(entry.size) - np.repeat(np.cumsum(counts) - counts, counts)
     return entry, starts[entry] + offsets
-
-
-def _expansion_loses_precision(factored) -> bool:
-    """Whether some row needs re-evaluation from the factored form (see
-    :func:`~mbs.solvers.factored_rows.cancelling_terms`)."""
-    return bool(cancelling_terms(factored).any())
 
 
 def _halved(matrix: sp.csr_matrix) -> sp.csr_matrix:
