@@ -66,7 +66,10 @@ class EquationLayout:
         Blocks of w in order; ``data`` is fixed during a step, ``unknowns`` is Newton's x.
     """
 
-    def __init__(self, data: dict[str, int], unknowns: dict[str, int]):
+    def __init__(self, data: dict[str, int], unknowns: dict[str, int],
+                 constant_force: np.ndarray | None = None):
+        self.constant_force = constant_force
+        self._potential: list[tuple] = []
         self.n_data = int(sum(data.values()))
         self.n_unknowns = int(sum(unknowns.values()))
         self.n_w = self.n_data + self.n_unknowns
@@ -97,6 +100,30 @@ class EquationLayout:
     def _rows(self, equation: str, local: np.ndarray) -> np.ndarray:
         start, _ = self._equations[equation]
         return start + np.asarray(local, dtype=np.int64)
+
+    def add_constant(self, equation: str, vector: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def add_potential_gradient(self, equation: str, at: Linear, scale: float = 1.0) -> None:
+        """R[equation] += scale grad V(u): a constant for potentials linear in q."""
+        if self.constant_force is not None:
+            self.add_constant(equation, scale * self.constant_force)
+        else:
+            self._potential.append(("gradient", self._equations[equation][0], at, None, scale))
+
+    def add_potential_discrete_gradient(self, equation: str, first: Linear,
+                                        second: Linear) -> None:
+        """R[equation] += D^G V(a, b) (``first`` must be step data): the constant gradient
+        for potentials linear in q."""
+        if self.constant_force is not None:
+            self.add_constant(equation, self.constant_force)
+        else:
+            self._potential.append(("discrete", self._equations[equation][0], first, second,
+                                    1.0))
+
+    def _potential_terms(self) -> PotentialTerms | None:
+        return (PotentialTerms(self._potential, self.n_data, self.n_equations,
+                               self.n_unknowns) if self._potential else None)
 
 
 class _Map:
@@ -228,12 +255,11 @@ class ModelEquations(EquationLayout):
     """
 
     def __init__(self, model, data: dict[str, int], unknowns: dict[str, int]):
-        super().__init__(data, unknowns)
+        super().__init__(data, unknowns, model.constant_potential_gradient())
         self.model = model
         self._constant: list[tuple[str, np.ndarray]] = []
         self._linear: list[tuple[str, Linear]] = []
         self._terms: list[tuple] = []
-        self._potential: list[tuple] = []
 
     def add_constant(self, equation: str, vector: np.ndarray) -> None:
         """R[equation] += vector."""
@@ -269,15 +295,6 @@ class ModelEquations(EquationLayout):
         """R[equation] += g(u)."""
         self._terms.append(("constraints", equation, (at,), 1.0))
 
-    def add_potential_gradient(self, equation: str, at: Linear, scale: float = 1.0) -> None:
-        """R[equation] += scale grad V(u)."""
-        self._potential.append(("gradient", equation, at, None, scale))
-
-    def add_potential_discrete_gradient(self, equation: str, first: Linear,
-                                        second: Linear) -> None:
-        """R[equation] += D^G V(a, b) (``first`` must be step data)."""
-        self._potential.append(("discrete", equation, first, second, 1.0))
-
     def build(self) -> ModelSystem:
         n_eq, n_d = self.n_equations, self.n_data
         constant = np.zeros(n_eq)
@@ -292,12 +309,8 @@ class ModelEquations(EquationLayout):
         split = _Maps(n_d)
         terms = [(kind, *self._equations[equation], tuple(split(a) for a in arguments), scale)
                  for kind, equation, arguments, scale in self._terms]
-        potential = PotentialTerms(
-            [(kind, self._equations[equation][0], first, second, scale)
-             for kind, equation, first, second, scale in self._potential],
-            n_d, n_eq, self.n_unknowns) if self._potential else None
-        return ModelSystem(self.model, constant, linear.tocsr(), terms, potential, n_d,
-                           self.n_unknowns)
+        return ModelSystem(self.model, constant, linear.tocsr(), terms,
+                           self._potential_terms(), n_d, self.n_unknowns)
 
 
 class ModelSystem:
@@ -319,8 +332,18 @@ class ModelSystem:
         self._linear_jacobian = (self.linear_unknowns if self.dense
                                  else self.linear_unknowns.tocsc())
         maps = {id(m): m for _, _, _, arguments, _ in terms for m in arguments}
-        self._maps = {key: (convert(m.data), convert(m.unknowns), m.moves)
-                      for key, m in maps.items()}
+        self._maps = {key: (convert(m.unknowns), m.moves) for key, m in maps.items()}
+        # every point of every term in one product per iterate: (S_d d + S_x x) stacked
+        ends = np.cumsum([m.data.shape[0] for m in maps.values()], dtype=np.intp)
+        self._slices = {key: slice(end - m.data.shape[0], end)
+                        for (key, m), end in zip(maps.items(), ends)}
+        def stack(part: str, width: int):
+            blocks = [getattr(m, part) for m in maps.values()]
+            return convert(sp.vstack(blocks, format="csr") if blocks
+                           else sp.csr_matrix((0, width)))
+
+        self._points_data = stack("data", n_data)
+        self._points_unknowns = stack("unknowns", n_unknowns)
         self._terms = [(kind, start, size, tuple(id(m) for m in arguments), scale)
                        for kind, start, size, arguments, scale in terms]
         self._potential = potential
@@ -328,7 +351,7 @@ class ModelSystem:
     def start(self, data: np.ndarray) -> None:
         """Fold the step data ``d`` into the constant part and the maps."""
         self._constant_step = self.constant + self.linear_data @ data
-        self._map_step = {key: from_data @ data for key, (from_data, _, _) in self._maps.items()}
+        self._points_step = self._points_data @ data
         self._extra = None if self._potential is None else self._potential.bind(self.model,
                                                                                  data)
 
@@ -336,8 +359,8 @@ class ModelSystem:
         """(R(x), dR/dx) -- the Jacobian dense for small models, sparse CSC otherwise. Without
         the Jacobian, terms that only add to rows before ``first_row`` are skipped (those
         rows are then incomplete)."""
-        points = {key: self._map_step[key] + unknowns @ x
-                  for key, (_, unknowns, _) in self._maps.items()}
+        stacked = self._points_step + self._points_unknowns @ x
+        points = {key: stacked[rows] for key, rows in self._slices.items()}
         model_at = _Evaluations(self.model, points)
         residual = self._constant_step + self.linear_unknowns @ x
         matrix = self._linear_jacobian.copy() if jacobian and self.dense else None
@@ -348,7 +371,7 @@ class ModelSystem:
             value, derivatives = _TERMS[kind]
             residual[start:start + size] += scale * value(model_at, *arguments)
             for index, derivative in derivatives.items() if jacobian else ():
-                _, unknowns, moves = self._maps[arguments[index]]
+                unknowns, moves = self._maps[arguments[index]]
                 if not moves:
                     continue
                 block = scale * (derivative(model_at, *arguments) @ unknowns)

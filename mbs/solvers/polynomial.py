@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from scipy.linalg import lapack
 
 from mbs.quadratic import QuadraticTable
-from mbs.solvers.equations import EquationLayout, Linear, PotentialTerms
+from mbs.solvers.equations import EquationLayout, Linear
 from mbs.solvers.factored_rows import csr_matvec, factored_override
 from mbs.solvers.newton import (
     NewtonConvergenceError,
@@ -107,14 +107,12 @@ class QuadraticSystemBuilder(EquationLayout):
 
     def __init__(self, table: QuadraticTable, data: dict[str, int], unknowns: dict[str, int],
                  constant_force: np.ndarray | None = None):
-        super().__init__(data, unknowns)
+        super().__init__(data, unknowns, constant_force)
         self.table = table
-        self.constant_force = constant_force
         self._constant: list[tuple[np.ndarray, np.ndarray]] = []
         self._linear: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._quadratic: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._overrides: list[tuple[int, Linear]] = []
-        self._potential: list[tuple] = []
 
     # -- terms ------------------------------------------------------------------------------
     def add_constant(self, equation: str, vector: np.ndarray) -> None:
@@ -198,27 +196,6 @@ class QuadraticSystemBuilder(EquationLayout):
         self._add_bilinear_entries(self._rows(equation, t.quad_row), at, t.quad_i, at,
                                    t.quad_j, t.quad_coef.astype(float))
         self._overrides.append((self._equations[equation][0], at))
-
-    def add_potential_gradient(self, equation: str, at: Linear, scale: float = 1.0) -> None:
-        """R[equation] += scale grad V(u): a constant for potentials linear in q."""
-        if self.constant_force is not None:
-            self.add_constant(equation, scale * self.constant_force)
-        else:
-            self._potential.append(("gradient", self._equations[equation][0], at, None, scale))
-
-    def add_potential_discrete_gradient(self, equation: str, first: Linear,
-                                        second: Linear) -> None:
-        """R[equation] += D^G V(a, b) (``first`` must be step data): the constant gradient
-        for potentials linear in q."""
-        if self.constant_force is not None:
-            self.add_constant(equation, self.constant_force)
-        else:
-            self._potential.append(("discrete", self._equations[equation][0], first, second,
-                                    1.0))
-
-    def _potential_terms(self) -> PotentialTerms | None:
-        return (PotentialTerms(self._potential, self.n_data, self.n_equations,
-                               self.n_unknowns) if self._potential else None)
 
     # -- result -----------------------------------------------------------------------------
     def build_map(self, post: sp.spmatrix | np.ndarray | None = None) -> QuadraticMap:
