@@ -311,7 +311,8 @@ class Solver:
 
     def newton_system(self, q0: np.ndarray, p0: np.ndarray):
         """(residual_and_jacobian, x0) of the step from (q0, p0): the scheme's equations
-        (:meth:`_equations`) evaluated by the backend of this run."""
+        (:meth:`_equations`) evaluated by the backend of this run, and Newton's start from
+        the predictor (None for the stage schemes, whose :meth:`step` sets it)."""
         if self._polynomial is not None:
             self._start_system(self._polynomial, q0, p0)
             return self._polynomial.evaluate, self._initial_guess(q0, p0)
