@@ -1,5 +1,5 @@
-"""Constrained Lobatto IIIA-IIIB (Method A in R^n): the spherical pendulum of Mata-Díaz and
-Ober-Blöbaum with the parameters of the reproduction (m = alpha = 1, unit radius, x(0) =
+"""Constrained Lobatto IIIA-IIIB (Method A in R^n): the spherical pendulum of Sato Martín de
+Almagro with the parameters of the reproduction (m = alpha = 1, unit radius, x(0) =
 (sqrt(3)/2, 0, 1/2), v(0) = (0, -1/3, 0); M = I, V = x_3, g = (|x|^2 - 1)/2)."""
 
 from __future__ import annotations

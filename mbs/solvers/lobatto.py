@@ -1,6 +1,6 @@
 """Constrained Lobatto IIIA-IIIB: a symplectic scheme of order 2s - 2 written as a tableau.
 
-The scheme is Method A of Mata-Díaz and Ober-Blöbaum's variationally partitioned RKMK
+The scheme is Method A of Sato Martín de Almagro's variationally partitioned RKMK
 integrators specialised to a vector space (the group (R^n, +)), which is the partitioned
 Lobatto IIIA-IIIB pair with the position constraints at every stage and the hidden
 (velocity) constraint at the step end (Hairer, Lubich, Wanner, Geometric Numerical
@@ -104,7 +104,7 @@ class Lobatto(Solver):
         momentum="exact (symmetric potentials)",
         constraints_at_step_end="g at every stage; G M^-1 p^{n+1}",
         multiplier_times="Lambda at every stage",
-        reference="Mata-Díaz, Ober-Blöbaum, Method A; Hairer, Lubich, Wanner VII.1.2")
+        reference="Sato Martín de Almagro, Method A; Hairer, Lubich, Wanner VII.1.2")
 
     def __post_init__(self):
         super().__post_init__()
