@@ -96,10 +96,9 @@ class Solver:
         (see :class:`~mbs.solvers.guess.WarmStart`). None turns it off. "auto" (default)
         takes degree 3, or 6 where every second defect is used: the extrapolation error grows
         with the spacing (L h)^(k+1), and these degrees bring the first Newton increment of
-        the heavy top at
-        h = 1 ms to ~3e-7 (EM) and ~2e-7 (VI-A), below which the second increment is under
-        the 1e-12 tolerance (measured, numpy path: EM 3.0 -> 2.0 Newton iterations per
-        step against degree 2, VI-A 3.0 -> 2.0 against degree 2 with lag 2; double
+        the heavy top at h = 1 ms to ~3e-7 (EM) and ~2e-7 (VI-A), below which the second
+        increment is under the 1e-12 tolerance (measured, numpy path: EM 3.0 -> 2.0 Newton
+        iterations per step against degree 2, VI-A 3.0 -> 2.0 against degree 2 with lag 2; double
         pendulum, four-bar and 3-body chain at h = 2 ms: 2.03-2.20 instead of 2.06-2.47;
         chains of 10 / 100 / 1000 bodies at h = 1 ms, EM 4.10 / 4.65 / 5.55 -> 3.17 / 4.03 /
         5.15, VI-A 5.02 / 5.58 / 6.40 -> 2.70 / 4.47 / 5.75).
@@ -209,32 +208,6 @@ class Solver:
     #: (measured on the heavy top: lambda changes by ~0.1 per step, every second step ~0.01).
     _multiplier_lag = 1
 
-    def _solve_polynomial(self, q0: np.ndarray, p0: np.ndarray, x0: np.ndarray):
-        """Newton on the polynomial step equations from the predictor's ``x0`` (corrected by
-        :meth:`_corrected_guess`): (x, iterations, R(x))."""
-        system = self._polynomial
-        data = self._start_system(system, q0, p0)
-        explicit = self.initial_guess == "explicit"
-        guess = self._warm.corrected(x0, data, explicit)
-        if self._simplified or not system.dense:
-            x, iterations, _ = newton(system.evaluate, guess, self._blocks,
-                                      list(self._scales(q0, p0)), self.newton,
-                                      self._newton_state, self._simplified,
-                                      self._identity_block())
-            residual, _ = system.evaluate(x, False)
-        else:
-            if self._floor_minimum is not None:  # _scales in three calls
-                floors = np.maximum(np.maximum.reduceat(np.abs(data), self._block_starts),
-                                    self._floor_minimum)
-            else:
-                floors = np.array(self._scales(q0, p0))
-            x, iterations, factorizations, residual = system.solve(
-                guess, (self._block_starts, self._block_sizes, self._blocks_lead), floors,
-                self.newton)
-            self._newton_state.factorizations += factorizations
-        self._warm.remember(x, x0, explicit)
-        return x, iterations, residual
-
     @property
     def active_backend(self) -> str:
         """How this run evaluates its step equations: "compiled", "polynomial" or
@@ -338,12 +311,8 @@ class Solver:
             *result, factorizations = self._compiled.step(q0, p0)
             self._newton_state.factorizations += factorizations
             return StepResult(*result)
-        if self._polynomial is not None:
-            x, iterations, residual = self._solve_polynomial(q0, p0,
-                                                             self._initial_guess(q0, p0))
-        else:
-            evaluate, x0 = self.newton_system(q0, p0)
-            x, iterations, residual = self._solve(evaluate, x0, q0, p0)
+        evaluate, x0 = self.newton_system(q0, p0)
+        x, iterations, residual = self._solve(evaluate, x0, q0, p0)
         m = self.model.m
         lam, gam = x[x.size - 2 * m:x.size - m], x[x.size - m:]
         self._warm.record(lam, gam, copy=False)
@@ -478,15 +447,29 @@ class Solver:
         self._warm.restore(state)
 
     # helpers ------------------------------------------------------------------------------
-    def _solve(self, system, x0: np.ndarray, q0: np.ndarray, p0: np.ndarray):
-        """Newton on ``system`` from the corrected ``x0`` with convergence judged on the q and
-        p blocks: (x, iterations, R(x) with its constraint rows evaluated)."""
-        n = self.model.n
+    def _solve(self, evaluate, x0: np.ndarray, q0: np.ndarray, p0: np.ndarray):
+        """Newton on the step system started by :meth:`newton_system`, from the predictor's
+        ``x0`` corrected by the extrapolated defects, with convergence judged on the q and p
+        blocks: (x, iterations, R(x) with its constraint rows evaluated)."""
+        data = np.concatenate((q0, p0))
         explicit = self.initial_guess == "explicit"
-        guess = self._warm.corrected(x0, np.concatenate((q0, p0)), explicit)
-        x, iterations, residual = self._solve_system(
-            system, guess, [slice(0, n), slice(n, 2 * n)], list(self._scales(q0, p0)),
-            residual_from=self._first_constraint_row(x0.size))
+        guess = self._warm.corrected(x0, data, explicit)
+        system = self._polynomial
+        if system is not None and system.dense and not self._simplified:
+            # the hot path of small models: block layout precomputed, floors in three calls
+            if self._floor_minimum is not None:
+                floors = np.maximum(np.maximum.reduceat(np.abs(data), self._block_starts),
+                                    self._floor_minimum)
+            else:
+                floors = np.array(self._scales(q0, p0))
+            x, iterations, factorizations, residual = system.solve(
+                guess, (self._block_starts, self._block_sizes, self._blocks_lead), floors,
+                self.newton)
+            self._newton_state.factorizations += factorizations
+        else:
+            x, iterations, residual = self._solve_system(
+                evaluate, guess, self._blocks, list(self._scales(q0, p0)),
+                residual_from=self._first_constraint_row(x0.size))
         self._warm.remember(x, x0, explicit)
         return x, iterations, residual
 
