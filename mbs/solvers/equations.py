@@ -57,6 +57,15 @@ class Linear:
         return Linear(sp.csr_matrix(matrix) @ self.matrix)
 
 
+def weighted_sum(parts: list[Linear], weights: np.ndarray) -> Linear:
+    """sum_k weights_k parts_k over the nonzero weights (the zero function when all vanish),
+    e.g. a stage q0 + h sum_k a_jk V_k of a Runge-Kutta scheme."""
+    total = parts[0] * 0.0
+    for k in np.flatnonzero(weights):
+        total = total + parts[k] * float(weights[k])
+    return total
+
+
 class EquationLayout:
     """Blocks of ``w = (data, unknowns)`` and of the residual, shared by both builders.
 

@@ -43,6 +43,7 @@ from numpy.polynomial import legendre
 from mbs.errors import ModelError
 from mbs.model import Model
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
+from mbs.solvers.equations import weighted_sum
 from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, solve_linear
 
 _TINY = 1e-300
@@ -419,11 +420,7 @@ class HBVM(Solver):
         q0, p0, p1, lam = builder.variables("q0", "p0", "p1", "lam")
         gamma = builder.variables(*(f"gamma{j}" for j in range(s)))
 
-        def combination(weights: np.ndarray):
-            return sum((gamma[j] * weights[j] for j in np.flatnonzero(weights)),
-                       start=q0 * 0.0)
-
-        stages = [q0 + combination(h * tab.I[node]) for node in range(tab.k)]
+        stages = [q0 + weighted_sum(gamma, h * tab.I[node]) for node in range(tab.k)]
 
         def add_force(equation: str, weights: np.ndarray) -> None:
             for node in np.flatnonzero(weights):  # sum_l w_l (grad V + G^T lambda)(Y_l)
@@ -435,20 +432,19 @@ class HBVM(Solver):
         for j in range(s):
             builder.equation(f"coefficient{j}", n)
             builder.add_linear(f"coefficient{j}", gamma[j].mapped(model.mass_matrix)
-                               - (p0 if j == 0 else p0 * 0.0))
+                               - p0 * float(j == 0))
             add_force(f"coefficient{j}", h * weights[j])
         builder.equation("momentum", n)
         builder.add_linear("momentum", (p1 - p0) * (1.0 / h))
         add_force("momentum", tab.b)
         builder.equation("line", m)
         for node in range(tab.k):
-            builder.add_jacobian_product("line", stages[node], combination(tab.P[node]),
+            builder.add_jacobian_product("line", stages[node], weighted_sum(gamma, tab.P[node]),
                                          tab.b[node])
         return builder
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> None:
         return None  # _solve_newton starts from the straight line
-
 
     def _solve_newton(self, q0: np.ndarray, p0: np.ndarray, v0: np.ndarray):
         """Newton's method (the shared engine) on :meth:`_equations`, from the straight-line

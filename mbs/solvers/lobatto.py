@@ -27,6 +27,7 @@ import numpy as np
 
 from mbs.errors import ModelError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
+from mbs.solvers.equations import weighted_sum
 
 
 @dataclass(frozen=True)
@@ -145,8 +146,7 @@ class Lobatto(Solver):
         q0, p0, p1 = builder.variables("q0", "p0", "p1")
         velocities = builder.variables(*(f"V{i}" for i in range(s)))
         multipliers = builder.variables(*(f"L{i}" for i in range(s)))
-        stages = [q0 + sum((velocities[k] * (h * a[j, k]) for k in range(s) if a[j, k]),
-                           start=q0 * 0.0) for j in range(s)]
+        stages = [q0 + weighted_sum(velocities, h * a[j]) for j in range(s)]
 
         def add_force(equation: str, weights: np.ndarray) -> None:
             for j in np.flatnonzero(weights):  # sum_j w_j (grad V + G^T Lambda)(Q_j)
@@ -194,7 +194,6 @@ class Lobatto(Solver):
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> None:
         return None  # step() starts Newton from the stage velocities M^-1 p_k
-
 
     def checkpoint(self) -> dict:
         state = super().checkpoint()
