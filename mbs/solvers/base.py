@@ -156,6 +156,7 @@ class Solver:
         self._constant_force = (None if constant is None else
                                 float(np.abs(constant).max()) if model.n else 0.0)
         self._polynomial = None
+        self._general_by_h = {}  # the model evaluation of this run, per step size
         self._compiled = None
         self._blocks = [slice(0, model.n), slice(model.n, 2 * model.n)]  # q, p convergence
         self._block_starts = np.array([0, model.n] if model.n else [], dtype=np.intp)
@@ -297,10 +298,7 @@ class Solver:
         """The scheme's equations evaluated through the model (:class:`~mbs.solvers.
         equations.ModelSystem`), built once per step size and kept by this solver (it holds
         the model, so it is not put in the model's cache)."""
-        systems = self.__dict__.setdefault("_general_by_h", {})
-        if systems.get("model") is not self.model:
-            systems.clear()
-            systems["model"] = self.model
+        systems = self._general_by_h
         if self.h not in systems:
             systems[self.h] = self._equations(
                 lambda data, unknowns: ModelEquations(self.model, data, unknowns)).build()
