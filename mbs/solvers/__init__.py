@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from mbs.errors import ModelError, ModelTypeError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
+from mbs.solvers.composition import COMPOSITIONS, Composition
 from mbs.solvers.energy_momentum import EnergyMomentum
 from mbs.solvers.ggl_vi import GGLVI
 from mbs.solvers.hbvm import HBVM
@@ -35,7 +36,11 @@ REGISTRY = {
 
 
 def make_solver(solver: str | Solver, **options) -> Solver:
-    """A solver instance from a registered name or an instance (returned unchanged)."""
+    """A solver instance from a registered name or an instance (returned unchanged).
+
+    ``order=4`` or ``6`` (with an optional ``composition=`` name of
+    :data:`~mbs.solvers.composition.COMPOSITIONS`) composes "em" or "rattle" to that order
+    (:class:`Composition`); ``order=2`` is the scheme itself."""
     if isinstance(solver, Solver):
         if options:
             raise ModelError("solver options can only be given with a solver name; set them "
@@ -47,10 +52,23 @@ def make_solver(solver: str | Solver, **options) -> Solver:
     key = solver.lower()
     if key not in REGISTRY:
         raise ModelError(f"unknown solver {solver!r}; choose one of {sorted(REGISTRY)}")
+    order = options.pop("order", None)
+    method = options.pop("composition", None)
     try:
-        return REGISTRY[key](**options)
+        base = REGISTRY[key](**options)
     except TypeError as exc:
         raise ModelError(f"solver {solver!r}: invalid options {sorted(options)} ({exc})") from exc
+    if order is None and method is None:
+        return base
+    if not base.composable:
+        raise ModelError(f"solver {solver!r}: order= and composition= compose 'em' or "
+                         f"'rattle' (symmetric, second order, states on the constraint "
+                         f"manifold; see mbs.solvers.composition); for a symplectic scheme of "
+                         f"order 4 or 6 use 'lobatto' with stages=3 or 4, or "
+                         f"solver='rattle', order=4")
+    if order == 2 and method is None:
+        return base
+    return Composition(base=base, order=4 if order is None else order, method=method)
 
 
 def solver_table() -> str:
@@ -58,14 +76,17 @@ def solver_table() -> str:
     header = ("| solver | order q, p | symplectic | energy | momentum | constraints exact at "
               "step ends | multipliers | source |\n|---|---|---|---|---|---|---|---|")
     rows = []
-    for name in REGISTRY:
-        p = make_solver(name).properties
-        rows.append(f"| `{p.name}` | {p.order_q}, {p.order_p} | "
+    composed = [(name, {"order": order}) for name in REGISTRY
+                if make_solver(name).composable for order in (4, 6)]
+    for name, options in [*((name, {}) for name in REGISTRY), *composed]:
+        p = make_solver(name, **options).properties
+        label = f"`{name}`, `order={options['order']}`" if options else f"`{p.name}`"
+        rows.append(f"| {label} | {p.order_q}, {p.order_p} | "
                     f"{'yes' if p.symplectic else 'no'} | {p.energy} | {p.momentum} | "
                     f"{p.constraints_at_step_end} | {p.multiplier_times} | {p.reference} |")
     return "\n".join([header] + rows)
 
 
-__all__ = ["EnergyMomentum", "GGLVI", "HBVM", "Lobatto", "LobattoTableau", "NewtonOptions",
-           "REGISTRY", "Rattle",
+__all__ = ["COMPOSITIONS", "Composition", "EnergyMomentum", "GGLVI", "HBVM", "Lobatto",
+           "LobattoTableau", "NewtonOptions", "REGISTRY", "Rattle",
            "SchemeProperties", "Solver", "StepResult", "make_solver", "solver_table"]

@@ -112,6 +112,11 @@ class Solver:
 
     properties = SchemeProperties("base", "-", "-", False, "-", "-", "-", "-", "-")
 
+    #: Whether symmetric compositions raise the scheme to order 4 and 6
+    #: (:class:`~mbs.solvers.composition.Composition`): the step is symmetric, of order 2,
+    #: and its states lie on the constraint manifold (g and G M^-1 p hold at the step ends).
+    composable = False
+
     def __post_init__(self):
         from mbs.errors import ModelError
 

@@ -48,6 +48,7 @@ class EnergyMomentum(Solver):
         constraints_at_step_end="g(q^{n+1}) and G M^-1 p^{n+1}",
         multiplier_times="lambda^{n+1}, gamma^{n+1}",
         reference="Kinon, Betsch, Schneider (2023), (84)")
+    composable = True
 
     def _equations(self, layout, shifted: bool = False):
         """(84a-e) over the data (q0, p0) and the unknowns (q1, p1, lambda, gamma)."""

@@ -39,6 +39,7 @@ class Rattle(Solver):
         constraints_at_step_end="g(q^{n+1}) and G M^-1 p^{n+1}",
         multiplier_times="lambda^n (position), mu^{n+1} (velocity)",
         reference="Hairer, Lubich, Wanner, Geometric Numerical Integration (2006), VII.1")
+    composable = True
 
     def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         model, h, m = self.model, self.h, self.model.m

@@ -1,0 +1,197 @@
+"""Symmetric compositions: order 4 and 6 from a symmetric scheme of order 2.
+
+A step of size h is the sequence of steps of sizes gamma_1 h, ..., gamma_s h of a symmetric
+second-order scheme Phi::
+
+    Psi_h = Phi_{gamma_s h} o ... o Phi_{gamma_1 h},     sum_i gamma_i = 1,
+
+with coefficients symmetric (gamma_i = gamma_{s+1-i}) and chosen so that the error terms of
+Phi cancel up to the order asked for (Hairer, Lubich, Wanner, Geometric Numerical Integration
+(2006), II.4 and V.3). Every property of Phi that is kept by each step is kept by the
+composition: a composed energy-momentum step conserves energy and momentum maps exactly, a
+composed symplectic scheme is symplectic, and the constraints Phi enforces at its step ends
+hold at every sub-step end. Every such composition of order above 2 has a negative
+coefficient (Sheng 1989; Suzuki 1991), so some sub-steps run backwards in time, and the
+sub-steps are longer than h (the triple jump's are 1.35 h and -1.70 h): the step sizes at
+which Newton converges and the energy error of a symplectic base stays small are
+correspondingly smaller than the base scheme's.
+
+Composable schemes (:attr:`Solver.composable`) are "em" and "rattle". GGL-VI A is symmetric
+but is not composable: its states leave the constraint manifold (g and G v hold at the
+midpoint only), and the component of p^n normal to the constraints is carried by a mode of
+factor -1 per step that compositions do not cancel, so composed it stays of order 2 in p
+(measured on the heavy top and the double pendulum).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+
+from mbs.errors import ModelError
+from mbs.solvers.base import SchemeProperties, Solver, StepResult
+
+
+def _triple_jump(order: int) -> np.ndarray:
+    """Yoshida's triple jump (Yoshida 1990, Suzuki 1990; GNI II.4 (4.4)): from order 2k to
+    2k + 2 with gamma_1 = gamma_3 = 1/(2 - 2^(1/(2k+1))), applied recursively up to
+    ``order`` (4: 3 sub-steps, 6: 9)."""
+    coefficients = np.ones(1)
+    for inner in range(2, order, 2):
+        outer = 1.0 / (2.0 - 2.0 ** (1.0 / (inner + 1)))
+        coefficients = np.concatenate([outer * coefficients,
+                                       (1.0 - 2.0 * outer) * coefficients,
+                                       outer * coefficients])
+    return coefficients
+
+
+def _suzuki() -> np.ndarray:
+    """Suzuki's five-step composition of order 4 (Suzuki 1990; GNI II.4 (4.5)):
+    gamma_1 = gamma_2 = gamma_4 = gamma_5 = 1/(4 - 4^(1/3))."""
+    outer = 1.0 / (4.0 - 4.0 ** (1.0 / 3.0))
+    return np.array([outer, outer, 1.0 - 4.0 * outer, outer, outer])
+
+
+def _symmetric(half: list[float]) -> np.ndarray:
+    """gamma_1 .. gamma_k of a symmetric composition given up to its middle coefficient."""
+    return np.array(half + half[-2::-1])
+
+
+#: Compositions by name and order. "kahan-li" is Kahan and Li's s9odr6a (Kahan, Li, Composition
+#: constants for raising the orders of unconventional schemes for ordinary differential
+#: equations, Math. Comp. 66 (1997); GNI V.3 (3.11)), "yoshida" Yoshida's solution A (Yoshida,
+#: Construction of higher order symplectic integrators, Phys. Lett. A 150 (1990)).
+COMPOSITIONS = {
+    ("triple-jump", 4): lambda: _triple_jump(4),
+    ("suzuki", 4): _suzuki,
+    ("triple-jump", 6): lambda: _triple_jump(6),
+    ("kahan-li", 6): lambda: _symmetric([0.39216144400731413928, 0.33259913678935943860,
+                                         -0.70624617255763935981, 0.082213596293550800230,
+                                         0.79854399093482996340]),
+    ("yoshida", 6): lambda: _symmetric([0.784513610477560, 0.235573213359357,
+                                        -1.17767998417887, 1.31518632068391]),
+}
+
+_REFERENCES = {"triple-jump": "Yoshida's triple jump (1990)",
+               "suzuki": "Suzuki's five-step composition (1990)",
+               "kahan-li": "Kahan and Li's s9odr6a composition (1997)",
+               "yoshida": "Yoshida's seven-step composition (1990)"}
+
+#: The composition used when only the order is given.
+DEFAULT_COMPOSITION = {4: "triple-jump", 6: "kahan-li"}
+
+
+def composition_coefficients(order: int, method: str | None = None) -> np.ndarray:
+    """The step fractions gamma_1 .. gamma_s of a symmetric composition of ``order`` 4 or 6
+    (``method`` one of :data:`COMPOSITIONS`, default :data:`DEFAULT_COMPOSITION`)."""
+    if isinstance(order, bool) or order not in DEFAULT_COMPOSITION:
+        raise ModelError(f"composition: order must be 4 or 6, got {order!r}")
+    method = DEFAULT_COMPOSITION[order] if method is None else method
+    if (method, order) not in COMPOSITIONS:
+        known = sorted(name for name, o in COMPOSITIONS if o == order)
+        raise ModelError(f"composition: no {method!r} composition of order {order}; choose "
+                         f"one of {known}")
+    coefficients = COMPOSITIONS[method, order]()
+    # the published coefficients sum to 1 to their printed digits; the middle one absorbs
+    # the rest so that the composed step has exactly the length h
+    coefficients[coefficients.size // 2] += 1.0 - coefficients.sum()
+    return coefficients
+
+
+@dataclass
+class Composition(Solver):
+    """A symmetric second-order scheme composed to ``order`` 4 or 6 (see the module doc).
+
+    Built by :func:`mbs.solvers.make_solver` from ``solver="em", order=4`` (also
+    ``"rattle"``; ``composition=`` picks the coefficients). Each sub-step has
+    its own instance of the base scheme, so Newton starts from the warm start and predictor
+    defects of the same sub-step of the previous step.
+
+    Parameters
+    ----------
+    base : Solver
+        An unstarted instance of a composable scheme (:attr:`Solver.composable`).
+    order : int
+        4 or 6.
+    method : str or None
+        One of :data:`COMPOSITIONS` for that order (default: "triple-jump" for 4, 3
+        sub-steps; "kahan-li" for 6, 9 sub-steps).
+    """
+
+    base: Solver | None = None
+    order: int = 4
+    method: str | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.base, Solver) or not self.base.composable:
+            raise ModelError(f"composition: the base scheme must be composable (em or "
+                             f"rattle: symmetric, second order, states on the constraint "
+                             f"manifold), got {getattr(self.base, 'name', self.base)!r}")
+        self.coefficients = composition_coefficients(self.order, self.method)
+        self.method = self.method or DEFAULT_COMPOSITION[self.order]
+
+    @property
+    def properties(self) -> SchemeProperties:
+        base = self.base.properties
+        return SchemeProperties(
+            name=f"{base.name}-order{self.order}", order_q=str(self.order),
+            order_p=str(self.order), symplectic=base.symplectic, energy=base.energy,
+            momentum=base.momentum, constraints_at_step_end=base.constraints_at_step_end,
+            multiplier_times=f"{base.multiplier_times} of the last sub-step",
+            reference=f"{_REFERENCES[self.method]} of {base.name}")
+
+    def start(self, model, q0: np.ndarray, p0: np.ndarray, h: float) -> None:
+        self.model, self.h = model, h
+        self.substeps = [copy.deepcopy(self.base) for _ in self.coefficients]
+        for solver, fraction in zip(self.substeps, self.coefficients):
+            solver.start(model, q0, p0, fraction * h)
+        self._offsets = np.concatenate([[0.0], np.cumsum(self.coefficients)[:-1]])
+
+    def step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
+        iterations, position, velocity = 0, 0.0, 0.0
+        for solver, offset in zip(self.substeps, self._offsets):
+            result = solver.step(t + offset * self.h, q, p)
+            q, p = result.q, result.p
+            iterations += result.iterations
+            position = max(position, result.enforced[0])
+            velocity = max(velocity, result.enforced[1])
+        result.iterations, result.enforced = iterations, (position, velocity)
+        return result
+
+    def set_step_size(self, h: float) -> None:
+        for solver, fraction in zip(self.substeps, self.coefficients):
+            solver.set_step_size(fraction * h)
+        self.h = h
+
+    def checkpoint(self) -> dict:
+        return {f"{i}:{key}": value for i, solver in enumerate(self.substeps)
+                for key, value in solver.checkpoint().items()}
+
+    def restore(self, state: dict) -> None:
+        for i, solver in enumerate(self.substeps):
+            prefix = f"{i}:"
+            solver.restore({key[len(prefix):]: value for key, value in state.items()
+                            if key.startswith(prefix)})
+
+    @property
+    def guess_retries(self) -> int:
+        return sum(solver.guess_retries for solver in self.substeps)
+
+    @property
+    def active_backend(self) -> str:
+        return self.substeps[0].active_backend
+
+    @property
+    def uses_simplified_newton(self) -> bool:
+        return self.substeps[0].uses_simplified_newton
+
+    @property
+    def newton_factorizations(self) -> int:
+        return sum(solver.newton_factorizations for solver in self.substeps)
+
+    @property
+    def batch_capable(self) -> bool:
+        return False
