@@ -136,14 +136,14 @@ def reference_run(name: str, scheme: str) -> mbs.Solution:
                                                     **SCHEMES[scheme]), h=2e-3, t_end=0.2)
 
 
-#: (model, scheme, backend): the compiled kernel serves EM and GGL-VI A on models whose
+#: (model, scheme, backend): the compiled kernel serves every scheme on models whose
 #: potential is linear in q (not the springs of four_particle and spring)
 BACKEND_CASES = [
     (name, scheme, "polynomial") for name in sorted(MODELS) for scheme in sorted(SCHEMES)
 ] + [
     pytest.param(name, scheme, "compiled", marks=needs_numba)
     for name in sorted(set(MODELS) - {"four_particle", "spring"})
-    for scheme in ("em", "ggl-vi-a")
+    for scheme in sorted(SCHEMES)
 ]
 
 

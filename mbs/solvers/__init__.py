@@ -7,8 +7,7 @@ README's solver table is that output.
 Each implicit scheme writes its step equations once as terms (:mod:`mbs.solvers.equations`);
 backends evaluate them (``backend=`` option): "polynomial" (default where it applies: quadratic
 constraints; :mod:`mbs.solvers.polynomial`), "assembled" (through the model's functions: any
-model, the reference) and, for ``em`` and ``ggl-vi-a``, "compiled" (optional numba kernel,
-:mod:`mbs.solvers.compiled`).
+model, the reference) and "compiled" (optional numba kernel, :mod:`mbs.solvers.compiled`).
 """
 
 from __future__ import annotations

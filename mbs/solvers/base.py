@@ -81,10 +81,12 @@ class Solver:
     backend : {"auto", "polynomial", "compiled", "assembled"}
         How the scheme's step equations (written once as terms, :meth:`_equations`) are
         evaluated. "polynomial": in tensor form (:mod:`mbs.solvers.polynomial`; models with
-        quadratic constraints only); "compiled": that tensor form's whole Newton solve in one
-        numba kernel (:mod:`mbs.solvers.compiled_run`; EM and GGL-VI A; falls back to
-        "polynomial" with a warning where it does not apply); "assembled": term by term
-        through the model's functions (:mod:`mbs.solvers.equations`; any model); "auto" picks
+        quadratic constraints only); "compiled": that tensor form's Newton solve in one numba
+        kernel (:mod:`mbs.solvers.compiled_run`), whole blocks of steps for the schemes whose
+        unknowns are (q1, p1, lambda, gamma) (EM, GGL-VI A), one kernel call per step for the
+        others; falls back to "polynomial" with a warning where it does not apply;
+        "assembled": term by term through the model's functions
+        (:mod:`mbs.solvers.equations`; any model); "auto" picks
         "polynomial" where it applies, else "assembled". All solve the same equations (they
         agree to round-off).
     predictor_correction : int, None or "auto"
@@ -191,7 +193,7 @@ class Solver:
     @property
     def batch_capable(self) -> bool:
         """True when :meth:`run_compiled` can advance many steps in one call."""
-        return self._compiled is not None
+        return self._compiled is not None and self._compiled.runs_steps
 
     def run_compiled(self, q: np.ndarray, p: np.ndarray, velocities: np.ndarray,
                      multipliers: np.ndarray, velocity_multipliers: np.ndarray,
@@ -282,7 +284,7 @@ class Solver:
     def _start_system(self, system, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
         """Set the step data (q0, p0) of a polynomial step system, with its potential terms
         bound to it; returns the data vector."""
-        data = np.concatenate((q0, p0))
+        data = self._step_data = np.concatenate((q0, p0))
         terms = system.potential_terms
         system.start(data, None if terms is None else terms.bind(self.model, data,
                                                                  system.shift))
@@ -292,6 +294,9 @@ class Solver:
         """(residual_and_jacobian, x0) of the step from (q0, p0): the scheme's equations
         (:meth:`_equations`) evaluated by the backend of this run, and Newton's start from
         the predictor (None for the stage schemes, whose :meth:`step` sets it)."""
+        if self._compiled is not None:  # the kernel folds the step data itself
+            self._step_data = np.concatenate((q0, p0))
+            return self._polynomial.evaluate, self._initial_guess(q0, p0)
         if self._polynomial is not None:
             self._start_system(self._polynomial, q0, p0)
             return self._polynomial.evaluate, self._initial_guess(q0, p0)
@@ -310,7 +315,7 @@ class Solver:
         return systems[self.h]
 
     def _step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
-        if self._compiled is not None:
+        if self._compiled is not None and self._compiled.runs_steps:
             *result, factorizations = self._compiled.step(q0, p0)
             self._newton_state.factorizations += factorizations
             return StepResult(*result)
@@ -340,6 +345,9 @@ class Solver:
         :func:`~mbs.solvers.newton.newton` on ``evaluate``. Returns (x, iterations, R(x)),
         where rows before ``residual_from`` may be left unevaluated (None: R is not
         evaluated)."""
+        if self._compiled is not None:
+            return self._compiled.solve(self._step_data, guess, blocks, scales,
+                                        residual_from or 0)
         system = self._polynomial
         if system is not None and system.dense and not self._simplified:
             starts, floors, lead = _segments(blocks, scales)
@@ -458,7 +466,8 @@ class Solver:
         explicit = self.initial_guess == "explicit"
         guess = self._warm.corrected(x0, data, explicit)
         system = self._polynomial
-        if system is not None and system.dense and not self._simplified:
+        if (system is not None and system.dense and not self._simplified
+                and self._compiled is None):
             # the hot path of small models: block layout precomputed, floors in three calls
             if self._floor_minimum is not None:
                 floors = np.maximum(np.maximum.reduceat(np.abs(data), self._block_starts),
@@ -479,6 +488,13 @@ class Solver:
     def _first_constraint_row(self, size: int) -> int:
         """The first of the last 2m rows (the enforced constraints) of a square system."""
         return size - 2 * self.model.m
+
+    def _sample_unknowns(self, q0: np.ndarray, p0: np.ndarray, rng: np.random.Generator
+                         ) -> np.ndarray:
+        """Unknowns of a step from (q0, p0) with multipliers drawn from ``rng`` (so that
+        their Hessian terms are present): where a sample Newton matrix is taken (the
+        compiled backend's choice of LU order)."""
+        return np.concatenate([q0, p0, rng.standard_normal(2 * self.model.m)])
 
     def _identity_block(self) -> tuple[slice, slice, float] | None:
         """(rows, cols, alpha) of a block of the Newton matrix equal to alpha I, which sparse

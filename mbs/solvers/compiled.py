@@ -205,7 +205,7 @@ def _condensed_solve(values, schur, pivots, block_rows, block_cols, alpha, other
 
 @_jit
 def _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_indptr, tensor_indices,
-              tensor_data, jac_values, override_start, uv_indptr, uv_indices, uv_data, uv_step,
+              tensor_data, jac_values, override_rows, uv_indptr, uv_indices, uv_data, uv_step,
               term_row, term_scale, row_constant, residual, first_row):
     """R(x) = c + (L + D(x)/2) x into ``residual``; the values of the Jacobian L + D(x) on its
     pattern into ``jac_values`` when it is given (size > 0); constraint rows from the
@@ -226,11 +226,12 @@ def _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_indptr, tens
             if with_jacobian:
                 jac_values[p] = l_step[p] + s
         residual[row] = total
-    if override_start >= 0:
-        # constraint rows sum_t scale_t (u_t . v_t) + e from the factored form; u (then v)
-        # are the first (second) half of the affine vectors uv = U x + uv_step
+    if override_rows.shape[0] > 0:
+        # constraint rows sum_t scale_t (u_t . v_t) + e from the factored form (rows
+        # override_rows, term t adding to row term_row[t]); u (then v) are the first
+        # (second) half of the affine vectors uv = U x + uv_step
         for k in range(row_constant.shape[0]):
-            residual[override_start + k] = row_constant[k]
+            residual[override_rows[k]] = row_constant[k]
         half_terms = term_row.shape[0]
         for t in range(half_terms):
             dot = 0.0
@@ -244,7 +245,7 @@ def _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_indptr, tens
                 for p in range(uv_indptr[v_row], uv_indptr[v_row + 1]):
                     v += uv_data[p] * x[uv_indices[p]]
                 dot += u * v
-            residual[override_start + term_row[t]] += term_scale[t] * dot
+            residual[term_row[t]] += term_scale[t] * dot
 
 
 @_jit
@@ -254,7 +255,7 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
                  tensor_xd_data,
                  pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
                  constant, linear_data, linear_pattern,
-                 override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
+                 override_rows, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
                  term_row, term_scale, row_constant,
                  segment_lo, segment_hi, floors, tolerance, stagnation, contraction,
                  refactor_above, max_iterations, block_rows, block_cols, alpha, other_rows,
@@ -301,7 +302,7 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
     for iteration in range(1, max_iterations + 1):
         _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_xx_indptr,
                   tensor_xx_indices, tensor_xx_data, jac_values if fresh else no_jacobian,
-                  override_start, uv_indptr, uv_indices, uv_data, uv_step, term_row,
+                  override_rows, uv_indptr, uv_indices, uv_data, uv_step, term_row,
                   term_scale, row_constant, residual_out, 0)
         norm = 0.0
         for row in range(n_eq):
@@ -334,7 +335,7 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
                 or (fresh and increment <= stagnation and increment > 0.5 * previous)):
             # the constraint rows at the accepted iterate (the enforced residuals reported)
             _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_xx_indptr,
-                      tensor_xx_indices, tensor_xx_data, no_jacobian, override_start,
+                      tensor_xx_indices, tensor_xx_data, no_jacobian, override_rows,
                       uv_indptr, uv_indices, uv_data, uv_step, term_row, term_scale,
                       row_constant, residual_out, constraint_row)
             return CONVERGED, iteration, norm, increment, factorizations
@@ -363,7 +364,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
                tensor_xd_data,
                pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
                constant, linear_data, linear_pattern,
-               override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
+               override_rows, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
                term_row, term_scale, row_constant,
                tolerance, stagnation, contraction, refactor_above, max_iterations,
                block_rows, block_cols, alpha, other_rows, other_cols, direct_entry,
@@ -483,7 +484,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
             tensor_xd_data,
             pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
             constant, linear_data, linear_pattern,
-            override_start, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
+            override_rows, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
                  term_row, term_scale, row_constant,
             segment_lo, segment_hi, floors, tolerance, stagnation, contraction, refactor_above,
             max_iterations, block_rows, block_cols, alpha, other_rows, other_cols,
@@ -663,6 +664,44 @@ def _condensation_plan(pattern_row: np.ndarray, pattern_col: np.ndarray, size: i
             col_other[block][block_order], entries[block][block_order])
 
 
+def _merged_overrides(overrides: list, n_x: int, n_d: int) -> tuple:
+    """The factored constraint rows of a system (one block per constraint equation of the
+    scheme, see :func:`mbs.solvers.factored_rows.factored_override`) as one set for
+    :func:`_residual`: (rows, U x-map as CSR arrays, U d-map, constants of the 3-vectors, row
+    and scale of every term, explicit constants), all u vectors before all v vectors."""
+    rows, term_rows, term_scales, constants = [], [], [], []
+    u_x, v_x, u_d, v_d, u_c, v_c = [], [], [], [], [], []
+    for start, count, uv_map, uv_from_data, uv_const, row_sum, row_constant, half in overrides:
+        rows.append(np.arange(start, start + count))
+        constants.append(np.asarray(row_constant, float))
+        # row and scale of each term from row_sum[k, 3 t] = scale_t at k = row_t - start
+        by_term = sp.csc_matrix(row_sum)[:, ::3]
+        by_term.eliminate_zeros()
+        term_row = np.full(by_term.shape[1], start, dtype=np.int64)
+        term_scale = np.zeros(by_term.shape[1])
+        present = np.diff(by_term.indptr) > 0
+        term_row[present] += by_term.indices[by_term.indptr[:-1][present]]
+        term_scale[present] = by_term.data[by_term.indptr[:-1][present]]
+        term_rows.append(term_row)
+        term_scales.append(term_scale)
+        uv_map, uv_from_data = sp.csr_matrix(uv_map), sp.csr_matrix(uv_from_data)
+        u_x.append(uv_map[:half])
+        v_x.append(uv_map[half:])
+        u_d.append(uv_from_data[:half])
+        v_d.append(uv_from_data[half:])
+        u_c.append(np.asarray(uv_const, float)[:half])
+        v_c.append(np.asarray(uv_const, float)[half:])
+    if not overrides:
+        empty = sp.csr_matrix((0, n_x))
+        return (np.zeros(0, np.int64), *csr_arrays(empty),
+                csr_arrays(sp.csr_matrix((0, n_d))), np.zeros(0), np.zeros(0, np.int64),
+                np.zeros(0), np.zeros(0))
+    uv_x = sp.vstack(u_x + v_x, format="csr")
+    return (np.concatenate(rows).astype(np.int64), *csr_arrays(uv_x),
+            csr_arrays(sp.vstack(u_d + v_d, format="csr")), np.concatenate(u_c + v_c),
+            np.concatenate(term_rows), np.concatenate(term_scales), np.concatenate(constants))
+
+
 class CompiledSystem:
     """The arrays of a dense :class:`QuadraticSystem` laid out for the kernel.
 
@@ -691,12 +730,10 @@ class CompiledSystem:
                              jac_map.data.astype(float), table._jac_offset.astype(float),
                              table._jac_rows.astype(np.int64),
                              table._jac_indices.astype(np.int64))
-        size = system.n_unknowns
+        size = self.n_unknowns = system.n_unknowns
         if not system.dense:
             raise ValueError("the compiled backend needs a dense QuadraticSystem")
         overrides = [o for o in system._overrides if o is not None]
-        if len(overrides) > 1:
-            raise ValueError("the compiled backend supports one block of constraint rows")
 
         n_x = system.n_unknowns
         linear_x = np.asarray(system.linear_unknowns)
@@ -764,26 +801,36 @@ class CompiledSystem:
         self.shift = (csr_arrays(sp.csr_matrix(shift)) if shift is not None
                       else csr_arrays(sp.csr_matrix((n_x, n_d))), shift is not None)
         self.linear_unknowns = np.ascontiguousarray(linear_x.ravel()[keys])
-        if overrides:
-            start, rows, uv_map, uv_from_data, uv_const, row_sum, row_constant, _ = overrides[0]
-            # row and scale of each term from row_sum[k, 3 t] = scale_t at k = row_t - start
-            by_term = sp.csc_matrix(row_sum)[:, ::3]
-            by_term.eliminate_zeros()
-            term_row = np.zeros(by_term.shape[1], dtype=np.int64)
-            term_scale = np.zeros(by_term.shape[1])
-            counts = np.diff(by_term.indptr)
-            term_row[counts > 0] = by_term.indices[by_term.indptr[:-1][counts > 0]]
-            term_scale[counts > 0] = by_term.data[by_term.indptr[:-1][counts > 0]]
-            uv_csr = sp.csr_matrix(uv_map)
-            self.override = (int(start), uv_csr.indptr.astype(np.int64),
-                             uv_csr.indices.astype(np.int64), uv_csr.data.astype(float),
-                             csr_arrays(uv_from_data), np.asarray(uv_const, float),
-                             term_row, term_scale, np.asarray(row_constant, float))
-        else:
-            self.override = (-1, np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0),
-                             csr_arrays(sp.csr_matrix((0, n_d))), np.zeros(0),
-                             np.zeros(0, np.int64),
-                             np.zeros(0), np.zeros(0))
+        self.override = _merged_overrides(overrides, n_x, n_d)
+
+    def solve(self, data: np.ndarray, x: np.ndarray, segments: tuple[np.ndarray, np.ndarray],
+              floors: np.ndarray, options, residual_from: int, work: tuple,
+              residual: np.ndarray) -> tuple[int, int, float, float, int]:
+        """Newton on one step of any scheme's tensor form (:func:`_newton_step`) from ``x``
+        (overwritten with the solution), convergence judged on the blocks ``segments`` =
+        (first, stop) indices with ``floors``; ``residual`` receives R, its rows from
+        ``residual_from`` on at the solution. ``work`` is :meth:`workspace`. Returns (code,
+        iterations, residual norm, increment, factorisations)."""
+        shift_step = work[-1]
+        if self.shift[1]:
+            _affine_sparse(self.shift[0], data, np.zeros(x.size), shift_step)
+            x += shift_step
+        code, iterations, norm, increment, factorizations = _newton_step(
+            data, x, *self.tensors, self.constant, self.linear_data, self.linear_unknowns,
+            *self.override, segments[0], segments[1], floors, options.tolerance,
+            options.stagnation_level, options.contraction, options.refactor_above,
+            options.max_iterations, *self.condensation, residual_from, work[:-1], residual,
+            shift_step)
+        if self.shift[1]:
+            x -= shift_step
+        return code, iterations, norm, increment, factorizations
+
+    def workspace(self) -> tuple:
+        """Scratch arrays of :meth:`solve` (one set per solver run)."""
+        return (*_newton_workspace(self.constant.shape[0], self.pattern_size,
+                                   self.override[5].shape[0],
+                                   self.condensation[3].shape[0], self.n_unknowns),
+                np.zeros(self.n_unknowns))
 
     def run(self, q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
             first: int, count: int, inverse_mass, h: float, guess_mode: int,

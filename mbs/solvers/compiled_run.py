@@ -38,6 +38,7 @@ class CompiledRun:
 
     def __init__(self, solver, system: CompiledSystem, velocity_maps: tuple):
         self.solver, self.system, self.velocity_maps = solver, system, velocity_maps
+        self._work = self._residual = None
         self.inverse_mass = np.ascontiguousarray(solver.model.inverse_mass_matrix.toarray())
 
     @classmethod
@@ -46,10 +47,7 @@ class CompiledRun:
         warning saying why the compiled kernel does not apply."""
         model, compiled = solver.model, _compiled()
         reason = None
-        if not solver._state_unknowns:
-            reason = (f"the compiled kernel solves for (q1, p1, lambda, gamma), not for "
-                      f"{solver.name}'s unknowns")
-        elif not compiled.available():
+        if not compiled.available():
             reason = "numba is not installed (pip install numba)"
         elif model.constant_potential_gradient() is None:
             reason = "the potential is not linear in q (its terms are evaluated in Python)"
@@ -65,12 +63,38 @@ class CompiledRun:
         key = (type(solver).__name__, solver._polynomial_key(), solver.h)
         if key not in cache:
             # (indptr, indices, data) of V_d and V_x: a row of a velocity map has few entries
-            velocity_maps = tuple(compiled.csr_arrays(a) for a in solver._velocity_map())
+            velocity_maps = (tuple(compiled.csr_arrays(a) for a in solver._velocity_map())
+                             if solver._state_unknowns else None)
             cache[key] = (compiled.CompiledSystem(solver._polynomial, model.m,
                                                   solver._identity_block(),
                                                   _sample_newton_matrix(solver)),
                           velocity_maps)
         return cls(solver, *cache[key])
+
+    @property
+    def runs_steps(self) -> bool:
+        """Whether whole steps (predictor, Newton, outputs) run in the kernel: schemes whose
+        unknowns are (q1, p1, lambda, gamma). Others use :meth:`solve` for Newton only."""
+        return self.velocity_maps is not None
+
+    def solve(self, data: np.ndarray, guess: np.ndarray, blocks: list[slice],
+              scales: list[float], residual_from: int) -> tuple[np.ndarray, int, np.ndarray]:
+        """Newton on the step from ``data`` = (q0, p0) in the kernel (any scheme's tensor
+        form): (x, iterations, R(x) with its rows from ``residual_from`` at x); raises
+        NewtonConvergenceError when it fails."""
+        if self._work is None:
+            self._work = self.system.workspace()
+            self._residual = np.empty(self.system.constant.shape[0])
+        segments = (np.array([b.start for b in blocks], dtype=np.int64),
+                    np.array([b.stop for b in blocks], dtype=np.int64))
+        x = np.array(guess, dtype=float)
+        code, iterations, norm, increment, factorizations = self.system.solve(
+            data, x, segments, np.asarray(scales, dtype=float), self.solver.newton,
+            residual_from, self._work, self._residual)
+        self.solver._newton_state.factorizations += factorizations
+        if code != _compiled().CONVERGED:
+            raise NewtonConvergenceError(*_failure(code, norm, increment, iterations))
+        return x, iterations, self._residual.copy()
 
     def run(self, q, p, velocities, multipliers, velocity_multipliers, enforced, iterations,
             first: int, count: int) -> tuple:
@@ -128,10 +152,10 @@ def _sample_newton_matrix(solver) -> np.ndarray | None:
     happens to build the compiled system first."""
     model, system = solver.model, solver._polynomial
     q0, p0 = model.q0, model.p0
-    multipliers = np.random.default_rng(0).standard_normal(2 * model.m)
     try:
         solver._start_system(system, q0, p0)
-        _, jacobian = system.evaluate(np.concatenate([q0, p0, multipliers]))
+        _, jacobian = system.evaluate(solver._sample_unknowns(q0, p0,
+                                                              np.random.default_rng(0)))
     except (ArithmeticError, ValueError, np.linalg.LinAlgError):
         return None
     return jacobian.toarray() if sp.issparse(jacobian) else np.asarray(jacobian)
