@@ -139,3 +139,39 @@ def test_user_constraint_through_the_model_evaluation():
         errors.append(np.abs(run.q[-1] - reference.q[-1]).max())
     orders = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
     np.testing.assert_allclose(orders, 4.0, atol=0.1)
+
+
+#: (model, stages): T, step counts (errors from 3e-4 down to 3e-11, asymptotic and far above
+#: the reference's), reference step count
+ORDER_CASES = {
+    ("heavy_top", 3): (0.2, [100, 200, 400, 800], 4000),
+    ("heavy_top", 4): (0.2, [50, 100, 200, 400], 4000),
+    ("double_pendulum", 3): (0.5, [50, 100, 200, 400], 4000),
+    ("double_pendulum", 4): (0.5, [50, 100, 200], 4000),
+}
+
+
+@pytest.mark.parametrize("name, stages", sorted(ORDER_CASES))
+def test_orders_on_the_heavy_top_and_the_double_pendulum(name, stages):
+    """Fitted log-log slopes of the error at T in q and in p: 4 +- 0.2 (s = 3) and 6 +- 0.3
+    (s = 4) on the heavy top (spin 136 rad/s) and the double pendulum on revolute joints.
+    Reference: the sixth-order composition of EM (another scheme) with 4000 steps, whose error
+    ~(L h)^6 with L h <= 0.007 is below 1e-15."""
+    import double_pendulum
+    import heavy_top
+
+    model = {"heavy_top": heavy_top, "double_pendulum": double_pendulum}[name].build().compile()
+    t_end, steps, reference_steps = ORDER_CASES[name, stages]
+    backend = "compiled" if compiled.available() else "auto"
+    reference = mbs.simulate(model, "em", order=6, h=t_end / reference_steps, t_end=t_end,
+                             backend=backend)
+    errors_q, errors_p = [], []
+    for count in steps:
+        run = mbs.simulate(model, Lobatto(stages=stages, backend=backend), h=t_end / count,
+                           t_end=t_end)
+        errors_q.append(np.abs(run.q[-1] - reference.q[-1]).max())
+        errors_p.append(np.abs(run.p[-1] - reference.p[-1]).max())
+    order, tolerance = 2 * stages - 2, 0.2 if stages == 3 else 0.3
+    for errors in (errors_q, errors_p):
+        slope = -np.polyfit(np.log(steps), np.log(errors), 1)[0]
+        assert slope == pytest.approx(order, abs=tolerance)
