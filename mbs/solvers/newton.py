@@ -608,7 +608,7 @@ def residual_at_roundoff(residual: np.ndarray, jacobian, size: np.ndarray) -> bo
 
 #: Fraction of the tolerance below which the estimated error of an iterate accepts it (see
 #: :func:`converged`).
-ESTIMATED_ERROR_FRACTION = 0.01
+ESTIMATED_ERROR_FRACTION = 0.001
 
 
 def contracted(increment: float, previous: float, tolerance: float) -> bool:
@@ -630,7 +630,7 @@ def converged(increment: float, previous: float, fresh: bool, options: NewtonOpt
     """The stopping rule of every Newton loop of the implicit schemes.
 
     Accept when the relative increment is at the tolerance, or when the contraction of the
-    last two increments puts the iterate within a hundredth of it (:func:`contracted`); or
+    last two increments puts the iterate within a thousandth of it (:func:`contracted`); or
     when it stopped halving (``stalled``) at round-off level with a fresh Jacobian
     (``stagnation_level``); or when it stalled below ``stall_level`` and ``at_roundoff()``
     (evaluated only then) finds the residual at round-off, as at singular configurations
