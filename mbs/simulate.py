@@ -44,8 +44,10 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
     model : Model
         From ``System.compile()``.
     solver : str or Solver
-        "em" (default), "ggl-vi-s", "ggl-vi-a", "ggl-vi-b", "rattle", or an instance such as
-        ``mbs.solvers.GGLVI(variant="A", theta=0.5)``.
+        A name of :data:`mbs.solvers.REGISTRY`: "em" (default), "ggl-vi-s", "ggl-vi-a",
+        "ggl-vi-b", "rattle", "hbvm", "lobatto", "vi-conversion" (options such as
+        ``stages=4`` or, for "em" and "rattle", ``order=4`` / ``6`` as ``**solver_options``),
+        or an instance such as ``mbs.solvers.GGLVI(variant="A", theta=0.5)``.
     h : float
         Step size (> 0). The number of steps is round((t_end - t_start) / h); a warning is
         given if that does not reach t_end exactly.

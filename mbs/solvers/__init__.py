@@ -15,6 +15,7 @@ from __future__ import annotations
 from mbs.errors import ModelError, ModelTypeError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
 from mbs.solvers.composition import COMPOSITIONS, Composition
+from mbs.solvers.conversion import VariationalConversion
 from mbs.solvers.energy_momentum import EnergyMomentum
 from mbs.solvers.ggl_vi import GGLVI
 from mbs.solvers.hbvm import HBVM
@@ -31,6 +32,7 @@ REGISTRY = {
     "rattle": Rattle,
     "hbvm": HBVM,
     "lobatto": Lobatto,
+    "vi-conversion": VariationalConversion,
 }
 
 
@@ -87,5 +89,5 @@ def solver_table() -> str:
 
 
 __all__ = ["COMPOSITIONS", "Composition", "EnergyMomentum", "GGLVI", "HBVM", "Lobatto",
-           "LobattoTableau", "NewtonOptions", "REGISTRY", "Rattle",
+           "LobattoTableau", "NewtonOptions", "REGISTRY", "Rattle", "VariationalConversion",
            "SchemeProperties", "Solver", "StepResult", "make_solver", "solver_table"]
