@@ -324,6 +324,16 @@ def test_resume_repeats_the_uninterrupted_run_bitwise(pendulum, tmp_path, bias):
     np.testing.assert_array_equal(resumed.multipliers, full.multipliers)
 
 
+def test_ensemble_members_repeat_the_single_run(pendulum):
+    """Through its registered name, in an ensemble: each member is the single run bitwise."""
+    full = mbs.simulate(pendulum, "vi-conversion", h=0.1, t_end=1.0)
+    states = (np.stack([pendulum.q0, pendulum.q0]), np.stack([pendulum.p0, pendulum.p0]))
+    ensemble = mbs.simulate_ensemble(pendulum, states, h=0.1, t_end=1.0,
+                                     solver="vi-conversion")
+    np.testing.assert_array_equal(ensemble.q[1], full.q)
+    np.testing.assert_array_equal(ensemble.p[0], full.p)
+
+
 def test_scheme_properties():
     solver = VariationalConversion()
     assert solver.name == "vi-conversion"
