@@ -20,13 +20,17 @@ from scipy.special import ellipj, ellipk
 import mbs
 from mbs.solvers import make_solver
 
-SCHEMES = ["em", "ggl-vi-s", "ggl-vi-a", "ggl-vi-b", "rattle", "hbvm"]
+SCHEMES = ["em", "ggl-vi-s", "ggl-vi-a", "ggl-vi-b", "rattle", "hbvm", "lobatto"]
 GRAVITY = 9.81
 
 
 def declared_order(scheme: str) -> int:
-    """The order in q a scheme declares (its leading integer)."""
-    return int(re.match(r"\d+", make_solver(scheme).properties.order_q).group())
+    """The order in q a scheme declares (its leading integer; 2 s - 2 for Lobatto with its
+    default s stages)."""
+    solver = make_solver(scheme)
+    if hasattr(solver, "stages"):
+        return 2 * solver.stages - 2
+    return int(re.match(r"\d+", solver.properties.order_q).group())
 
 
 # -- a lone point mass at the origin --------------------------------------------------------
