@@ -238,3 +238,20 @@ def test_redundant_four_bar_simulates_and_removed_equations_keep_holding():
     full = system.compile()
     residual = max(np.max(np.abs(full.constraints(q))) for q in sol.q)
     assert residual <= 1e-10
+
+
+@pytest.mark.parametrize("solver, options", [("lobatto", {"stages": 3}),
+                                             ("em", {"order": 4})])
+def test_high_order_schemes_on_the_redundant_four_bar(solver, options):
+    """The high-order schemes see the model with its redundant equations removed, like the
+    others: the dropped equations still hold along the motion; composed EM keeps energy."""
+    system = planar_four_bar()
+    with pytest.warns(UserWarning, match="redundant constraints removed"):
+        model = system.compile()
+    sol = mbs.simulate(model, solver, h=0.01, t_end=1.0, project=True, **options)
+    system.redundant = "keep"
+    full = system.compile()
+    assert max(np.max(np.abs(full.constraints(q))) for q in sol.q) <= 1e-10
+    if solver == "em":
+        energy = sol.energy()
+        assert np.max(np.abs(energy - energy[0])) <= 1e-12 * max(1.0, abs(energy[0]))
