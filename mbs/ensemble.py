@@ -31,7 +31,7 @@ from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
 from mbs.simulate import simulate
 from mbs.solvers import Solver, make_solver
 from mbs.solvers.defects import COEFFICIENT_TABLE, MAX_CORRECTION_DEGREE, extrapolated_defect
-from mbs.solvers.newton import ESTIMATED_ERROR_FRACTION, NewtonOptions
+from mbs.solvers.newton import NewtonOptions
 from mbs.validation import as_scalar
 
 
@@ -438,12 +438,8 @@ class _BatchedEnergyMomentum:
                 increment = self._iterate_numpy(active, q0, p0, q1, p1, lam, gam, q_scale,
                                                 p_scale)
             last = previous[active]
-            with np.errstate(invalid="ignore"):  # inf / inf on the first iteration
-                theta = np.where(np.isfinite(last), increment / last, np.inf)
-            done = ((increment <= self.tolerance)
-                    | ((theta < 0.5) & (increment * theta <= ESTIMATED_ERROR_FRACTION
-                                        * (1.0 - theta) * self.tolerance))
-                    | (fresh & (increment <= self.stagnation_level) & (increment > 0.5 * last)))
+            done = (increment <= self.tolerance) | (
+                fresh & (increment <= self.stagnation_level) & (increment > 0.5 * last))
             # as newton(): keep the factors once the increment is small and contracting
             self.refresh[active] = ~done & ((increment > self.contraction * last)
                                             | (increment > self.refactor_above))

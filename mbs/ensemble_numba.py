@@ -58,8 +58,7 @@ from mbs.ensemble_rows import (
     _v_sub_mul_run,
     _v_sum_scaled,
 )
-from mbs.solvers.compiled import (  # the pivoted per-member fallback; the stopping rule
-    _contracted,
+from mbs.solvers.compiled import (  # the pivoted per-member fallback
     _lu_factor,
     _lu_solve,
 )
@@ -781,8 +780,7 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
                 step_increment = max(big[0, lane] / max(q_scale[lane], big[2, lane]),
                                      big[1, lane] / max(p_scale[lane], big[3, lane]))
                 increment[k] = step_increment
-                if step_increment <= tolerance or _contracted(
-                        step_increment, previous[lane], tolerance) or (
+                if step_increment <= tolerance or (
                         fresh[lane] and step_increment <= stagnation_level
                         and step_increment > 0.5 * previous[lane]):
                     done[lane] = iteration

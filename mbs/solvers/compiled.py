@@ -32,7 +32,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.solvers.defects import COEFFICIENT_TABLE
-from mbs.solvers.newton import ESTIMATED_ERROR_FRACTION
 
 try:  # optional dependency: pip install "mbs[fast]"
     import numba
@@ -205,15 +204,6 @@ def _condensed_solve(values, schur, pivots, block_rows, block_cols, alpha, other
 
 
 @_jit
-def _contracted(increment, previous, tolerance):
-    """:func:`mbs.solvers.newton.contracted` (same rule, compiled)."""
-    if not previous < np.inf:
-        return False
-    theta = increment / previous
-    return theta < 0.5 and increment * theta <= ESTIMATED_ERROR_FRACTION * (1.0 - theta) * tolerance
-
-
-@_jit
 def _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_indptr, tensor_indices,
               tensor_data, jac_values, override_rows, uv_indptr, uv_indices, uv_data, uv_step,
               term_row, term_scale, row_constant, residual, first_row):
@@ -341,7 +331,7 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
                 largest_step = max(largest_step, abs(step[j]))
                 largest_x = max(largest_x, abs(x[j] - shift_step[j]))
             increment = max(increment, largest_step / largest_x)
-        if (increment <= tolerance or _contracted(increment, previous, tolerance)
+        if (increment <= tolerance
                 or (fresh and increment <= stagnation and increment > 0.5 * previous)):
             # the constraint rows at the accepted iterate (the enforced residuals reported)
             _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_xx_indptr,

@@ -606,39 +606,17 @@ def residual_at_roundoff(residual: np.ndarray, jacobian, size: np.ndarray) -> bo
     return bool(np.all(np.abs(residual) <= ROUNDOFF_RESIDUAL * magnitude))
 
 
-#: Fraction of the tolerance below which the estimated error of an iterate accepts it (see
-#: :func:`converged`).
-ESTIMATED_ERROR_FRACTION = 0.001
-
-
-def contracted(increment: float, previous: float, tolerance: float) -> bool:
-    """Whether the iterate just updated by ``increment`` is within
-    :data:`ESTIMATED_ERROR_FRACTION` x ``tolerance`` of the solution by the contraction
-    estimate: with theta = increment / previous, the increments still to come sum to about
-    theta / (1 - theta) x increment (Hairer, Wanner, Solving ODEs II, IV.8). It spares the
-    last iteration, which only confirms what the contraction already shows (measured on the
-    heavy top, Lobatto with 4 stages at h = 1/256: increments 4e-2, 6e-4, 4e-8, 4e-12 are
-    followed by 5e-16; the iterate after 4e-12 is accepted, 4 instead of 5 iterations)."""
-    if not previous < math.inf:
-        return False
-    theta = increment / previous
-    return theta < 0.5 and increment * theta <= ESTIMATED_ERROR_FRACTION * (1.0 - theta) * tolerance
-
-
 def converged(increment: float, previous: float, fresh: bool, options: NewtonOptions,
               at_roundoff: Callable[[], bool]) -> bool:
     """The stopping rule of every Newton loop of the implicit schemes.
 
-    Accept when the relative increment is at the tolerance, or when the contraction of the
-    last two increments puts the iterate within a thousandth of it (:func:`contracted`); or
-    when it stopped halving (``stalled``) at round-off level with a fresh Jacobian
-    (``stagnation_level``); or when it stalled below ``stall_level`` and ``at_roundoff()``
-    (evaluated only then) finds the residual at round-off, as at singular configurations
-    (see :class:`NewtonOptions`).
+    Accept when the relative increment is at the tolerance; or when it stopped halving
+    (``stalled``) at round-off level with a fresh Jacobian (``stagnation_level``); or when it
+    stalled below ``stall_level`` and ``at_roundoff()`` (evaluated only then) finds the
+    residual at round-off, as at singular configurations (see :class:`NewtonOptions`).
     """
     stalled = increment > 0.5 * previous
     return (increment <= options.tolerance
-            or contracted(increment, previous, options.tolerance)
             or (fresh and stalled and increment <= options.stagnation_level)
             or (stalled and increment <= options.stall_level and at_roundoff()))
 
