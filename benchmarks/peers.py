@@ -12,7 +12,11 @@ to match the mbs cases:
   centre of mass, spherical joint to the ground at the origin, gravity -z; same initial
   rotation, velocity and angular velocity w_p e3 + w_s d3;
 * chains: N boxes 0.5 x 0.05 x 0.05 m, density 1000 kg/m^3, spherical joints at their ends,
-  the first to the ground, gravity -z (as ``benchmarks.chain_compile.build_chain``).
+  the first to the ground, gravity -z (as ``benchmarks.chain_compile.build_chain``);
+* double pendulum: translated from the mbs system of ``examples/double_pendulum.py`` (each
+  rigid body's mass, inertia tensor about its centre of mass, initial position, rotation and
+  velocities; each revolute joint's world point and axis; the gravity vector), node at each
+  centre of mass.
 
 Solvers: ``TrapezoidalIndex2`` (Newmark trapezoidal rule, velocity-level constraints) and
 ``GeneralizedAlpha`` (index 3, default spectral radius 0.9), always with a fixed step
@@ -37,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+import mbs
 from benchmarks import cases
 
 # -- Exudyn -----------------------------------------------------------------------------------
@@ -84,10 +89,12 @@ def _exudyn():
 class _ExudynModel:
     """An assembled Exudyn system with settings for a fixed-step run."""
 
-    def __init__(self, exu, system_container, system, settings, solver_type, node, sensors):
+    def __init__(self, exu, system_container, system, settings, solver_type, node, sensors,
+                 nodes=()):
         self.exu, self.sc, self.mbs = exu, system_container, system
         self.settings, self.solver_type, self.node, self.sensors = (
             settings, solver_type, node, sensors)
+        self.nodes = tuple(nodes)
 
     def solve(self) -> None:
         self.mbs.SolveDynamic(self.settings, solverType=self.solver_type)
@@ -179,6 +186,56 @@ def exudyn_chain(n_links: int, config: str, h: float, steps: int,
     return _ExudynModel(exu, sc, system, settings, solver_type, None, [])
 
 
+def exudyn_double_pendulum(config: str, h: float, steps: int,
+                           record: bool = False) -> _ExudynModel:
+    """The double pendulum of ``examples/double_pendulum.py`` in Exudyn's API.
+
+    Built from the mbs system itself (:func:`benchmarks.cases.double_pendulum`), so that the
+    masses, inertia tensors, initial state, hinge points and axes and gravity are the same
+    numbers; ``model.nodes`` holds the links' nodes (at their centres of mass) in order.
+    """
+    exu = _exudyn()
+    source = cases.double_pendulum()
+    sc = exu.SystemContainer()
+    system = sc.AddSystem()
+    nodes = _add_revolute_mechanism(exu, system, source, _node_type(exu, config))
+    system.Assemble()
+    settings, solver_type = _settings(exu, config, h, steps, sparse=False, record=record)
+    return _ExudynModel(exu, sc, system, settings, solver_type, None, [], nodes=nodes)
+
+
+def _add_revolute_mechanism(exu, system, source, node_type) -> list[int]:
+    """Add the rigid bodies and revolute joints of the mbs System ``source`` to ``system``.
+
+    Returns the node numbers of the bodies, in the order of ``source.bodies``. Raises
+    ValueError for anything other than rigid bodies and revolute joints.
+    """
+    from exudyn.itemInterface import ObjectGround
+    from exudyn.rigidBodyUtilities import RigidBodyInertia
+
+    ground = system.AddObject(ObjectGround())
+    items, nodes = {source.ground.name: ground}, []
+    for body in source.bodies:
+        if not isinstance(body, mbs.RigidBody):
+            raise ValueError(f"body {body.name!r} is a {type(body).__name__}, not a RigidBody")
+        inertia = RigidBodyInertia(body.mass, np.asarray(body.inertia), inertiaTensorAtCOM=True)
+        created = system.CreateRigidBody(
+            inertia=inertia, referencePosition=body.position,
+            referenceRotationMatrix=body.rotation, initialVelocity=body.velocity,
+            initialAngularVelocity=body.angular_velocity, gravity=list(source.gravity),
+            nodeType=node_type, returnDict=True, show=False)
+        items[body.name] = created["bodyNumber"]
+        nodes.append(created["nodeNumber"])
+    for joint in source.joints:
+        if not isinstance(joint, mbs.joints.Revolute):
+            raise ValueError(f"joint {joint.name!r} is a {type(joint).__name__}, not Revolute")
+        system.CreateRevoluteJoint(itemNumbers=[items[joint.body_a.name],
+                                                items[joint.body_b.name]],
+                                   position=list(joint.point), axis=list(joint.axis),
+                                   useGlobalFrame=True, show=False)
+    return nodes
+
+
 def exudyn_per_step(case: str, config: str, h: float, steps: int, repeats: int,
                     n_links: int | None = None) -> dict:
     """Median per-step wall time of ``steps`` fixed steps (after one warm-up run)."""
@@ -215,10 +272,12 @@ def exudyn_per_step(case: str, config: str, h: float, steps: int, repeats: int,
             "note": EXUDYN_CONFIGS[config][3]}
 
 
-def _build_and_solve(config: str, h: float, steps: int, record: bool = False):
-    """(model, CPU seconds of the solve, None) or (None, 0, failure row) for an Exudyn top."""
+def _build_and_solve(config: str, h: float, steps: int, record: bool = False,
+                     build=exudyn_heavy_top):
+    """(model, CPU seconds of the solve, None) or (None, 0, failure row) for an Exudyn model
+    from ``build(config, h, steps, record=record)`` (default: the heavy top)."""
     try:
-        model = exudyn_heavy_top(config, h, steps, record=record)
+        model = build(config, h, steps, record=record)
     except Exception as exc:
         return None, 0.0, {"cpu_s": 0.0, "steps": steps, "error": None,
                            "crash": f"Exudyn model build failed: {type(exc).__name__}: {exc}"}
@@ -263,6 +322,20 @@ def exudyn_heavy_top_com(config: str, h: float, t_end: float) -> dict:
     its, _ = model.newton_iterations()
     return {"cpu_s": cpu, "steps": steps, "newton_per_step": its / steps,
             "error": cases.com_error(position, t_end)}
+
+
+def exudyn_double_pendulum_positions(config: str, h: float, t_end: float) -> dict:
+    """CPU time of an Exudyn double-pendulum run over [0, t_end] and the links' centres of
+    mass at t_end (``"positions"``, shape (2, 3), in the order of the mbs bodies)."""
+    steps = int(round(t_end / h))
+    model, cpu, failed = _build_and_solve(config, h, steps, build=exudyn_double_pendulum)
+    if failed:
+        return failed
+    position = model.exu.OutputVariableType.Position
+    its, _ = model.newton_iterations()
+    return {"cpu_s": cpu, "steps": steps, "newton_per_step": its / steps,
+            "positions": np.array([model.mbs.GetNodeOutput(node, position)
+                                   for node in model.nodes])}
 
 
 # -- pydykit ----------------------------------------------------------------------------------

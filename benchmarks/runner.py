@@ -29,55 +29,53 @@ What is measured (mbs rows; the peers' rows are measured the same way where they
   than the budget; then the row is "n/a" with an extrapolated estimate. The run that meets the
   criterion is repeated twice more when it is cheap (< 5 s) and the median CPU time reported.
   The energy rows also give the centre-of-mass error at T = 20 s, since a scheme that conserves
-  energy exactly meets criterion (a) at any h where Newton converges.
+  energy exactly meets criterion (a) at any h where Newton converges;
+* work-precision ("work-precision", :mod:`benchmarks.work_precision`): CPU seconds against
+  error for every mbs scheme and order and Exudyn on the heavy top and the double pendulum;
+  its heavy-top CPU times at CoM errors 1e-6 and 1e-10 give targets 5. With ``--quick`` only
+  the heavy top with EM, Lobatto (4 stages) and Exudyn gen-alpha, at 0.25 s CPU per run.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
 import tracemalloc
-import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 import mbs
-from benchmarks import cases, peers
+from benchmarks import cases, peers, work_precision
 from benchmarks import ensemble as ensemble_benchmark
-from mbs.solvers import compiled, make_solver
+from benchmarks.timing import (
+    COM_T,
+    fmt_time,
+    heavy_top_com_measure,
+    jsonable,
+    log,
+    machine_info,
+    mbs_timed_run,
+    solver_for,
+)
+from mbs.solvers import compiled
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ENERGY_T, ENERGY_TOL, ENERGY_H0 = 20.0, 1e-8, 20.0 / 2**8
-COM_T, COM_TOL, COM_H0 = 1.0, 1e-6, 1.0 / 2**6
+COM_TOL, COM_H0 = 1e-6, 1.0 / 2**6
 ACCURACY_SOLVERS = ("em", "em:compiled", "ggl-vi-a", "rattle", "hbvm")
 MAX_HALVINGS = 12
 #: A successful accuracy run cheaper than this is repeated twice more (median CPU reported).
 REPEAT_BELOW_S = 5.0
 TARGETS = {"heavy_top_em_step_s": 150e-6, "heavy_top_em_compiled_step_s": 40e-6,
            "chain_exponent": 1.15, "chain1000_em_step_s": 40e-3}
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def fmt_time(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} us"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
 
 
 def fmt_ratio(mbs_value: float | None, peer_value: float | None) -> str:
@@ -89,50 +87,6 @@ def fmt_ratio(mbs_value: float | None, peer_value: float | None) -> str:
     return f"{ratio:.3g} ({word})"
 
 
-# -- machine ----------------------------------------------------------------------------------
-def machine_info() -> dict:
-    info = {"python": sys.version.split()[0], "platform": platform.platform(),
-            "cores": os.cpu_count(), "numpy": np.__version__, "mbs": mbs.__version__}
-    try:
-        with open("/proc/cpuinfo") as handle:
-            models = [line.split(":", 1)[1].strip() for line in handle
-                      if line.startswith("model name")]
-        info["cpu_model"] = models[0] if models else "?"
-    except OSError:
-        info["cpu_model"] = platform.processor() or "?"
-    try:
-        import scipy
-
-        info["scipy"] = scipy.__version__
-    except ImportError:
-        info["scipy"] = None
-    try:
-        from threadpoolctl import threadpool_info
-
-        info["blas"] = [{key: pool.get(key) for key in ("user_api", "internal_api", "version",
-                                                        "num_threads", "threading_layer",
-                                                        "architecture", "filepath")}
-                        for pool in threadpool_info()]
-    except Exception as exc:  # pragma: no cover - threadpoolctl is a dependency
-        info["blas"] = f"unavailable: {exc}"
-    try:
-        config = np.show_config(mode="dicts")
-        blas = config.get("Build Dependencies", {}).get("blas", {})
-        info["numpy_blas_build"] = {key: blas.get(key) for key in ("name", "version",
-                                                                   "openblas configuration")}
-    except Exception as exc:
-        info["numpy_blas_build"] = f"unavailable: {exc}"
-    digest = hashlib.sha256()
-    for source in sorted(Path(mbs.__file__).parent.rglob("*.py")):
-        digest.update(source.read_bytes())
-    info["mbs_source_sha256"] = digest.hexdigest()[:16]
-    try:
-        info["loadavg_start"] = os.getloadavg()
-    except OSError:
-        info["loadavg_start"] = None
-    return info
-
-
 # -- mbs per-step rows ------------------------------------------------------------------------
 def traced_peak(function) -> float:
     """tracemalloc peak [MiB] of ``function()``."""
@@ -142,12 +96,6 @@ def traced_peak(function) -> float:
         return tracemalloc.get_traced_memory()[1] / 2**20
     finally:
         tracemalloc.stop()
-
-
-def solver_for(spec: str):
-    """A solver from a row label "name" or "name:backend" (e.g. "em:compiled")."""
-    name, _, backend = spec.partition(":")
-    return make_solver(name, backend=backend) if backend else make_solver(name)
 
 
 def mbs_case(case: cases.Case, solvers, steps: int, repeats: int) -> list[dict]:
@@ -275,40 +223,16 @@ def extrapolate(good: list[dict], tol: float, t_end: float) -> dict | None:
             "cpu_s": b["cpu_s"] * b["h"] / h_needed}
 
 
-def _mbs_heavy_top_run(model, solver: str, t_end: float, measure):
-    """Search callback: CPU time of an mbs run of length t_end and ``measure(solution)``."""
-    def run(h: float) -> dict:
-        steps = int(round(t_end / h))
-        started = time.process_time()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                sol = mbs.simulate(model, solver_for(solver), h=h, t_end=t_end)
-        except mbs.SolverError as exc:
-            return {"cpu_s": time.process_time() - started, "steps": steps, "error": None,
-                    "failure": f"step {exc.step}: {str(exc.__cause__ or exc)[:100]}"}
-        except Exception as exc:
-            return {"cpu_s": time.process_time() - started, "steps": steps, "error": None,
-                    "crash": f"{type(exc).__name__}: {str(exc)[:160]}"}
-        cpu = time.process_time() - started
-        return {"cpu_s": cpu, "steps": steps,
-                "newton_per_step": float(np.mean(sol.stats["newton_iterations"])),
-                **measure(sol)}
-    return run
-
-
 def mbs_energy_run(model, solver: str):
     def measure(sol) -> dict:
         energy = sol.energy()
         return {"error": float(np.max(np.abs(energy - energy[0])) / abs(energy[0])),
                 "com_error_end": cases.com_error(sol.body("top").position[-1], ENERGY_T)}
-    return _mbs_heavy_top_run(model, solver, ENERGY_T, measure)
+    return mbs_timed_run(model, solver, ENERGY_T, measure)
 
 
-def mbs_com_run(model, solver: str):
-    def measure(sol) -> dict:
-        return {"error": cases.com_error(sol.body("top").position[-1], COM_T)}
-    return _mbs_heavy_top_run(model, solver, COM_T, measure)
+def mbs_com_run(model: mbs.Model, solver: str, **options) -> Callable[[float], dict]:
+    return mbs_timed_run(model, solver, COM_T, heavy_top_com_measure, **options)
 
 
 def accuracy(solvers, exudyn_energy, exudyn_com, budget: float, use_exudyn: bool,
@@ -537,7 +461,8 @@ def paired_ratio(row: dict, reference: dict) -> tuple[float, tuple[float, float]
     return statistics.median(ratios), (quartiles[0], quartiles[2])
 
 
-def targets(rows, fits, accuracy_rows, ensemble_row=None) -> tuple[list[str], list[dict]]:
+def targets(rows, fits, accuracy_rows, ensemble_row=None,
+            work_precision_checks=()) -> tuple[list[str], list[dict]]:
     checks = []
 
     def check(name, measured, target, passed, detail=""):
@@ -593,37 +518,50 @@ def targets(rows, fits, accuracy_rows, ensemble_row=None) -> tuple[list[str], li
               f"{1e6 * ensemble_row['per_member_step_s']:.1f} us per member-step vs "
               f"{1e6 * ensemble_row['single_per_step_s']:.0f} us single "
               f"({ensemble_row['backend']}, h = {ensemble_row['h']:.3g})")
+    checks.extend(work_precision_checks)  # "5.": from benchmarks.work_precision
     lines = []
     for c in checks:
-        unit_time = not (c["target"].startswith("3. chain per-step exponent")
-                         or c["target"].startswith("4."))
-        measured = fmt_time(c["measured"]) if unit_time else f"{c['measured']:.3f}"
-        limit = fmt_time(c["limit"]) if unit_time else f"{c['limit']:.2f}"
-        lines.append(f"{'PASS' if c['pass'] else 'FAIL'}  {c['target']:<58} measured "
+        unit = c.get("unit") or ("ratio" if c["target"].startswith(
+            ("3. chain per-step exponent", "4.")) else "s")
+        measured = ("-" if c["measured"] is None else fmt_time(c["measured"]) if unit == "s"
+                    else f"{c['measured']:.3f}")
+        limit = fmt_time(c["limit"]) if unit == "s" else f"{c['limit']:.2f}"
+        status = {True: "PASS", False: "FAIL", None: "n/a "}[c["pass"]]
+        lines.append(f"{status}  {c['target']:<58} measured "
                      f"{measured:>10}  limit {limit:>10}  {c['detail']}")
     return lines, checks
 
 
-def jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+def run_work_precision(quick: bool, use_exudyn: bool) -> dict:
+    """The work-precision section (``benchmarks.work_precision``): every scheme on both
+    problems, or with ``quick`` the heavy top with EM, Lobatto (4 stages) and one Exudyn
+    configuration at a small budget."""
+    wp = work_precision
+    if quick:
+        return wp.measure(("heavy_top",), wp.SMOKE_SCHEMES, wp.SMOKE_EXUDYN_CONFIGS,
+                          budget=wp.QUICK_BUDGET_S, use_exudyn=use_exudyn)
+    return wp.measure(use_exudyn=use_exudyn)
+
+
+def plot_work_precision(result: dict, json_path: Path) -> None:
+    """Write the work-precision plot beside the JSON (skipped without matplotlib)."""
+    wp = work_precision
+    try:
+        log(f"  work-precision plot: {wp.plot(result, json_path.with_name('work-precision.png'))}")
+    except ImportError as exc:
+        log(f"  work-precision plot skipped: {exc}")
 
 
 # -- main -------------------------------------------------------------------------------------
 ALIASES = {"chains": ("chain10", "chain100", "chain1000")}
-ALL = (*cases.CASES, "accuracy", "ensemble")
+#: Cases that are not per-step rows of :data:`cases.CASES`.
+SECTIONS = ("accuracy", "ensemble", "work-precision")
+ALL = (*cases.CASES, *SECTIONS)
 
 
 def parse_cases(text: str | None, quick: bool) -> list[str]:
     if text is None:
-        return [*cases.QUICK, "accuracy", "ensemble"] if quick else list(ALL)
+        return [*cases.QUICK, *SECTIONS] if quick else list(ALL)
     chosen = []
     for name in (part.strip() for part in text.split(",") if part.strip()):
         for item in ALIASES.get(name, (name,)):
@@ -673,7 +611,7 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     pydykit_meta: dict = {}
     for name in chosen:
-        if name in ("accuracy", "ensemble"):
+        if name in SECTIONS:
             continue
         case = cases.CASES[name]
         solvers, steps, repeats = case.solvers, case.steps, case.repeats
@@ -715,6 +653,12 @@ def main(argv=None) -> int:
         count, steps = (50, 20) if args.quick else (1000, 100)
         log(f"  ensemble: {count} heavy tops x {steps} steps (and one single run)")
         ensemble_row = ensemble_benchmark.measure(count, steps)
+
+    work_precision_result = None
+    if "work-precision" in chosen:
+        work_precision_result = run_work_precision(args.quick, use_exudyn)
+        if not args.quick:
+            plot_work_precision(work_precision_result, Path(args.json))
 
     try:
         machine["loadavg_end"] = os.getloadavg()
@@ -771,7 +715,14 @@ def main(argv=None) -> int:
                    f"single run {1e6 * ensemble_row['single_per_step_s']:.0f} us per step; "
                    f"ratio {ensemble_row['ratio']:.1f}; energy drift "
                    f"{ensemble_row['energy_drift']:.1e}")
-    target_lines, checks = targets(rows, fits, accuracy_rows, ensemble_row)
+    if work_precision_result is not None:
+        from benchmarks import work_precision
+
+        out.append("")
+        out.extend(work_precision.report(work_precision_result, with_points=False,
+                                                with_targets=False))
+    target_lines, checks = targets(rows, fits, accuracy_rows, ensemble_row,
+                                   (work_precision_result or {}).get("targets", ()))
     out.append("")
     out.append("Issue 7 targets (this run)")
     out.extend(target_lines)
@@ -796,7 +747,7 @@ def main(argv=None) -> int:
                           "com_error": "|phi(T) - phi_exact(T)| / l"},
               "per_step": rows, "side_by_side": step_ratios, "scaling": fits,
               "accuracy": accuracy_rows, "accuracy_ratios": accuracy_ratios,
-              "ensemble": ensemble_row,
+              "ensemble": ensemble_row, "work_precision": work_precision_result,
               "targets": checks, "wall_s": wall, "cpu_s": cpu, "table": out}
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
