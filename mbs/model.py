@@ -106,6 +106,8 @@ class Model:
         self.joints = joints
         self.forces = forces
         self._q0 = q0
+        largest = float(np.max(np.abs(q0))) if q0.size else 0.0
+        self._length_scale = largest if largest > 0.0 else 1.0
         self._p0 = p0
         self.point_blocks = point_blocks
         self.director_blocks = director_blocks
@@ -405,8 +407,7 @@ class Model:
         size, never relative to a vanishing |q|, where round-off in the increment would
         never pass a relative test.
         """
-        largest = float(np.max(np.abs(self._q0))) if self.n else 0.0
-        return largest if largest > 0.0 else 1.0
+        return self._length_scale
 
     @property
     def q0(self) -> np.ndarray:

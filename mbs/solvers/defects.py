@@ -121,6 +121,9 @@ class DefectHistory:
         """The kept defects, oldest first, as a (count, n_x) array (a copy)."""
         if not self.count:
             return np.zeros((0, 0 if self._rings is None else self._rings.shape[2]))
+        if self.lag == 1:  # one ring: its rows from the oldest on
+            newest, count = self._newest[0], self.count
+            return self._rings[0, (np.arange(newest - count + 1, newest + 1)) % self.depth]
         ring, rows, position = self._phase, [], list(self._newest)
         for _ in range(self.count):
             ring = (ring - 1) % self.lag
@@ -138,6 +141,19 @@ class DefectHistory:
         extrapolation sums in the same order as before."""
         self.clear()
         rows = np.asarray(rows, dtype=float)[-self.capacity:] if self.capacity else ()
+        if layout is None and len(rows):
+            # each ring's rows in order from row 0 (what appending them one by one does, in
+            # one assignment per ring: the compiled backend reloads its history every call)
+            if self._rings is None or self._rings.shape[2] != rows.shape[1]:
+                self._rings = np.zeros((self.lag, self.depth, rows.shape[1]))
+            for ring in range(min(self.lag, len(rows))):
+                taken = rows[ring::self.lag]
+                self._rings[ring, :len(taken)] = taken
+                self._newest[ring] = len(taken) - 1
+                self._counts[ring] = len(taken)
+            self.count = len(rows)
+            self._phase = len(rows) % self.lag
+            return
         if layout is not None and len(rows):
             phase, *newest = (int(value) for value in layout)
             self._phase = (phase - len(rows)) % self.lag
