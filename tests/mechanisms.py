@@ -379,3 +379,16 @@ def random_tree(kinds: list[str], parents: list[int], joints: list[str], seed: i
             joint = cls(parent, body, point=joint_point, axis=random_unit(rng), name=name)
         system.add(joint)
     return system, grubler
+
+
+def spherical_pendulum() -> mbs.System:
+    """Sato Martín de Almagro's spherical pendulum with the parameters of the reproductions
+    (m = alpha = 1, unit radius, x(0) = (sqrt(3)/2, 0, 1/2), v(0) = (0, -1/3, 0); M = I,
+    V = x_3, g = (|x|^2 - 1)/2), the test problem of the seeds on high-order schemes."""
+    system = mbs.System(gravity=(0.0, 0.0, -1.0))
+    start = (np.sqrt(3.0) / 2.0, 0.0, 0.5)
+    bob = system.add(mbs.PointMass(mass=1.0, name="bob"))
+    bob.set_state(position=start, velocity=(0.0, -1.0 / 3.0, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=1.0, point_a=(0.0, 0.0, 0.0),
+                                   point_b=start))
+    return system

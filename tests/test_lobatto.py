@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mechanisms import spherical_pendulum
 
 import mbs
 from mbs.solvers import Lobatto, LobattoTableau, Rattle, compiled
@@ -13,13 +14,7 @@ from mbs.solvers import Lobatto, LobattoTableau, Rattle, compiled
 
 @pytest.fixture(scope="module")
 def pendulum() -> mbs.Model:
-    system = mbs.System(gravity=(0.0, 0.0, -1.0))
-    start = (np.sqrt(3.0) / 2.0, 0.0, 0.5)
-    bob = system.add(mbs.PointMass(mass=1.0, name="bob"))
-    bob.set_state(position=start, velocity=(0.0, -1.0 / 3.0, 0.0))
-    system.add(mbs.joints.Distance(system.ground, bob, length=1.0, point_a=(0.0, 0.0, 0.0),
-                                   point_b=start))
-    return system.compile()
+    return spherical_pendulum().compile()
 
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
