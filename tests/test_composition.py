@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mbs
-from mbs.solvers import COMPOSITIONS, Composition, EnergyMomentum
+from mbs.solvers import COMPOSITIONS, Composition, EnergyMomentum, compiled
 from mbs.solvers.composition import composition_coefficients
 
 
@@ -148,3 +148,28 @@ def test_bad_compositions_are_rejected():
     with pytest.raises(mbs.ModelError, match="composable"):
         Composition(base=mbs.solvers.GGLVI(variant="B"))
     assert isinstance(mbs.solvers.make_solver("em", order=2), EnergyMomentum)
+
+
+needs_numba = pytest.mark.skipif(not compiled.available(), reason="numba not installed")
+
+
+@needs_numba
+def test_compiled_blocks_of_composed_steps_repeat_the_step_by_step_run(heavy_top_model,
+                                                                      tmp_path):
+    """With backend="compiled" the composed steps run in blocks in the kernel; a streamed run
+    (one step per call, the same kernel per sub-step) gives the same states bitwise, and a
+    step the kernel cannot solve is refined by the driver as usual."""
+    model = heavy_top_model
+    blocks = mbs.simulate(model, "em", order=4, h=1e-3, t_end=0.3, backend="compiled")
+    single = mbs.simulate(model, "em", order=4, h=1e-3, t_end=0.3, backend="compiled",
+                          output=str(tmp_path / "run"))
+    np.testing.assert_array_equal(blocks.q, single.q)
+    np.testing.assert_array_equal(blocks.p, single.p)
+    np.testing.assert_array_equal(blocks.stats["newton_iterations"],
+                                  single.stats["newton_iterations"])
+    energy = blocks.energy()
+    assert np.abs(energy - energy[0]).max() <= 1e-12 * abs(energy[0])
+    refined = mbs.simulate(model, "em", order=4, h=0.1, t_end=0.5, backend="compiled")
+    assert refined.stats["refined_steps"]
+    energy = refined.energy()
+    assert np.abs(energy - energy[0]).max() <= 1e-12 * abs(energy[0])

@@ -537,6 +537,58 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
 
 
 @_jit
+def _run_composed(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
+                  first, count, systems, lam, gam, lam_before, gam_before, defects,
+                  defect_counts, startups, coefficients):
+    """Steps first .. first + count - 1 of a composition: each step is the sequence of
+    sub-steps i = 0 .. S - 1, sub-step i one step of :func:`_run_steps` with the argument
+    groups ``systems[i]`` (a typed list, see :meth:`CompiledSystem.argument_groups`) and its
+    own warm start (row i of ``lam``, ``gam``, ``lam_before``, ``gam_before``, ``defects``,
+    ``defect_counts``, ``startups``, updated in place), exactly as the sub-step solvers
+    would run it one call at a time. A step's outputs are those of its last sub-step, with
+    the iterations summed and the enforced residuals the largest of the sub-steps'. When a
+    sub-step fails, the warm starts are put back to the start of that step and the step is
+    left to the caller. Returns (steps done, factorisations)."""
+    n = q_out.shape[1]
+    m = lam.shape[1]
+    sub_q, sub_p = np.empty((2, n)), np.empty((2, n))
+    sub_velocity, sub_lam, sub_gam = np.empty((1, n)), np.empty((1, m)), np.empty((1, m))
+    sub_enforced, sub_iterations = np.empty((1, 2)), np.zeros(1, dtype=np.int64)
+    saved = (lam.copy(), gam.copy(), lam_before.copy(), gam_before.copy(), defects.copy(),
+             defect_counts.copy(), startups.copy())
+    factorizations = 0
+    for k in range(first, first + count):
+        saved[0][:], saved[1][:], saved[2][:], saved[3][:] = lam, gam, lam_before, gam_before
+        saved[4][:], saved[5][:], saved[6][:] = defects, defect_counts, startups
+        sub_q[0], sub_p[0] = q_out[k], p_out[k]
+        total, position, velocity = 0, 0.0, 0.0
+        for i in range(len(systems)):
+            front, middle, late, shift = systems[i]
+            (_, code, _, _, _, sub_factorizations, defect_counts[i],
+             startups[i]) = _run_steps(
+                sub_q, sub_p, sub_velocity, sub_lam, sub_gam, sub_enforced, sub_iterations,
+                0, 1, *front, lam[i], gam[i], *middle, lam_before[i], gam_before[i], *late,
+                defects[i], defect_counts[i], *shift, startups[i], coefficients)
+            factorizations += sub_factorizations
+            if code != CONVERGED:
+                lam[:], gam[:] = saved[0], saved[1]
+                lam_before[:], gam_before[:] = saved[2], saved[3]
+                defects[:], defect_counts[:], startups[:] = saved[4], saved[5], saved[6]
+                return k - first, factorizations
+            lam_before[i], gam_before[i] = lam[i], gam[i]
+            lam[i], gam[i] = sub_lam[0], sub_gam[0]
+            sub_q[0], sub_p[0] = sub_q[1], sub_p[1]
+            total += sub_iterations[0]
+            position = max(position, sub_enforced[0, 0])
+            velocity = max(velocity, sub_enforced[0, 1])
+        q_out[k + 1], p_out[k + 1] = sub_q[0], sub_p[0]
+        velocity_out[k], lam_out[k], gam_out[k] = sub_velocity[0], sub_lam[0], sub_gam[0]
+        enforced_out[k, 0], enforced_out[k, 1] = position, velocity
+        iterations_out[k] = total
+    return count, factorizations
+
+
+@_jit
 def _unroll_defects(defects, oldest):
     """Rotate the ring of defects (oldest at row ``oldest``) back to oldest-first order, the
     layout the kernel receives and returns."""
@@ -582,6 +634,22 @@ def _correct_guess(x, data, defects, defect_count, oldest, order, lag, correctio
         return
     for j in range(n_x):
         x[j] += correction[j]
+
+
+def run_composed(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
+                 first: int, count: int, systems: tuple, lam, gam, lam_before, gam_before,
+                 defects, defect_counts, startups) -> tuple[int, int]:
+    """:func:`_run_composed` (see there); returns (steps done, factorisations)."""
+    # a typed list (not a tuple) of the sub-steps' groups: one compiled kernel whatever
+    # the number of sub-steps
+    groups = numba.typed.List()
+    for system in systems:
+        groups.append(system)
+    done, factorizations = _run_composed(
+        q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out, first,
+        count, groups, lam, gam, lam_before, gam_before, defects, defect_counts, startups,
+        COEFFICIENT_TABLE)
+    return int(done), int(factorizations)
 
 
 def record_compile_time(seconds: float) -> None:
@@ -832,28 +900,35 @@ class CompiledSystem:
                                    self.condensation[3].shape[0], self.n_unknowns),
                 np.zeros(self.n_unknowns))
 
+    def argument_groups(self, inverse_mass, h: float, guess_mode: int, force_scale: float,
+                        length_scale: float, warm_gamma: bool, velocity_maps, options,
+                        force: np.ndarray, new_weight: float, lag: int,
+                        correction_order: int) -> tuple[tuple, tuple, tuple, tuple]:
+        """The arguments of :func:`_run_steps` other than the outputs, the step range, the
+        warm start and the coefficient table, as the four groups (front, middle, late,
+        shift) the warm-start arguments separate."""
+        front = (inverse_mass, float(h), int(guess_mode), float(force_scale),
+                 float(length_scale))
+        middle = (bool(warm_gamma), velocity_maps[0], velocity_maps[1], self.m,
+                  *self.tensors, self.constant, self.linear_data, self.linear_unknowns,
+                  *self.override, float(options.tolerance), float(options.stagnation_level),
+                  float(options.contraction), float(options.refactor_above),
+                  int(options.max_iterations), *self.condensation, force, float(new_weight),
+                  *self.jacobian_map, int(lag))
+        return front, middle, (self.constraint_row, int(correction_order)), self.shift
+
     def run(self, q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
-            first: int, count: int, inverse_mass, h: float, guess_mode: int,
-            force_scale: float, length_scale: float, lam_guess, gam_guess, warm_gamma: bool,
-            velocity_maps,
-            options, force: np.ndarray, new_weight: float, lag: int, lam_before_guess,
-            gam_before_guess, correction_order: int, defects: np.ndarray,
-            defect_count: int, startup_defects: int):
-        """Run :func:`_run_steps` (see there) with this system's arrays."""
+            first: int, count: int, groups: tuple, lam_guess, gam_guess, lam_before_guess,
+            gam_before_guess, defects: np.ndarray, defect_count: int, startup_defects: int):
+        """Run :func:`_run_steps` (see there) with the :meth:`argument_groups` ``groups``
+        and the warm start."""
+        front, middle, late, shift = groups
         started = time.perf_counter() if _compile_seconds is None else None
         result = _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
-                            iterations_out, first, count, inverse_mass, h, guess_mode,
-                            force_scale, length_scale, lam_guess, gam_guess, warm_gamma,
-                            velocity_maps[0],
-                            velocity_maps[1], self.m, *self.tensors, self.constant,
-                            self.linear_data, self.linear_unknowns, *self.override,
-                            options.tolerance, options.stagnation_level,
-                            options.contraction, options.refactor_above,
-                            options.max_iterations, *self.condensation, force,
-                            float(new_weight), *self.jacobian_map, int(lag),
-                            lam_before_guess, gam_before_guess, self.constraint_row,
-                            int(correction_order), defects, int(defect_count), *self.shift,
-                            int(startup_defects), COEFFICIENT_TABLE)
+                            iterations_out, first, count, *front, lam_guess, gam_guess,
+                            *middle, lam_before_guess, gam_before_guess, *late, defects,
+                            int(defect_count), *shift, int(startup_defects),
+                            COEFFICIENT_TABLE)
         if started is not None:
             record_compile_time(time.perf_counter() - started)
         return result

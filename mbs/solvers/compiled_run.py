@@ -101,21 +101,33 @@ class CompiledRun:
         """:meth:`CompiledSystem.run` with the solver's state; the defect history goes in as
         the kernel's ((degree + 1) L, n_x) buffer and comes back updated. Returns (steps
         done, code, residual norm, increment, iterations, factorisations) of the kernel."""
+        warm = self.solver._warm
+        defects = self.defect_rows()
+        *result, defect_count, warm.startup_defects = self.system.run(
+            q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
+            count, self.argument_groups(), warm.lam, warm.gam, *warm.older(), defects,
+            len(warm.defects), warm.startup_defects)
+        warm.defects.load(defects[:defect_count])
+        return tuple(result)
+
+    def argument_groups(self) -> tuple:
+        """:meth:`CompiledSystem.argument_groups` with the solver's settings."""
         solver = self.solver
-        model, order, warm = solver.model, solver.correction_degree, solver._warm
+        order = solver.correction_degree
+        return self.system.argument_groups(
+            self.inverse_mass, solver.h, _GUESS_MODES[solver.initial_guess],
+            solver._constant_force, solver.model.length_scale, solver._warm_gamma,
+            self.velocity_maps, solver.newton, solver._constant_gradient,
+            solver._new_momentum_weight, solver._warm.lag, -1 if order is None else order)
+
+    def defect_rows(self) -> np.ndarray:
+        """The kernel's defect buffer, ((degree + 1) L, n_x), with the history's rows
+        (oldest first) in its first rows."""
+        model, warm = self.solver.model, self.solver._warm
         defects = np.zeros((warm.defects.capacity, 2 * model.n + 2 * model.m))
         if warm.defects:
             defects[:len(warm.defects)] = warm.defects.rows()
-        *result, defect_count, warm.startup_defects = self.system.run(
-            q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
-            count, self.inverse_mass, solver.h, _GUESS_MODES[solver.initial_guess],
-            solver._constant_force, model.length_scale, warm.lam, warm.gam,
-            solver._warm_gamma, self.velocity_maps, solver.newton, solver._constant_gradient,
-            solver._new_momentum_weight, warm.lag, *warm.older(),
-            -1 if order is None else int(order), defects, len(warm.defects),
-            warm.startup_defects)
-        warm.defects.load(defects[:defect_count])
-        return tuple(result)
+        return defects
 
     def run_block(self, q, p, velocities, multipliers, velocity_multipliers, enforced,
                   iterations, first: int, count: int) -> tuple[int, int]:

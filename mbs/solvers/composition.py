@@ -194,4 +194,38 @@ class Composition(Solver):
 
     @property
     def batch_capable(self) -> bool:
-        return False
+        """True when every sub-step runs whole steps in the compiled kernel (EM with
+        ``backend="compiled"``): then blocks of composed steps run in one kernel call."""
+        return all(solver.batch_capable for solver in self.substeps)
+
+    def run_compiled(self, q: np.ndarray, p: np.ndarray, velocities: np.ndarray,
+                     multipliers: np.ndarray, velocity_multipliers: np.ndarray,
+                     enforced: np.ndarray, iterations: np.ndarray, first: int,
+                     count: int) -> int:
+        """Composed steps ``first`` .. ``first + count - 1`` in one call of the compiled
+        kernel (see :meth:`Solver.run_compiled`): the same sub-steps, with the same warm
+        starts, as :meth:`step` takes one kernel call at a time. A step that fails is left
+        to :meth:`step`, with every sub-step's warm start as before it."""
+        from mbs.solvers.compiled import run_composed
+
+        runs = [solver._compiled for solver in self.substeps]
+        warm = [solver._warm for solver in self.substeps]
+        older = [w.older() for w in warm]
+        lam, gam = np.array([w.lam for w in warm]), np.array([w.gam for w in warm])
+        lam_before = np.array([o[0] for o in older])
+        gam_before = np.array([o[1] for o in older])
+        defects = np.array([run.defect_rows() for run in runs])
+        defect_counts = np.array([len(w.defects) for w in warm], dtype=np.int64)
+        startups = np.array([w.startup_defects for w in warm], dtype=np.int64)
+        done, factorizations = run_composed(
+            q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
+            count, tuple(run.argument_groups() for run in runs), lam, gam, lam_before,
+            gam_before, defects, defect_counts, startups)
+        if done:
+            for i, w in enumerate(warm):
+                w.lam_before, w.gam_before = lam_before[i].copy(), gam_before[i].copy()
+                w.lam, w.gam = lam[i].copy(), gam[i].copy()
+                w.defects.load(defects[i, :defect_counts[i]])
+                w.startup_defects = int(startups[i])
+        self.substeps[0]._newton_state.factorizations += factorizations
+        return done
