@@ -392,3 +392,21 @@ def spherical_pendulum() -> mbs.System:
     system.add(mbs.joints.Distance(system.ground, bob, length=1.0, point_a=(0.0, 0.0, 0.0),
                                    point_b=start))
     return system
+
+
+def assert_stream_resume_and_ensemble_repeat_the_run(model: mbs.Model, solver: str,
+                                                     options: dict, h: float, steps: int,
+                                                     directory) -> None:
+    """The driver's features with a scheme: a run streamed to ``directory``, stopped halfway
+    and resumed, and a member of an ensemble, are bitwise the uninterrupted run."""
+    full = mbs.simulate(model, solver, h=h, t_end=steps * h, **options)
+    stream = str(directory / "run")
+    mbs.simulate(model, solver, h=h, t_end=steps // 2 * h, output=stream, flush_every=4,
+                 **options)
+    resumed = mbs.simulate(model, solver, h=h, t_end=steps * h, resume=stream, **options)
+    np.testing.assert_array_equal(resumed.q, full.q)
+    np.testing.assert_array_equal(resumed.p, full.p)
+    states = (np.stack([model.q0, model.q0]), np.stack([model.p0, model.p0]))
+    ensemble = mbs.simulate_ensemble(model, states, h=h, t_end=steps * h, solver=solver,
+                                     **options)
+    np.testing.assert_array_equal(ensemble.q[1], full.q)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mechanisms import assert_stream_resume_and_ensemble_repeat_the_run
 
 import mbs
 from mbs.solvers import COMPOSITIONS, Composition, EnergyMomentum, compiled
@@ -116,17 +117,8 @@ def test_composed_em_conserves_energy_over_ten_thousand_steps(heavy_top_model, o
 def test_streaming_resume_and_ensembles_repeat_the_single_run(heavy_top_model, tmp_path):
     """A composed run streamed, stopped and resumed, and an ensemble member, are bitwise the
     uninterrupted run (each sub-step's warm start is part of the checkpoint)."""
-    model = heavy_top_model
-    full = mbs.simulate(model, "em", order=4, h=1e-3, t_end=0.03)
-    stream = tmp_path / "run"
-    mbs.simulate(model, "em", order=4, h=1e-3, t_end=0.015, output=str(stream),
-                 flush_every=4)
-    resumed = mbs.simulate(model, "em", order=4, h=1e-3, t_end=0.03, resume=str(stream))
-    np.testing.assert_array_equal(resumed.q, full.q)
-    np.testing.assert_array_equal(resumed.p, full.p)
-    states = (np.stack([model.q0, model.q0]), np.stack([model.p0, model.p0]))
-    ensemble = mbs.simulate_ensemble(model, states, h=1e-3, t_end=0.03, solver="em", order=4)
-    np.testing.assert_array_equal(ensemble.q[1], full.q)
+    assert_stream_resume_and_ensemble_repeat_the_run(heavy_top_model, "em", {"order": 4},
+                                                     1e-3, 30, tmp_path)
 
 
 def test_refinement_of_a_failed_step_keeps_the_composition(heavy_top_model):

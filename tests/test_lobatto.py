@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mechanisms import spherical_pendulum
+from mechanisms import assert_stream_resume_and_ensemble_repeat_the_run, spherical_pendulum
 
 import mbs
 from mbs.solvers import Lobatto, LobattoTableau, Rattle, compiled
@@ -101,18 +101,8 @@ def test_resume_and_ensembles_reproduce_the_single_run(tmp_path):
     resumed, and an ensemble member, are bitwise the uninterrupted single run."""
     import heavy_top
 
-    model = heavy_top.build().compile()
-    full = mbs.simulate(model, "lobatto", stages=3, h=2e-3, t_end=0.04)
-    stream = tmp_path / "run"
-    mbs.simulate(model, "lobatto", stages=3, h=2e-3, t_end=0.02, output=str(stream),
-                 flush_every=5)
-    resumed = mbs.simulate(model, "lobatto", stages=3, h=2e-3, t_end=0.04, resume=str(stream))
-    np.testing.assert_array_equal(resumed.q, full.q)
-    np.testing.assert_array_equal(resumed.p, full.p)
-    states = (np.stack([model.q0, model.q0]), np.stack([model.p0, model.p0]))
-    ensemble = mbs.simulate_ensemble(model, states, h=2e-3, t_end=0.04, solver="lobatto",
-                                     stages=3)
-    np.testing.assert_array_equal(ensemble.q[1], full.q)
+    assert_stream_resume_and_ensemble_repeat_the_run(heavy_top.build().compile(), "lobatto",
+                                                     {"stages": 3}, 2e-3, 20, tmp_path)
 
 
 def test_user_constraint_through_the_model_evaluation():

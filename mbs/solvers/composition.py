@@ -11,10 +11,10 @@ Phi cancel up to the order asked for (Hairer, Lubich, Wanner, Geometric Numerica
 composition: a composed energy-momentum step conserves energy and momentum maps exactly, a
 composed symplectic scheme is symplectic, and the constraints Phi enforces at its step ends
 hold at every sub-step end. Every such composition of order above 2 has a negative
-coefficient (Sheng 1989; Suzuki 1991), so some sub-steps run backwards in time, and the
-sub-steps are longer than h (the triple jump's are 1.35 h and -1.70 h): the step sizes at
-which Newton converges and the energy error of a symplectic base stays small are
-correspondingly smaller than the base scheme's.
+coefficient (Sheng 1989; Suzuki 1991), so some sub-steps run backwards in time, and some
+are longer than h (the triple jump's are 1.35 h and -1.70 h; Kahan and Li's at most 0.80 h):
+the step sizes at which Newton converges and the energy error of a symplectic base stays
+small are correspondingly smaller than the base scheme's.
 
 Composable schemes (:attr:`Solver.composable`) are "em" and "rattle". GGL-VI A is symmetric
 but is not composable: its states leave the constraint manifold (g and G v hold at the
