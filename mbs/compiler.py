@@ -15,7 +15,8 @@ import scipy.sparse as sp
 
 from mbs.analysis import ConstraintGroup, analyse_rank
 from mbs.bodies.rigid_body import RigidBody
-from mbs.errors import MbsError, ModelError
+from mbs.errors import ForceFunctionError, MbsError, ModelError
+from mbs.forces.applied import AppliedForces, JointDamper, joint_effort_term
 from mbs.forces.base import TermInstance
 from mbs.joints.base import BuildContext
 from mbs.model import BodyInfo, ElementInfo, Model, Redundancy, UserConstraintBlock
@@ -83,6 +84,7 @@ def compile_system(system: System) -> Model:
         groups.append(ConstraintGroup(constraint.name, names, rows, invariant=False))
 
     potential_groups, force_infos = _potential_groups(system, context, n, q0)
+    applied = AppliedForces(n, _applied_terms(system, context))
 
     model = Model(
         n=n, mass_matrix=mass, inverse_mass_matrix=inverse, constraint_table=table,
@@ -92,7 +94,7 @@ def compile_system(system: System) -> Model:
         director_blocks=np.array([offsets[b.name] // 3 + k for b in bodies
                                   if isinstance(b, RigidBody) for k in (1, 2, 3)], dtype=int),
         degrees_of_freedom=0, redundancies=[], gravity=system.gravity,
-        constraint_rows=constraint_rows)
+        constraint_rows=constraint_rows, applied_forces=applied)
 
     ranks = []
     if model.m:
@@ -119,7 +121,8 @@ def compile_system(system: System) -> Model:
             joints=joint_infos, forces=force_infos, q0=q0, p0=p0,
             point_blocks=model.point_blocks, director_blocks=model.director_blocks,
             degrees_of_freedom=0, redundancies=[], gravity=system.gravity,
-            constraint_rows=constraint_rows, removed_constraints=removed_table)
+            constraint_rows=constraint_rows, removed_constraints=removed_table,
+            applied_forces=applied)
         removed = "; ".join(f"{red.count} among {', '.join(red.joints)} (dropped "
                             f"{', '.join(f'{j}[{k}]' for j, k in red.removed)})"
                             for red in redundancies)
@@ -131,6 +134,7 @@ def compile_system(system: System) -> Model:
                          "initial_state(project=True) must satisfy them too"), stacklevel=3)
     model.degrees_of_freedom = dof
     model.redundancies = redundancies
+    model.joint_coordinates = _joint_coordinates(system, context)
     model.notes = [f"body {name!r} is connected to nothing (no joint, no force): it moves "
                    f"uniformly" for name in system.unconnected_bodies()]
     g, gv = model.initial_residuals()
@@ -200,6 +204,46 @@ def _potential_groups(system: System, context: BuildContext, n: int, q0: np.ndar
         groups.append(PotentialGroup(term, table, params, names,
                                      term.invariant_scales(pi0, params)))
     return groups, force_infos
+
+
+def _applied_terms(system: System, context: BuildContext) -> list:
+    """The work-doing terms of loads, dampers, actuators, spring damping and joint damping,
+    each evaluated once at the initial state so that a bad user function is reported now."""
+    elements = list(system.forces)
+    for joint in system.joints:
+        damping = getattr(joint, "damping", None)
+        if damping is not None:
+            elements.append(JointDamper(joint, damping, name=f"{joint.name}.damping"))
+    terms = []
+    for element in elements:
+        with _blame(element):
+            terms.extend(element.applied_terms(context) if hasattr(element, "applied_terms")
+                         else [])
+    q0 = np.concatenate([b.initial_coordinates() for b in system.bodies if b.n_coordinates])\
+        if terms else None
+    v0 = np.concatenate([b.initial_velocities() for b in system.bodies if b.n_coordinates])\
+        if terms else None
+    for term in terms:
+        index = term.local.indices
+        try:
+            term.evaluate(0.0, q0[index], v0[index], True)
+        except ForceFunctionError as exc:
+            raise ModelError(f"{exc} (evaluated at the initial state)") from exc
+    return terms
+
+
+#: The coordinates each joint type has: "angle" about its axis, "displacement" along it.
+JOINT_COORDINATES = {"Revolute": ("angle",), "Cylindrical": ("angle", "displacement"),
+                     "Prismatic": ("displacement",)}
+
+
+def _joint_coordinates(system: System, context: BuildContext) -> dict:
+    """name -> {kind: term} of the joints with an axis coordinate (see
+    :meth:`mbs.model.Model.joint_coordinate`)."""
+    kinds = {"angle": "angle", "displacement": "slide"}
+    return {joint.name: {kind: joint_effort_term(joint, context, None, joint.name, kinds[kind])
+                         for kind in JOINT_COORDINATES[type(joint).__name__]}
+            for joint in system.joints if type(joint).__name__ in JOINT_COORDINATES}
 
 
 def _describe_redundancies(ranks, constraint_rows: dict, model: Model, q0: np.ndarray):

@@ -37,13 +37,16 @@ from mbs.validation import as_scalar
 
 @dataclass
 class EnsembleSolution:
-    """States of every member: ``q``, ``p`` of shape (K, N+1, n) at times ``t`` (N+1,)."""
+    """States of every member: ``q``, ``p`` of shape (K, N+1, n) at times ``t`` (N+1,);
+    ``work`` (K, N+1) the cumulative work of the applied forces (see
+    :attr:`mbs.Solution.work`), None for conservative models."""
 
     model: Model
     t: np.ndarray
     q: np.ndarray
     p: np.ndarray
     stats: dict = field(default_factory=dict)
+    work: np.ndarray | None = None
 
     def kinetic_energy(self) -> np.ndarray:
         """(K, N+1)."""
@@ -118,7 +121,8 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     t_end = as_scalar(t_end, "t_end", "simulate_ensemble", positive=True)
     q0, p0 = _initial_arrays(model, initial_states)
     batched = (isinstance(solver, str) and solver.lower() == "em" and not solver_options
-               and model.dense and model.constraints_are_quadratic)
+               and model.dense and model.constraints_are_quadratic
+               and not model.has_applied_forces)
     if not batched:
         return _member_by_member(model, q0, p0, h, t_end, solver, solver_options)
     steps = max(1, int(round(t_end / h)))
@@ -180,7 +184,8 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
          "backend": "member by member",
          "newton_iterations": np.stack([m.stats["newton_iterations"] for m in members]),
          "refined_steps": [m.stats["refined_steps"] for m in members],
-         "wall_time": time.perf_counter() - started})
+         "wall_time": time.perf_counter() - started},
+        work=np.stack([m.work for m in members]) if model.has_applied_forces else None)
 
 
 def simulate_many(runs: Iterable[tuple[Model, dict]], executor: Executor | None = None) -> list:

@@ -63,6 +63,12 @@ class SolverError(MbsError, RuntimeError):
         self.hint = hint
 
 
+class ForceFunctionError(SolverError):
+    """A user function of a load or actuator failed or returned a wrong shape or a
+    non-finite value; the message names the element. Raised by :func:`mbs.simulate` with
+    ``solution`` holding every step accepted before."""
+
+
 class SimulationInterrupted(MbsError, KeyboardInterrupt):  # noqa: N818 - reads as an event
     """Ctrl-C during :func:`mbs.simulate`; ``solution`` holds every completed step."""
 

@@ -43,6 +43,8 @@ FORMAT = "mbs-solution"
 VERSION = 1
 _ARRAYS = ("t", "q", "p", "scheme_velocities", "multipliers", "velocity_multipliers",
            "enforced_residuals")
+#: Arrays stored only when present (files written without them load as None).
+_OPTIONAL_ARRAYS = ("step_work",)
 
 
 # -- JSON helpers (numpy arrays and tuples tagged, floats exact through repr) ------------------
@@ -87,7 +89,8 @@ class StoredModel:
     Has the attributes and observables of :class:`~mbs.model.Model` that need no force or
     constraint code: ``n, m, bodies, joints, forces, gravity, mass_matrix,
     inverse_mass_matrix, point_blocks, director_blocks, degrees_of_freedom, reference_q``,
-    ``coordinates(), body(), kinetic_energy(), linear_momentum(), angular_momentum()``.
+    ``has_applied_forces``, ``coordinates(), body(), kinetic_energy(), linear_momentum(),
+    angular_momentum()``.
     ``potential_energy(q)`` works for the stored trajectory only.
     """
 
@@ -102,8 +105,11 @@ class StoredModel:
     def __init__(self, *, n: int, m: int, bodies: list[BodyInfo], joints: list[ElementInfo],
                  forces: list[ElementInfo], gravity, mass_matrix, inverse_mass_matrix,
                  point_blocks, director_blocks, degrees_of_freedom: int, reference_q,
-                 constraint_rows: dict, stored_q: np.ndarray, potential: np.ndarray):
+                 constraint_rows: dict, stored_q: np.ndarray, potential: np.ndarray,
+                 has_applied_forces: bool = False):
         self.n, self.m = n, m
+        self.has_applied_forces = has_applied_forces
+        self.joint_coordinates: dict = {}
         self.bodies, self.joints, self.forces = bodies, joints, forces
         self.gravity = gravity
         self.mass_matrix, self.inverse_mass_matrix = mass_matrix, inverse_mass_matrix
@@ -114,6 +120,10 @@ class StoredModel:
         self._body_by_name = {b.name: b for b in bodies}
         self._stored_q = stored_q
         self._potential = potential
+
+    def joint_coordinate(self, name: str, *args, **kwargs):
+        raise ModelError(f"joint coordinates ({name!r}) need the compiled model: pass it to "
+                         f"load_solution(path, model)")
 
     @property
     def q0(self) -> np.ndarray:
@@ -176,6 +186,8 @@ def save_solution(solution: Solution, path) -> Path:
         path = path.with_name(path.name + ".npz")
     model = solution.model
     arrays = {name: np.asarray(getattr(solution, name)) for name in _ARRAYS}
+    arrays.update({name: np.asarray(getattr(solution, name)) for name in _OPTIONAL_ARRAYS
+                   if getattr(solution, name) is not None})
     stats_json = {}
     for key, value in (solution.stats or {}).items():
         if isinstance(value, np.ndarray):
@@ -198,6 +210,7 @@ def save_solution(solution: Solution, path) -> Path:
         "model": {
             "n": int(model.n), "m": int(model.m),
             "degrees_of_freedom": int(getattr(model, "degrees_of_freedom", -1)),
+            "has_applied_forces": bool(getattr(model, "has_applied_forces", False)),
             "gravity": _encode(None if model.gravity is None else np.asarray(model.gravity)),
             "bodies": [_info_record(b) for b in model.bodies],
             "joints": [_info_record(j) for j in model.joints],
@@ -255,6 +268,7 @@ def load_solution(path, model: Model | None = None) -> Solution:
             raise ModelError(f"{path} was written by a newer mbs (format version "
                              f"{header['version']}); upgrade mbs to read it")
         data = {name: archive[name] for name in _ARRAYS}
+        data.update({name: archive[name] for name in _OPTIONAL_ARRAYS if name in archive.files})
         stats = {k: _decode(v) for k, v in header["stats"].items()}
         for key in archive.files:
             if key.startswith("stats."):
@@ -280,6 +294,7 @@ def load_solution(path, model: Model | None = None) -> Solution:
             inverse_mass_matrix=_csr(archive, "inverse_mass_matrix"),
             point_blocks=archive["point_blocks"], director_blocks=archive["director_blocks"],
             degrees_of_freedom=stored["degrees_of_freedom"],
+            has_applied_forces=bool(stored.get("has_applied_forces", False)),
             reference_q=archive["reference_q"],
             constraint_rows=_decode(stored["constraint_rows"]), stored_q=data["q"],
             potential=archive["potential_energy"])

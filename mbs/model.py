@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from mbs.errors import InconsistentInitialStateError
+from mbs.errors import InconsistentInitialStateError, ModelError
 from mbs.potential_group import PotentialGroup
 from mbs.quadratic import QuadraticTable
 
@@ -94,8 +94,13 @@ class Model:
                  director_blocks: np.ndarray, degrees_of_freedom: int,
                  redundancies: list[Redundancy], gravity: np.ndarray | None,
                  constraint_rows: dict[str, np.ndarray],
-                 removed_constraints: QuadraticTable | None = None):
+                 removed_constraints: QuadraticTable | None = None,
+                 applied_forces=None):
         self.n = n
+        #: Work-doing forces Q(t, q, v) (:class:`mbs.forces.applied.AppliedForces`), or None.
+        self.applied_forces = applied_forces if applied_forces else None
+        #: joint name -> {"angle" | "displacement": its kinematics}, set by the compiler
+        self.joint_coordinates: dict[str, dict] = {}
         self.mass_matrix = mass_matrix
         self.inverse_mass_matrix = inverse_mass_matrix
         self._table = constraint_table
@@ -240,6 +245,46 @@ class Model:
         return out
 
     # -- mass -----------------------------------------------------------------------------
+    @property
+    def has_applied_forces(self) -> bool:
+        """Whether loads, dampers or actuators act (the model is then not conservative)."""
+        return self.applied_forces is not None
+
+    def applied_force(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Generalized force Q(t, q, v) of every load, damper and actuator, shape (n,)."""
+        if self.applied_forces is None:
+            return np.zeros(self.n)
+        return self.applied_forces.force(t, q, v)
+
+    def applied_force_derivatives(self, t: float, q: np.ndarray, v: np.ndarray):
+        """(Q, dQ/dq, dQ/dv), the derivatives dense when :attr:`dense`."""
+        if self.applied_forces is None:
+            zero = np.zeros((self.n, self.n)) if self.dense else sp.csr_matrix((self.n,) * 2)
+            return np.zeros(self.n), zero, zero
+        return self.applied_forces.force_and_derivatives(t, q, v, self.dense)
+
+    def joint_coordinate(self, name: str, q: np.ndarray, v: np.ndarray,
+                         kind: str | None = None) -> tuple[float, float, np.ndarray]:
+        """(position, rate, row) of joint ``name``'s coordinate at (q, v): the angle about
+        its axis (0 at the initial pose, in (-pi, pi]) for revolute and cylindrical joints,
+        the displacement along it for prismatic ones (``kind="displacement"`` for the
+        slide of a cylindrical joint); ``row`` (n,) gives rate = row . v."""
+        coordinates = self.joint_coordinates.get(name)
+        if coordinates is None:
+            with_axis = ", ".join(self.joint_coordinates) or "none"
+            raise ModelError(f"joint {name!r} has no axis coordinate (revolute, cylindrical "
+                             f"and prismatic joints have one; this model's: {with_axis})")
+        kind = kind or next(iter(coordinates))
+        if kind not in coordinates:
+            raise ModelError(f"joint {name!r} has no {kind!r} coordinate; it has "
+                             f"{', '.join(coordinates)}")
+        term = coordinates[kind]
+        index = term.local.indices
+        position, local_row = term.coordinate(q[index])
+        row = np.zeros(self.n)
+        row[index] = local_row
+        return position, float(row @ v), row
+
     def apply_inverse_mass(self, p: np.ndarray) -> np.ndarray:
         """M^-1 p (blockwise constant inverse)."""
         return self.inverse_mass_matrix @ p
@@ -456,7 +501,8 @@ class Model:
         g, gv, scale = self._residuals_and_scale(q, p)
         return g <= POSITION_TOLERANCE and gv <= VELOCITY_TOLERANCE * scale
 
-    def initial_state(self, project: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def initial_state(self, project: bool = False, joint_rates: dict | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
         """(q0, p0) with p0 = M v0 from the states set on the bodies.
 
         Parameters
@@ -464,10 +510,19 @@ class Model:
         project : bool
             If the state is inconsistent, project q0 onto g = 0 (minimal M-norm correction,
             Gauss-Newton) and p0 onto the tangent space {G M^-1 p = 0} (M-orthogonal
-            projection), with a warning stating the size of the correction. Without
-            projection an inconsistent state raises :class:`InconsistentInitialStateError`.
+            projection), with a warning stating the size of the correction and the joint
+            rates it changed. Without projection an inconsistent state raises
+            :class:`InconsistentInitialStateError`.
+        joint_rates : dict, optional
+            Joint name -> rate (rad/s about a revolute or cylindrical axis, m/s along a
+            prismatic one) the initial velocities must have: p0 becomes the M-nearest
+            momentum that satisfies G M^-1 p = 0 and these rates exactly (the other
+            velocities set on the bodies are kept as far as the constraints allow).
+            Rates the constraints do not allow raise a :class:`ModelError` naming them.
         """
         q, p = self._q0.copy(), self._p0.copy()
+        if joint_rates:
+            return self._state_with_rates(q, p, dict(joint_rates), project)
         if self.is_consistent(q, p):
             return q, p
         g, gv = self._residuals(q, p)
@@ -496,8 +551,55 @@ class Model:
         warnings.warn(
             f"initial state projected onto the constraint manifold: |dq| = "
             f"{np.max(np.abs(q_new - q)):.3e}, |dp| = {np.max(np.abs(p_new - p)):.3e} "
-            f"(residuals were |g| = {g:.3e}, |G v| = {gv:.3e})", stacklevel=2)
+            f"(residuals were |g| = {g:.3e}, |G v| = {gv:.3e})"
+            + self._changed_rates(q, p, q_new, p_new), stacklevel=2)
         return q_new, p_new
+
+    def _changed_rates(self, q, p, q_new, p_new) -> str:
+        """The joint rates a projection changed, as a sentence for its warning."""
+        changed = []
+        for name, kinds in self.joint_coordinates.items():
+            for kind in kinds:
+                before = self.joint_coordinate(name, q, self.apply_inverse_mass(p), kind)[1]
+                after = self.joint_coordinate(name, q_new, self.apply_inverse_mass(p_new),
+                                              kind)[1]
+                if abs(after - before) > 1e-9 * max(abs(before), abs(after), 1e-300):
+                    changed.append(f"{name} {before:.6g} -> {after:.6g}")
+        if not changed:
+            return ""
+        return (f"; it changed joint rates: {', '.join(changed)}. To prescribe rates, pass "
+                f"joint_rates={{name: rate}} to initial_state")
+
+    def _state_with_rates(self, q, p, joint_rates: dict, project: bool):
+        """(q, p) with the given joint rates: p - A^T (A M^-1 A^T)^+ (A M^-1 p - b) for
+        A = [G; rows of the joint rates], b = [0; rates]."""
+        g, _ = self._residuals(q, p)
+        if g > POSITION_TOLERANCE:
+            if not project:
+                raise InconsistentInitialStateError(
+                    f"initial positions violate the constraints (max |g| = {g:.3e}); fix the "
+                    f"bodies' set_state calls or pass project=True", g, np.nan)
+            q, _ = self.project(q, p)
+        v = self.apply_inverse_mass(p)
+        names, rates, rows = [], [], []
+        for name, rate in joint_rates.items():
+            rows.append(self.joint_coordinate(name, q, v)[2])
+            names.append(name)
+            rates.append(float(rate))
+        jacobian = self._all_jacobian(q)
+        matrix = sp.vstack([jacobian, sp.csr_matrix(np.array(rows))]).tocsr()
+        target = np.concatenate([np.zeros(jacobian.shape[0]), rates])
+        p = p - matrix.T @ self._solve_gram(matrix, matrix @ self.apply_inverse_mass(p) - target)
+        reached = np.array([self.joint_coordinate(name, q, self.apply_inverse_mass(p))[1]
+                            for name in names])
+        missed = [f"{name} (asked {rate:.6g}, possible {got:.6g})"
+                  for name, rate, got in zip(names, rates, reached)
+                  if abs(got - rate) > 1e-9 * max(1.0, abs(rate))]
+        if missed or not self.is_consistent(q, p):
+            raise ModelError(f"initial_state: the constraints do not allow the joint rates "
+                             f"{', '.join(missed) or 'given'}; the joints' rates are coupled "
+                             f"(give fewer rates, one per degree of freedom)")
+        return q, p
 
     def project(self, q: np.ndarray, p: np.ndarray, max_iterations: int = 50
                 ) -> tuple[np.ndarray, np.ndarray]:

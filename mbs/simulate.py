@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from mbs.errors import ModelError, SimulationInterrupted, SolverError
+from mbs.errors import ForceFunctionError, ModelError, SimulationInterrupted, SolverError
 from mbs.model import Model
 from mbs.solution import Solution
 from mbs.solvers import Solver, make_solver
@@ -163,6 +163,7 @@ class _Run:
         self.lam = np.empty((steps, m))
         self.gam = np.empty((steps, m))
         self.enforced = np.empty((steps, 2))
+        self.work = np.zeros(steps)
         self.iterations = np.zeros(steps, dtype=int)
         self.started = time.perf_counter()
 
@@ -181,6 +182,7 @@ class _Run:
         self.lam[:done] = data["multipliers"]
         self.gam[:done] = data["velocity_multipliers"]
         self.enforced[:done] = data["enforced_residuals"]
+        self.work[:done] = data["step_work"]
         self.iterations[:done] = data["newton_iterations"]
         self.done = done
         self.solver.start(self.model, self.q[done], self.p[done], self.h)
@@ -195,7 +197,7 @@ class _Run:
             q=self.q[:count + 1].copy(), p=self.p[:count + 1].copy(),
             scheme_velocities=self.velocities[:count].copy(),
             multipliers=self.lam[:count].copy(), velocity_multipliers=self.gam[:count].copy(),
-            enforced_residuals=self.enforced[:count].copy(),
+            enforced_residuals=self.enforced[:count].copy(), step_work=self.work[:count].copy(),
             stats={"solver": self.solver.name, "h": self.h, "steps": count,
                    "newton_iterations": self.iterations[:count].copy(),
                    "wall_time": time.perf_counter() - self.started,
@@ -229,7 +231,7 @@ class _Run:
                 if writer is not None:
                     writer.append(result.q, result.p, result.velocity, result.multiplier,
                                   result.velocity_multiplier, result.enforced,
-                                  result.iterations)
+                                  result.iterations, result.work)
                     if self.done % flush_every == 0:
                         writer.flush(self.solver.checkpoint())
                 if bar is not None:
@@ -266,6 +268,7 @@ class _Run:
         self.velocities[k], self.lam[k], self.gam[k] = (
             result.velocity, result.multiplier, result.velocity_multiplier)
         self.enforced[k] = result.enforced
+        self.work[k] = result.work
         self.iterations[k] = result.iterations
         self.done = k + 1
 
@@ -273,6 +276,11 @@ class _Run:
         q, p = self.q[k], self.p[k]
         try:
             return self.solver.step(self.t_start + k * self.h, q, p)
+        except ForceFunctionError as failure:
+            raise ForceFunctionError(f"{failure} (step {k}); error.solution holds the "
+                                     f"{self.done} accepted steps", solution=self.solution(),
+                                     step=k, time=self.t_start + k * self.h,
+                                     hint="fix the function") from failure
         except NewtonConvergenceError as failure:
             if self.on_failure == "refine" and self.max_refinements > 0:
                 refined = self._refine(q, p, k, failure)
@@ -295,17 +303,18 @@ class _Run:
             self.solver.restore(checkpoint)
             self.solver.set_step_size(h_sub)
             try:
-                q_sub, p_sub, total = q, p, 0
+                q_sub, p_sub, total, work = q, p, 0, 0.0
                 for i in range(substeps):
                     t_sub = self.t_start + k * self.h + i * h_sub
                     result = self.solver.step(t_sub, q_sub, p_sub)
                     q_sub, p_sub, total = result.q, result.p, total + result.iterations
+                    work += result.work
             except NewtonConvergenceError:
                 continue
             finally:
                 self.solver.set_step_size(self.h)
             self.refined.append((k, depth))
-            result.iterations = total
+            result.iterations, result.work = total, work
             return result
         self.solver.restore(checkpoint)
         return None
@@ -321,16 +330,19 @@ ENERGY_WARNING_LEVEL = 0.1
 def _warn_if_energy_is_lost(solution: Solution) -> None:
     if solution.t.size < 2:
         return
-    energy = solution.energy()
+    energy = solution.energy() - solution.work  # the balance, for non-conservative models
     kinetic = solution.kinetic_energy()
-    scale = max(abs(energy[0]), abs(kinetic[0]), abs(energy[0] - kinetic[0]))
+    scale = max(abs(energy[0]), abs(kinetic[0]), abs(energy[0] - kinetic[0]),
+                float(np.max(np.abs(solution.work))))
     if scale == 0.0:  # at rest at zero potential: compare with the motion that followed
         scale = float(np.max(np.abs(kinetic)))
     change = float(np.max(np.abs(energy - energy[0])))
     if not change > ENERGY_WARNING_LEVEL * scale:  # also catches NaN
         return
+    what = ("the energy (net of the work of loads, dampers and actuators)"
+            if solution.model.has_applied_forces else "the energy of this conservative model")
     warnings.warn(f"simulate: {solution.stats['solver']} at h = {solution.stats['h']:g} changed "
-                  f"the energy of this conservative model by {change / scale:.2g} of its "
+                  f"{what} by {change / scale:.2g} of its "
                   f"size: the step is beyond the scheme's stability or accuracy limit; "
                   f"reduce h (or use 'em', which conserves energy at any step size)",
                   RuntimeWarning, stacklevel=4)

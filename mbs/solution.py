@@ -34,6 +34,26 @@ class BodyTrajectory:
 
 
 @dataclass
+class JointTrajectory:
+    """Motion of a joint's axis coordinate along a solution.
+
+    Attributes
+    ----------
+    kind : "angle" or "displacement"
+    position : (N+1,)
+        Angle of body_b relative to body_a about the axis (rad, 0 at the initial pose,
+        continuous over turns) or displacement along it (m).
+    rate : (N+1,)
+        Its rate from v = M^-1 p at the nodes.
+    """
+
+    name: str
+    kind: str
+    position: np.ndarray
+    rate: np.ndarray
+
+
+@dataclass
 class Solution:
     """Time series returned by :func:`mbs.simulate`.
 
@@ -51,6 +71,9 @@ class Solution:
     enforced_residuals : (N, 2)
         Max-norm of the position- and velocity-level residuals the scheme itself enforces
         in step n -> n+1 (possibly at an intermediate configuration).
+    step_work : (N,) or None
+        Work of the applied forces (loads, dampers, actuators) in step n -> n+1 as the
+        scheme computes it; None (or zeros) for conservative models. See :attr:`work`.
     stats : dict
         "newton_iterations" (N,), "wall_time" (s), "solver", "h", "steps", and
         "completed" (False if the run stopped early).
@@ -66,6 +89,21 @@ class Solution:
     enforced_residuals: np.ndarray
     stats: dict = field(default_factory=dict)
     solver_properties: object = None
+    step_work: np.ndarray | None = None
+
+    @property
+    def work(self) -> np.ndarray:
+        """Cumulative work of the applied forces up to each node, (N+1,), 0 at the start:
+        ``energy() - energy()[0] - work`` is the scheme's energy error (zero to round-off for
+        "em")."""
+        steps = np.zeros(self.t.size - 1) if self.step_work is None else self.step_work
+        return np.concatenate([[0.0], np.cumsum(steps)])
+
+    def energy_balance(self) -> np.ndarray:
+        """energy() - energy()[0] - work, (N+1,): the energy the scheme gained or lost beyond
+        the work of the applied forces."""
+        energy = self.energy()
+        return energy - energy[0] - self.work
 
     @property
     def velocities(self) -> np.ndarray:
@@ -114,7 +152,17 @@ class Solution:
                 "enforced_position": self.enforced_residuals[:, 0],
                 "enforced_velocity": self.enforced_residuals[:, 1]}
 
-    # -- bodies ---------------------------------------------------------------------------
+    # -- bodies and joints -------------------------------------------------------------------
+    def joint(self, name: str, kind: str | None = None) -> JointTrajectory:
+        """Angle (revolute, cylindrical) or displacement (prismatic; ``kind="displacement"``
+        for a cylindrical joint's slide) of joint ``name`` and its rate at the nodes."""
+        velocities = self.velocities
+        values = np.array([self.model.joint_coordinate(name, q, v, kind)[:2]
+                           for q, v in zip(self.q, velocities)])
+        kind = kind or next(iter(self.model.joint_coordinates[name]))
+        position = np.unwrap(values[:, 0]) if kind == "angle" else values[:, 0]
+        return JointTrajectory(name, kind, position, values[:, 1])
+
     def body(self, name: str) -> BodyTrajectory:
         """Trajectory of body ``name``."""
         info = self.model.body(name)
@@ -131,6 +179,17 @@ class Solution:
                               omega, omega_body)
 
     # -- summary --------------------------------------------------------------------------
+    def _energy_line(self, energy: np.ndarray, scale: float) -> str:
+        if not self.model.has_applied_forces:
+            return (f"energy            E0 = {energy[0]:.12g}, max |E - E0| / |E0| = "
+                    f"{np.max(np.abs(energy - energy[0])) / scale:.3e}")
+        work = self.work
+        scale = max(scale, float(np.max(np.abs(work))))
+        return (f"energy balance    E0 = {energy[0]:.12g}, E_end - E0 = "
+                f"{energy[-1] - energy[0]:.6g}, work of applied forces W = {work[-1]:.6g}; "
+                f"max |E - E0 - W| / scale = "
+                f"{np.max(np.abs(self.energy_balance())) / scale:.3e}")
+
     def conservation_summary(self, about=(0.0, 0.0, 0.0)) -> str:
         """Relative drifts of energy and momenta and the worst constraint residuals."""
         energy = self.energy()
@@ -154,8 +213,7 @@ class Solution:
             f"{self.t.size - 1}  t = [{self.t[0]:g}, {self.t[-1]:g}]  wall time "
             f"{self.stats.get('wall_time', float('nan')):.3f} s  mean Newton iterations "
             f"{np.mean(self.stats.get('newton_iterations', [np.nan])):.2f}",
-            f"energy            E0 = {energy[0]:.12g}, max |E - E0| / |E0| = "
-            f"{np.max(np.abs(energy - energy[0])) / scale:.3e}",
+            self._energy_line(energy, scale),
             f"{angular_label}  J0 = {np.array2string(angular[0], precision=8)}, "
             f"max |J - J0| / max |J| = "
             f"{np.max(np.linalg.norm(angular - angular[0], axis=1)) / a_scale:.3e}",

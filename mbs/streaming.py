@@ -25,7 +25,7 @@ from mbs.errors import ModelError
 FORMAT = "mbs-stream"
 VERSION = 1
 ARRAYS = ("q", "p", "scheme_velocities", "multipliers", "velocity_multipliers",
-          "enforced_residuals", "newton_iterations")
+          "enforced_residuals", "newton_iterations", "step_work")
 
 
 def stream_directory(path: str | os.PathLike) -> Path:
@@ -68,9 +68,10 @@ class StreamWriter:
         manifest["chunks"] = [{"file": "chunk_000001.npz", "steps": int(chunk["q"].shape[0])}]
         _write_manifest(self.directory, manifest)
 
-    def append(self, q, p, velocity, multiplier, velocity_multiplier, enforced, iterations):
+    def append(self, q, p, velocity, multiplier, velocity_multiplier, enforced, iterations,
+               work=0.0):
         for name, value in zip(ARRAYS, (q, p, velocity, multiplier, velocity_multiplier,
-                                        enforced, iterations)):
+                                        enforced, iterations, work)):
             self._buffer[name].append(np.array(value))
 
     def flush(self, solver_state: dict) -> None:
@@ -118,8 +119,10 @@ def read_stream(path: str | os.PathLike) -> dict:
         with np.load(path, allow_pickle=False) as archive:
             manifest = json.loads(str(archive["manifest"]))
             _check_manifest(manifest, path)
-            return {"manifest": manifest, **{k: archive[k] for k in archive.files
-                                             if k != "manifest"}}
+            out = {"manifest": manifest, **{k: archive[k] for k in archive.files
+                                            if k != "manifest"}}
+            out.setdefault("step_work", np.zeros(out["q"].shape[0] - 1))
+            return out
     directory = stream_directory(path) if not path.is_dir() else path
     manifest = _read_manifest(directory)
     with np.load(directory / "initial.npz") as initial:
@@ -128,7 +131,8 @@ def read_stream(path: str | os.PathLike) -> dict:
     for chunk in manifest["chunks"]:
         with np.load(directory / chunk["file"]) as archive:
             for name in ARRAYS:
-                parts[name].append(archive[name])
+                parts[name].append(archive[name] if name in archive.files
+                                   else np.zeros(chunk["steps"]))  # written without work
     n = q0.size
     out = {"manifest": manifest}
     for name in ARRAYS:
@@ -180,7 +184,7 @@ def load_stream(path: str | os.PathLike, model):
         model=model, t=manifest["t_start"] + manifest["h"] * np.arange(steps + 1), q=data["q"],
         p=data["p"], scheme_velocities=data["scheme_velocities"],
         multipliers=data["multipliers"], velocity_multipliers=data["velocity_multipliers"],
-        enforced_residuals=data["enforced_residuals"],
+        enforced_residuals=data["enforced_residuals"], step_work=data["step_work"],
         stats={"solver": manifest["solver"], "h": manifest["h"], "steps": steps,
                "newton_iterations": data["newton_iterations"],
                "completed": bool(manifest.get("completed", False))},

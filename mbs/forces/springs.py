@@ -6,6 +6,7 @@ import numpy as np
 
 from mbs.bodies.base import Body
 from mbs.errors import ModelError, ModelTypeError
+from mbs.forces.applied import two_point_damper
 from mbs.forces.base import Force, InvariantTerm, TermInstance, squared_distance
 from mbs.validation import as_scalar, as_vector
 
@@ -92,16 +93,30 @@ class Spring(_TwoPointForce):
         l0 >= 0; defaults to the initial length.
     point_a, point_b : array_like (3,), optional
         Attachment points (world, initial pose); default to the bodies' reference points.
+    damping : float, optional
+        c > 0 makes it a spring-damper: a viscous force -c l' along the spring's line
+        (see :class:`mbs.forces.Damper`).
     """
 
     def __init__(self, body_a: Body, body_b: Body, stiffness: float,
                  rest_length: float | None = None, point_a=None, point_b=None,
-                 name: str | None = None):
+                 name: str | None = None, damping: float | None = None):
         super().__init__(body_a, body_b, point_a, point_b, name)
         owner = f"Spring {self.name!r}"
         self.stiffness = as_scalar(stiffness, "stiffness", owner, positive=True)
         self.rest_length = (None if rest_length is None else
                             as_scalar(rest_length, "rest_length", owner, non_negative=True))
+        self.damping = (None if damping is None else
+                        as_scalar(damping, "damping", owner, positive=True))
+        if self.damping is not None and self.initial_length() == 0.0:
+            raise ModelError(f"{owner}: a spring-damper needs distinct attachment points (the "
+                             f"damping acts along the line between them)")
+
+    def applied_terms(self, context):
+        if self.damping is None:
+            return []
+        return [two_point_damper(self.name, context, self.body_a, self.body_b,
+                                 *self.attachment_points(), self.damping)]
 
     def terms(self, context):
         rest = self.initial_length() if self.rest_length is None else self.rest_length

@@ -14,10 +14,18 @@ from mbs.errors import ModelError
 from mbs.joints.base import BuildContext, Joint, perpendicular_pair
 from mbs.joints.point_joints import add_coincidence_rows
 from mbs.quadratic import QuadraticTableBuilder
-from mbs.validation import as_nonzero_vector, as_vector
+from mbs.validation import as_nonzero_vector, as_scalar, as_vector
 
 #: Largest |cos| between the two axes of a universal joint accepted as perpendicular.
 PERPENDICULAR_TOLERANCE = 1e-8
+
+
+def _damping(value, joint) -> float | None:
+    """The viscous damping coefficient of a joint (None: undamped); see
+    :class:`mbs.forces.JointDamper`."""
+    if value is None:
+        return None
+    return as_scalar(value, "damping", f"{type(joint).__name__} {joint.name!r}", positive=True)
 
 
 class _AxisJoint(Joint):
@@ -82,12 +90,17 @@ class Revolute(_AxisJoint):
         A point on the hinge axis, world coordinates at the initial pose.
     axis : array_like (3,)
         Hinge direction, world coordinates at the initial pose.
+    damping : float, optional
+        Viscous damping c of the relative rotation: torque -c angle' about the axis
+        (:class:`mbs.forces.JointDamper`).
     """
 
     n_equations = 5
 
-    def __init__(self, body_a: Body, body_b: Body, point, axis, name: str | None = None):
+    def __init__(self, body_a: Body, body_b: Body, point, axis, name: str | None = None,
+                 damping: float | None = None):
         super().__init__(body_a, body_b, point, axis, name)
+        self.damping = _damping(damping, self)
 
     def add_rows(self, builder: QuadraticTableBuilder, context: BuildContext) -> list[int]:
         return self._add_coincidence(builder, context) + self._add_axis_alignment(builder,
@@ -95,12 +108,15 @@ class Revolute(_AxisJoint):
 
 
 class Cylindrical(_AxisJoint):
-    """Rotation about and sliding along a common axis (4 equations)."""
+    """Rotation about and sliding along a common axis (4 equations); ``damping`` damps the
+    rotation (see :class:`Revolute`)."""
 
     n_equations = 4
 
-    def __init__(self, body_a: Body, body_b: Body, point, axis, name: str | None = None):
+    def __init__(self, body_a: Body, body_b: Body, point, axis, name: str | None = None,
+                 damping: float | None = None):
         super().__init__(body_a, body_b, point, axis, name)
+        self.damping = _damping(damping, self)
 
     def add_rows(self, builder: QuadraticTableBuilder, context: BuildContext) -> list[int]:
         return self._add_axis_alignment(builder, context) + self._add_point_on_axis(builder,
@@ -108,12 +124,15 @@ class Cylindrical(_AxisJoint):
 
 
 class Prismatic(_AxisJoint):
-    """Sliding along a common axis without relative rotation (5 equations)."""
+    """Sliding along a common axis without relative rotation (5 equations); ``damping`` c
+    gives the force -c s' along the axis (s the displacement)."""
 
     n_equations = 5
 
-    def __init__(self, body_a: Body, body_b: Body, point, axis, name: str | None = None):
+    def __init__(self, body_a: Body, body_b: Body, point, axis, name: str | None = None,
+                 damping: float | None = None):
         super().__init__(body_a, body_b, point, axis, name)
+        self.damping = _damping(damping, self)
 
     def add_rows(self, builder: QuadraticTableBuilder, context: BuildContext) -> list[int]:
         return (self._add_axis_alignment(builder, context)

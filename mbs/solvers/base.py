@@ -52,7 +52,8 @@ class StepResult:
     v^{n+1/2} for EM, M^-1 p^{n+1/2} for RATTLE); ``multiplier`` and
     ``velocity_multiplier`` are the scheme's lambda and gamma (see ``multiplier_times``).
     ``enforced`` holds max-norms of the position- and velocity-level residuals the scheme
-    itself enforces (which may be at an intermediate configuration).
+    itself enforces (which may be at an intermediate configuration). ``work`` is the work
+    the scheme's applied forces (loads, dampers, actuators) do in the step.
     """
 
     q: np.ndarray
@@ -62,6 +63,7 @@ class StepResult:
     velocity_multiplier: np.ndarray
     iterations: int
     enforced: tuple[float, float]
+    work: float = 0.0
 
 
 @dataclass
@@ -163,6 +165,7 @@ class Solver:
         self._constant_force = (None if constant is None else
                                 float(np.abs(constant).max()) if model.n else 0.0)
         self._polynomial = None
+        self._time, self._bound_terms = 0.0, None  # the step's start time and bound terms
         self._general_by_h = {}  # the model evaluation of this run, per step size
         self._compiled = None
         self._blocks = [slice(0, model.n), slice(model.n, 2 * model.n)]  # q, p convergence
@@ -244,7 +247,8 @@ class Solver:
         """Lower bounds of the Newton scales of q and p (see :meth:`_scales`) when they do
         not depend on the state (constant force), as an array for the hot path."""
         force = self._constant_force
-        self._floor_minimum = (None if force is None or not self.model.n else
+        self._floor_minimum = (None if force is None or not self.model.n
+                               or self.model.has_applied_forces else
                                np.array([self.model.length_scale,
                                          max(self.h * force, 1e-300)]))
 
@@ -282,13 +286,20 @@ class Solver:
         return self._predictor.unknowns(q0, p0, *self._warm.multipliers(), self.initial_guess)
 
     def _start_system(self, system, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
-        """Set the step data (q0, p0) of a polynomial step system, with its potential terms
-        bound to it; returns the data vector."""
+        """Set the step data (q0, p0) of a polynomial step system, with its potential and
+        applied-force terms bound to it (and to the step's start time); returns the data
+        vector."""
         data = self._step_data = np.concatenate((q0, p0))
         terms = system.potential_terms
-        system.start(data, None if terms is None else terms.bind(self.model, data,
-                                                                 system.shift))
+        self._bound_terms = (None if terms is None else
+                             terms.bind(self.model, data, system.shift, self._time))
+        system.start(data, self._bound_terms)
         return data
+
+    def _work(self, x: np.ndarray) -> float:
+        """The work of the applied forces in the step just solved (unknowns x)."""
+        bound = self._bound_terms
+        return 0.0 if bound is None or not self.model.has_applied_forces else bound.work(x)
 
     def newton_system(self, q0: np.ndarray, p0: np.ndarray):
         """(residual_and_jacobian, x0) of the step from (q0, p0): the scheme's equations
@@ -301,7 +312,8 @@ class Solver:
             self._start_system(self._polynomial, q0, p0)
             return self._polynomial.evaluate, self._initial_guess(q0, p0)
         system = self._general_system()
-        system.start(np.concatenate((q0, p0)))
+        system.start(np.concatenate((q0, p0)), self._time)
+        self._bound_terms = system.bound_terms
         return system.evaluate, self._initial_guess(q0, p0)
 
     def _general_system(self):
@@ -326,7 +338,7 @@ class Solver:
         self._warm.record(lam, gam, copy=False)
         return StepResult(x[:self.model.n], x[self.model.n:2 * self.model.n],
                           self._step_velocity(q0, p0, x), lam, gam, iterations,
-                          self._enforced_rows(residual))
+                          self._enforced_rows(residual), self._work(x))
 
     def _step_velocity(self, q0: np.ndarray, p0: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The scheme's velocity unknown (see :class:`StepResult`) of a solved step."""
@@ -394,7 +406,7 @@ class Solver:
                            ) -> QuadraticSystemBuilder:
         """A builder of the tensor form over the given blocks (see :meth:`_equations`)."""
         return QuadraticSystemBuilder(self.model.quadratic_constraint_table, data, unknowns,
-                                      self._constant_gradient)
+                                      self._constant_gradient, self.model.has_applied_forces)
 
     def _build_polynomial(self):
         """The scheme's equations as a :class:`~mbs.solvers.polynomial.QuadraticSystem`."""
@@ -417,6 +429,7 @@ class Solver:
         the "advanced" guess: at very large steps the extrapolated momentum can start Newton
         outside its region of convergence (measured on the heavy top at h = 0.078, where the
         advanced guess converges in 11 iterations)."""
+        self._time = t
         try:
             return self._step(t, q, p)
         except NewtonConvergenceError:
@@ -516,8 +529,19 @@ class Solver:
         force = self._constant_force
         if force is None:
             force = float(np.abs(self.model.potential_gradient(q)).max())
+        if self.model.has_applied_forces:  # a motor starting a mechanism from rest
+            applied = self.model.applied_force(self._time, q, self._minv @ p)
+            force = max(force, float(np.abs(applied).max()))
         return (max(float(_max(np.abs(q))), self.model.length_scale),
                 max(float(_max(np.abs(p))), self.h * force, 1e-300))
+
+    def _applied_acceleration(self, q: np.ndarray, p: np.ndarray) -> float:
+        """max |M^-1 Q(t, q, M^-1 p)|: the size of the applied forces' acceleration (0
+        without them), part of the Newton scales of velocity unknowns."""
+        if not self.model.has_applied_forces:
+            return 0.0
+        force = self.model.applied_force(self._time, q, self._minv @ p)
+        return self._max(self._minv @ force)
 
     def _max(self, values: np.ndarray) -> float:
         return float(_max(np.abs(values))) if values.size else 0.0

@@ -51,6 +51,8 @@ class CompiledRun:
             reason = "numba is not installed (pip install numba)"
         elif model.constant_potential_gradient() is None:
             reason = "the potential is not linear in q (its terms are evaluated in Python)"
+        elif model.has_applied_forces:
+            reason = "loads, dampers and actuators are evaluated in Python"
         elif solver.uses_simplified_newton or not model.dense:
             reason = (f"large models (n > {DENSE_LIMIT}) use sparse linear algebra and "
                       f"simplified Newton, which are not compiled")

@@ -151,14 +151,15 @@ class Composition(Solver):
         self._offsets = np.concatenate([[0.0], np.cumsum(self.coefficients)[:-1]])
 
     def step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
-        iterations, position, velocity = 0, 0.0, 0.0
+        iterations, position, velocity, work = 0, 0.0, 0.0, 0.0
         for solver, offset in zip(self.substeps, self._offsets):
             result = solver.step(t + offset * self.h, q, p)
             q, p = result.q, result.p
             iterations += result.iterations
+            work += result.work
             position = max(position, result.enforced[0])
             velocity = max(velocity, result.enforced[1])
-        result.iterations, result.enforced = iterations, (position, velocity)
+        result.iterations, result.enforced, result.work = iterations, (position, velocity), work
         return result
 
     def set_step_size(self, h: float) -> None:

@@ -234,6 +234,10 @@ class VariationalConversion(Solver):
                 "VariationalConversion: every constraint must be quadratic (no "
                 "UserConstraint): the sensitivity of the standard layer uses D^3 g = 0 and the "
                 "constant constraint Hessians; use 'lobatto' or 'em' for this model")
+        if model.has_applied_forces:
+            raise ModelError(
+                "VariationalConversion: the model has loads, dampers or actuators, and the "
+                "converted method has no forcing terms; use 'lobatto' (any order) or 'em'")
         self.model, self.h = model, h
         self._table = table
         n = model.n

@@ -20,7 +20,7 @@ class EnergyMomentum(Solver):
 
         M (q1 - q0)/h - p_mid - G(q_mid)^T gamma                       = 0   (84a)
         (p1 - p0)/h + D^G V(q0, q1) + D^G g^T lambda
-                    + sum_k gamma_k d2 g_k M^-1 p_mid                   = 0   (84b)
+                    + sum_k gamma_k d2 g_k M^-1 p_mid - Q               = 0   (84b)
         g(q1)                                                           = 0   (84d)
         G(q1) M^-1 p1                                                   = 0   (84e)
 
@@ -33,6 +33,11 @@ class EnergyMomentum(Solver):
                                   that are not quadratic
     constraints at step ends      g(q^{n+1}) = 0 and G(q^{n+1}) M^-1 p^{n+1} = 0 exactly
     ============================  ==============================================================
+
+    Q = Q(t + h/2, q_mid, (q1 - q0)/h) are the applied forces (loads, dampers, actuators).
+    With them the energy changes by exactly their work: E(q1, p1) - E(q0, p0) =
+    Q . (q1 - q0) (multiply (84b) by q1 - q0 and use (84a), (84d) and the difference of
+    (84e) between the step ends, which holds exactly for quadratic constraints).
 
     The equations are written once (:meth:`_equations`) and evaluated in tensor form or
     through the model (:mod:`mbs.solvers.equations`). Newton's Jacobian follows from them; it
@@ -64,6 +69,9 @@ class EnergyMomentum(Solver):
         builder.add_discrete_jacobian_transpose_product("b", q0, q1, lam)
         builder.add_hessian_product("b", q_mid, gam, p_mid.mapped(model.inverse_mass_matrix))
         builder.add_potential_discrete_gradient("b", q0, q1)
+        # applied forces at the midpoint with the secant velocity: then E1 - E0 equals
+        # their work Q . (q1 - q0) exactly (the balance below (84) with Q added to (84b))
+        builder.add_applied_force("b", q_mid, (q1 - q0) * (1.0 / h), 0.5 * h, -1.0, h)
         builder.add_constraints("c", q1)
         builder.add_jacobian_product("d", q1, p1.mapped(model.inverse_mass_matrix))
         return builder

@@ -76,9 +76,11 @@ class EquationLayout:
     """
 
     def __init__(self, data: dict[str, int], unknowns: dict[str, int],
-                 constant_force: np.ndarray | None = None):
+                 constant_force: np.ndarray | None = None, applied_forces: bool = False):
         self.constant_force = constant_force
+        self.applied_forces = applied_forces
         self._potential: list[tuple] = []
+        self._applied: list[tuple] = []
         self.n_data = int(sum(data.values()))
         self.n_unknowns = int(sum(unknowns.values()))
         self.n_w = self.n_data + self.n_unknowns
@@ -130,9 +132,21 @@ class EquationLayout:
             self._potential.append(("discrete", self._equations[equation][0], first, second,
                                     1.0))
 
+    def add_applied_force(self, equation: str, at: Linear, velocity: Linear, time: float,
+                          scale: float, work_weight: float = 0.0) -> None:
+        """R[equation] += scale Q(t + time, u, v): the loads, dampers and actuators of the
+        model at the point u with the velocity v, ``time`` after the step's start t. The
+        step's work is the sum of ``work_weight Q . v`` over the terms (each scheme weighs
+        the terms of its momentum balance so that this is the work it applies). Nothing is
+        added for models without such forces."""
+        if self.applied_forces:
+            self._applied.append((self._equations[equation][0], at, velocity, float(time),
+                                  float(scale), float(work_weight)))
+
     def _potential_terms(self) -> PotentialTerms | None:
         return (PotentialTerms(self._potential, self.n_data, self.n_equations,
-                               self.n_unknowns) if self._potential else None)
+                               self.n_unknowns, self._applied)
+                if self._potential or self._applied else None)
 
 
 class _Map:
@@ -162,21 +176,27 @@ class _Maps:
 
 
 class PotentialTerms:
-    """The potential's terms of a step residual: ``scale grad V(u)`` and ``D^G V(a, b)``.
+    """The terms of a step residual evaluated with the model's own functions: the
+    potential's ``scale grad V(u)`` and ``D^G V(a, b)``, and the applied forces
+    ``scale Q(t, u, v)`` (see :meth:`EquationLayout.add_applied_force`).
 
-    Evaluated with the model (the potential may be any function of q); used by both
-    builders, since the tensor form holds only potentials that are linear in q.
+    Used by both builders, since the tensor form holds only potentials that are linear in q
+    and no applied forces.
 
     Parameters
     ----------
     terms : list of (kind, row start, first, second, scale)
         kind "gradient" (``first`` the point u) or "discrete" (``first``, ``second`` the
         points a, b; a must not depend on the unknowns).
+    applied : list of (row start, point, velocity, time, scale, work weight)
     """
 
-    def __init__(self, terms: list, n_data: int, n_equations: int, n_unknowns: int):
+    def __init__(self, terms: list, n_data: int, n_equations: int, n_unknowns: int,
+                 applied: list = ()):
         self.n_equations, self.n_unknowns = n_equations, n_unknowns
         split = _Maps(n_data)
+        self._applied = [(start, split(at), split(velocity), time, scale, weight)
+                         for start, at, velocity, time, scale, weight in applied]
         self._gradients: dict[int, tuple[_Map, list]] = {}  # point -> (map, [(start, scale)])
         self._discrete = []
         for kind, start, first, second, scale in terms:
@@ -188,14 +208,16 @@ class PotentialTerms:
                     raise ValueError("the first point of a discrete gradient must be step data")
                 self._discrete.append((start, split(first), split(second)))
         #: the end of the last row these terms add to (a gradient has one row per coordinate)
-        self.rows_end = max(start + first.matrix.shape[0] for _, start, first, _, _ in terms)
+        self.rows_end = max([start + first.matrix.shape[0] for _, start, first, _, _ in terms]
+                            + [start + at.data.shape[0] for start, at, *_ in self._applied])
 
-    def bind(self, model, data: np.ndarray, shift: sp.spmatrix | None = None) -> Callable:
+    def bind(self, model, data: np.ndarray, shift: sp.spmatrix | None = None,
+             time: float = 0.0) -> Callable:
         """``extra(x, jacobian) -> (r, J)`` at the step data (the ``extra`` of the tensor
-        systems); ``shift`` is S of unknowns written as x' = x + S d (see
-        :meth:`~mbs.solvers.polynomial.QuadraticSystemBuilder.build`), the maps being in x'.
-        grad V and its Hessian are evaluated once per point, whatever the number of rows
-        that use them."""
+        systems) and the step's start ``time``; ``shift`` is S of unknowns written as
+        x' = x + S d (see :meth:`~mbs.solvers.polynomial.QuadraticSystemBuilder.build`), the
+        maps being in x'. grad V and its Hessian are evaluated once per point, whatever the
+        number of rows that use them. ``extra.work(x)`` is the work of the applied forces."""
         shift_step = None if shift is None else shift @ data
         n_eq, n_x, dense = self.n_equations, self.n_unknowns, model.dense
         gradients = [(point, point.data @ data, uses)
@@ -231,8 +253,31 @@ class PotentialTerms:
                 if jacobian and second.moves:
                     parts.append((start, model.potential_discrete_gradient_jacobian_matrix(
                         a, b) @ second.unknowns))
+            for start, at, velocity, at_step, velocity_step, when, scale, _ in applied:
+                u, v = at_step + at.unknowns @ inner, velocity_step + velocity.unknowns @ inner
+                if not jacobian:
+                    residual[start:start + u.size] += scale * model.applied_force(when, u, v)
+                    continue
+                value, by_q, by_v = model.applied_force_derivatives(when, u, v)
+                residual[start:start + u.size] += scale * value
+                parts.append((start, scale * (by_q @ at.unknowns + by_v @ velocity.unknowns)))
             return residual, (_stack(parts, n_eq, n_x, dense) if jacobian else None)
 
+        applied = [(start, at, velocity, at.data @ data, velocity.data @ data, time + offset,
+                    scale, weight) for start, at, velocity, offset, scale, weight
+                   in self._applied]
+
+        def work(x: np.ndarray) -> float:
+            inner = x if shift_step is None else x + shift_step
+            total = 0.0
+            for _, at, velocity, at_step, velocity_step, when, _, weight in applied:
+                if weight:
+                    u = at_step + at.unknowns @ inner
+                    v = velocity_step + velocity.unknowns @ inner
+                    total += weight * float(model.applied_force(when, u, v) @ v)
+            return total
+
+        extra.work = work
         return extra
 
 
@@ -264,7 +309,8 @@ class ModelEquations(EquationLayout):
     """
 
     def __init__(self, model, data: dict[str, int], unknowns: dict[str, int]):
-        super().__init__(data, unknowns, model.constant_potential_gradient())
+        super().__init__(data, unknowns, model.constant_potential_gradient(),
+                         model.has_applied_forces)
         self.model = model
         self._constant: list[tuple[str, np.ndarray]] = []
         self._linear: list[tuple[str, Linear]] = []
@@ -357,12 +403,19 @@ class ModelSystem:
                        for kind, start, size, arguments, scale in terms]
         self._potential = potential
 
-    def start(self, data: np.ndarray) -> None:
-        """Fold the step data ``d`` into the constant part and the maps."""
+    def start(self, data: np.ndarray, time: float = 0.0) -> None:
+        """Fold the step data ``d`` (and the step's start time) into the constant part
+        and the maps."""
         self._constant_step = self.constant + self.linear_data @ data
         self._points_step = self._points_data @ data
-        self._extra = None if self._potential is None else self._potential.bind(self.model,
-                                                                                 data)
+        self._extra = (None if self._potential is None else
+                       self._potential.bind(self.model, data, time=time))
+
+    @property
+    def bound_terms(self):
+        """The model-evaluated terms bound to the current step (None without any); their
+        ``work(x)`` is the work of the applied forces."""
+        return self._extra
 
     def evaluate(self, x: np.ndarray, jacobian: bool = True, first_row: int = 0):
         """(R(x), dR/dx) -- the Jacobian dense for small models, sparse CSC otherwise. Without

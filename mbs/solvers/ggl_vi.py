@@ -174,9 +174,18 @@ class GGLVI(Solver):
         builder.add_jacobian_transpose_product("b", q_th, lam)
         builder.add_hessian_product("b", q_th, gam, v1)
         builder.add_potential_gradient("b", q_th)
+        self._add_applied_force(builder, q_th, q0, q1, theta)
         builder.add_constraints("d", q_th)
         builder.add_jacobian_product("e", q_th, v1)
         return builder
+
+    def _add_applied_force(self, builder, point, q0, q1, fraction: float) -> None:
+        """-Q(t + fraction h, point, (q1 - q0)/h) in (b), where the potential force acts:
+        the forced discrete Euler-Lagrange equations (discrete Lagrange-d'Alembert
+        principle), so a momentum map changes by exactly h Q(point) . xi(point), the
+        impulse the scheme applies."""
+        h = self.h
+        builder.add_applied_force("b", point, (q1 - q0) * (1.0 / h), fraction * h, -1.0, h)
 
     def _equations_with_velocity(self, builder, q0, p0, q1, p1, v, lam, gam):
         """(55a-e) (variant S) or (82a-e) (variant B) with the velocity v as an unknown."""
@@ -191,6 +200,7 @@ class GGLVI(Solver):
             w = p1.mapped(model.inverse_mass_matrix)
             builder.add_jacobian_transpose_product("a", q_bar, gam, -1.0)       # (55a)
             builder.add_potential_gradient("b", q0)                              # (55b)
+            self._add_applied_force(builder, q0, q0, q1, 0.0)
             builder.add_jacobian_transpose_product("b", q0, lam)
             builder.add_hessian_product("b", q_bar, gam, w)
             builder.add_linear("c", v.mapped(mass) - p1)                         # (55c)
@@ -202,6 +212,7 @@ class GGLVI(Solver):
         q_th = q0 * (1.0 - theta) + q1 * theta
         builder.add_jacobian_transpose_product("a", q_th, gam, -1.0)            # (82a)
         builder.add_potential_gradient("b", q_th)                                # (82b)
+        self._add_applied_force(builder, q_th, q0, q1, theta)
         builder.add_jacobian_transpose_product("b", q0, lam, 1.0 - vartheta)
         builder.add_jacobian_transpose_product("b", q1, lam, vartheta)
         builder.add_hessian_product("b", q_th, gam, v)

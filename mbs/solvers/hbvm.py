@@ -263,6 +263,8 @@ class HBVM(Solver):
 
     # -- setup --------------------------------------------------------------------------------
     def start(self, model: Model, q0: np.ndarray, p0: np.ndarray, h: float) -> None:
+        if model.has_applied_forces:
+            self.iteration = "newton"  # the fixed-point sweep has no applied-force terms
         super().start(model, q0, p0, h)
         self._dense = model.dense if self.sparse is None else not self.sparse
         self._minv = (model.inverse_mass_operator() if self._dense
@@ -334,10 +336,11 @@ class HBVM(Solver):
 
     # -- step ---------------------------------------------------------------------------------
     def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
-        model = self.model
+        self._time = t
+        model, work = self.model, 0.0
         v0 = np.asarray(model.apply_inverse_mass(p0)).ravel()
         if self.iteration == "newton":
-            gamma, p1, lam, iterations = self._solve_newton(q0, p0, v0)
+            gamma, p1, lam, iterations, work = self._solve_newton(q0, p0, v0)
         else:
             gamma, force, lam, iterations = self._solve_fixed_point(q0, v0)
             p1 = p0 - self.h * force[0]  # (52)
@@ -351,7 +354,7 @@ class HBVM(Solver):
         else:
             enforced = (0.0, 0.0)
         return StepResult(q1, p1, gamma[0].copy(), lam.copy(), np.zeros(model.m), iterations,
-                          enforced)
+                          enforced, work)
 
     def _converged(self, iteration: int, increment: float, previous: float) -> bool:
         if increment <= self.newton.tolerance:
@@ -422,9 +425,13 @@ class HBVM(Solver):
 
         stages = [q0 + weighted_sum(gamma, h * tab.I[node]) for node in range(tab.k)]
 
-        def add_force(equation: str, weights: np.ndarray) -> None:
-            for node in np.flatnonzero(weights):  # sum_l w_l (grad V + G^T lambda)(Y_l)
+        def add_force(equation: str, weights: np.ndarray, work: float = 0.0) -> None:
+            for node in np.flatnonzero(weights):  # sum_l w_l (grad V - F + G^T lambda)(Y_l)
                 builder.add_potential_gradient(equation, stages[node], weights[node])
+                builder.add_applied_force(equation, stages[node],
+                                          weighted_sum(gamma, tab.P[node]),
+                                          tab.c[node] * h, -weights[node],
+                                          work * weights[node])
                 builder.add_jacobian_transpose_product(equation, stages[node], lam,
                                                        weights[node])
 
@@ -436,7 +443,7 @@ class HBVM(Solver):
             add_force(f"coefficient{j}", h * weights[j])
         builder.equation("momentum", n)
         builder.add_linear("momentum", (p1 - p0) * (1.0 / h))
-        add_force("momentum", tab.b)
+        add_force("momentum", tab.b, h)  # work: h sum_l b_l F(Y_l, Y_l') . Y_l'
         builder.equation("line", m)
         for node in range(tab.k):
             builder.add_jacobian_product("line", stages[node], weighted_sum(gamma, tab.P[node]),
@@ -448,12 +455,15 @@ class HBVM(Solver):
 
     def _solve_newton(self, q0: np.ndarray, p0: np.ndarray, v0: np.ndarray):
         """Newton's method (the shared engine) on :meth:`_equations`, from the straight-line
-        stages and the previous step's multiplier. Returns (gamma, p1, lambda, iterations)."""
+        stages and the previous step's multiplier. Returns (gamma, p1, lambda, iterations,
+        work of the applied forces)."""
         n, s = self.model.n, self.tab.s
         x0 = np.concatenate([v0, np.zeros((s - 1) * n), p0, self._warm.lam])
         acceleration = self.model.apply_inverse_mass(self.model.potential_gradient(q0))
-        scale = max(self._max(v0), abs(self.h) * self._max(acceleration), _TINY)
+        scale = max(self._max(v0), abs(self.h) * self._max(acceleration),
+                    abs(self.h) * self._applied_acceleration(q0, p0), _TINY)
         evaluate, _ = self.newton_system(q0, p0)
         x, iterations, _ = self._solve_system(evaluate, x0, [slice(0, s * n)], [scale],
                                               residual_from=None)
-        return x[:s * n].reshape(s, n), x[s * n:(s + 1) * n], x[(s + 1) * n:], iterations
+        return (x[:s * n].reshape(s, n), x[s * n:(s + 1) * n], x[(s + 1) * n:], iterations,
+                self._work(x))

@@ -149,9 +149,12 @@ class Lobatto(Solver):
         Lambda_1 .. Lambda_s); p_{k+1} is an unknown so that every term is at most quadratic
         (G(q_{k+1}) M^-1 p_{k+1} would otherwise be cubic)::
 
-            M V_i - p_k + h sum_j Ahat_ij (grad V(Q_j) + G(Q_j)^T Lambda_j) = 0
-            (p1 - p_k)/h + sum_j b_j (grad V(Q_j) + G(Q_j)^T Lambda_j)      = 0
+            M V_i - p_k + h sum_j Ahat_ij (grad V(Q_j) - F_j + G(Q_j)^T Lambda_j) = 0
+            (p1 - p_k)/h + sum_j b_j (grad V(Q_j) - F_j + G(Q_j)^T Lambda_j)      = 0
             g(Q_i) = 0 (i = 2 .. s),   G(Q_s) M^-1 p1 = 0
+
+        with F_j = F(t + c_j h, Q_j, V_j) the applied forces at the stages (the partitioned
+        Runge-Kutta form of the forced equations, still of order 2s - 2).
         """
         model, h, tab = self.model, self.h, self.tableau
         s, n, m = tab.stages, model.n, model.m
@@ -164,9 +167,13 @@ class Lobatto(Solver):
         multipliers = builder.variables(*(f"L{i}" for i in range(s)))
         stages = [q0 + weighted_sum(velocities, h * a[j]) for j in range(s)]
 
-        def add_force(equation: str, weights: np.ndarray) -> None:
-            for j in np.flatnonzero(weights):  # sum_j w_j (grad V + G^T Lambda)(Q_j)
+        nodes = a.sum(axis=1)
+
+        def add_force(equation: str, weights: np.ndarray, work: float = 0.0) -> None:
+            for j in np.flatnonzero(weights):  # sum_j w_j (grad V - F + G^T Lambda)(Q_j)
                 builder.add_potential_gradient(equation, stages[j], weights[j])
+                builder.add_applied_force(equation, stages[j], velocities[j], nodes[j] * h,
+                                          -weights[j], work * weights[j])
                 builder.add_jacobian_transpose_product(equation, stages[j], multipliers[j],
                                                        weights[j])
 
@@ -176,7 +183,7 @@ class Lobatto(Solver):
             add_force(f"stage{i}", h * a_hat[i])
         builder.equation("momentum", n)
         builder.add_linear("momentum", (p1 - p0) * (1.0 / h))
-        add_force("momentum", b)
+        add_force("momentum", b, h)  # work: h sum_j b_j F(Q_j, V_j) . V_j
         for i in range(1, s):
             builder.equation(f"position{i}", m)
             builder.add_constraints(f"position{i}", stages[i])
@@ -186,6 +193,7 @@ class Lobatto(Solver):
         return builder
 
     def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+        self._time = t
         model, h, s = self.model, self.h, self.tableau.stages
         n, m = model.n, model.m
         velocity = self._minv @ p0
@@ -197,6 +205,7 @@ class Lobatto(Solver):
         # step when the system starts from rest; p1 against |p| or the impulse of a step
         acceleration = (self._acceleration if self._acceleration is not None else
                         self._max(model.inverse_mass_matrix @ model.potential_gradient(q0)))
+        acceleration = max(acceleration, self._applied_acceleration(q0, p0))
         blocks = [slice(0, s * n), slice(s * n, (s + 1) * n)]
         scales = [max(self._max(velocity), h * acceleration, 1e-300),
                   self._scales(q0, p0)[1]]
@@ -215,7 +224,8 @@ class Lobatto(Solver):
         constraint_rows = np.abs(residual[(s + 1) * n:])
         enforced = (self._max(constraint_rows[:(s - 1) * m]), self._max(constraint_rows[-m:]))
         return StepResult(q1, x[s * n:(s + 1) * n].copy(), velocities[-1].copy(),
-                          multipliers[0].copy(), multipliers[-1].copy(), iterations, enforced)
+                          multipliers[0].copy(), multipliers[-1].copy(), iterations, enforced,
+                          self._work(x))
 
     def _sample_unknowns(self, q0: np.ndarray, p0: np.ndarray, rng: np.random.Generator
                          ) -> np.ndarray:

@@ -98,6 +98,8 @@ class QuadraticSystemBuilder(EquationLayout):
         grad V when the potential is linear in q (then potential terms are constants);
         None when it is not (potential terms are then evaluated with the model, see
         :class:`~mbs.solvers.equations.PotentialTerms`).
+    applied_forces : bool
+        Whether the model has loads, dampers or actuators (evaluated with the model too).
 
     Residual blocks are declared with :meth:`equation` in order; terms are added to a block
     by name, with the methods every scheme writes its equations with (see
@@ -106,8 +108,8 @@ class QuadraticSystemBuilder(EquationLayout):
     """
 
     def __init__(self, table: QuadraticTable, data: dict[str, int], unknowns: dict[str, int],
-                 constant_force: np.ndarray | None = None):
-        super().__init__(data, unknowns, constant_force)
+                 constant_force: np.ndarray | None = None, applied_forces: bool = False):
+        super().__init__(data, unknowns, constant_force, applied_forces)
         self.table = table
         self._constant: list[tuple[np.ndarray, np.ndarray]] = []
         self._linear: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []

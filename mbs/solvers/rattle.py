@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
 from mbs.solvers.newton import NewtonConvergenceError, newton, solve_linear
@@ -17,6 +18,13 @@ class Rattle(Solver):
         p_half = p0 - h/2 (grad V(q0) + G(q0)^T lambda)
         q1     = q0 + h M^-1 p_half,          g(q1) = 0
         p1     = p_half - h/2 (grad V(q1) + G(q1)^T mu),   G(q1) M^-1 p1 = 0
+
+    Applied forces F (loads, dampers, actuators) enter both half kicks as -F, evaluated at
+    (t, q0, M^-1 p0) and (t + h, q1, M^-1 p1): the forced discrete Euler-Lagrange equations
+    of the trapezoidal discrete Lagrangian, so a momentum map changes by exactly the impulse
+    h/2 (F0 . xi(q0) + F1 . xi(q1)). A velocity-dependent F makes the second kick implicit;
+    it is solved by Newton on (p1, mu) with dF/dv. The work reported per step is
+    (F0 + F1) . (q1 - q0) / 2.
 
     ============================  ==========================================================
     order (q, p)                  2, 2
@@ -45,7 +53,9 @@ class Rattle(Solver):
         model, h, m = self.model, self.h, self.model.m
         minv = self._minv
         jac0 = model.jacobian_matrix(q0)
-        p_free = p0 - 0.5 * h * model.potential_gradient(q0)
+        forced = model.has_applied_forces
+        force0 = model.applied_force(t, q0, minv @ p0) if forced else 0.0
+        p_free = p0 - 0.5 * h * (model.potential_gradient(q0) - force0)
         q_free = q0 + h * (minv @ p_free)
         minv_jac0_t = minv @ jac0.T
         if m:
@@ -70,7 +80,9 @@ class Rattle(Solver):
         p_half = p_free - 0.5 * h * (jac0.T @ lam)
         q1 = q0 + h * (minv @ p_half)
         p_unconstrained = p_half - 0.5 * h * model.potential_gradient(q1)
-        if m:
+        if forced:
+            p1, mu, force1 = self._forced_kick(t + h, q1, p_unconstrained)
+        elif m:
             jac1 = model.jacobian_matrix(q1)
             gram = jac1 @ minv @ jac1.T
             try:
@@ -85,4 +97,32 @@ class Rattle(Solver):
         self._warm.lam = lam
         enforced = (self._max(model.constraints(q1)),
                     self._max(model.jacobian_matrix(q1) @ (self._minv @ p1)))
-        return StepResult(q1, p1, minv @ p_half, lam.copy(), mu, iterations, enforced)
+        work = float(0.5 * (force0 + force1) @ (q1 - q0)) if forced else 0.0
+        return StepResult(q1, p1, minv @ p_half, lam.copy(), mu, iterations, enforced, work)
+
+    def _forced_kick(self, t1: float, q1: np.ndarray, p_unconstrained: np.ndarray):
+        """(p1, mu, F1) of p1 = p_u + h/2 (F(t1, q1, M^-1 p1) - G(q1)^T mu),
+        G(q1) M^-1 p1 = 0, by Newton from p_u (exact in one iteration for forces linear
+        in the velocity)."""
+        model, h, m, minv = self.model, self.h, self.model.m, self._minv
+        jac1 = model.jacobian_matrix(q1)
+        dense = model.dense
+        p1, mu = p_unconstrained.copy(), np.zeros(m)
+        scale = max(self._max(p_unconstrained), 1e-300)
+        for _ in range(self.newton.max_iterations):
+            force, _, by_velocity = model.applied_force_derivatives(t1, q1, minv @ p1)
+            residual = np.concatenate([p1 - p_unconstrained - 0.5 * h * (force - jac1.T @ mu),
+                                       jac1 @ (minv @ p1)])
+            top = (np.eye(model.n) if dense else sp.identity(model.n)) \
+                - 0.5 * h * (by_velocity @ model.inverse_mass_matrix)
+            matrix = (np.block([[top, 0.5 * h * jac1.T], [jac1 @ minv, np.zeros((m, m))]])
+                      if dense else sp.bmat([[top, 0.5 * h * jac1.T],
+                                             [jac1 @ model.inverse_mass_matrix, None]],
+                                            format="csc"))
+            step = solve_linear(matrix, residual)
+            p1, mu = p1 - step[:model.n], mu - step[model.n:]
+            if self._max(step[:model.n]) <= self.newton.tolerance * scale:
+                return p1, mu, model.applied_force(t1, q1, minv @ p1)
+        raise NewtonConvergenceError(
+            "the implicit velocity kick of the applied forces did not converge", np.inf,
+            np.inf, self.newton.max_iterations, "reduce the step size")

@@ -1,0 +1,619 @@
+"""Work-doing forces: loads, dampers and joint actuators.
+
+Each element compiles to one or more :class:`AppliedTerm` objects acting on a few
+coordinates of q (see :mod:`mbs.forces.kinematics`); the model sums their generalized forces
+Q(t, q, v) (:class:`AppliedForces`). The schemes evaluate Q at points of their own choice
+and report the work it does in every step (``Solution.work``); EM then satisfies the discrete
+energy balance E_{n+1} - E_n = Q . (q_{n+1} - q_n) exactly.
+
+Values may be constants, functions of t, or functions of (t, state) where the state is a
+:class:`BodyState` (loads) or the joint coordinate and its rate (actuators). Functions are
+checked at the initial state when the system is compiled, and at every evaluation: a wrong
+shape or a non-finite value raises :class:`~mbs.errors.ForceFunctionError` naming the element.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from mbs.bodies.base import Body
+from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
+from mbs.forces.base import Force
+from mbs.forces.kinematics import (
+    LocalCoordinates,
+    angular_velocity,
+    rotation_generator,
+    skew,
+    torque_coordinates,
+)
+from mbs.joints.base import Joint, perpendicular_pair
+from mbs.validation import as_scalar, as_vector
+
+#: Relative step of the forward differences that give the Jacobian of a load that is a user
+#: function of the body state (~sqrt(eps)).
+STATE_DIFFERENCE_STEP = 1.5e-8
+
+
+@dataclass(frozen=True)
+class BodyState:
+    """What a load function ``f(t, state)`` sees (world frame).
+
+    Attributes
+    ----------
+    position, velocity : (3,)
+        Of the load's point of application (the body's reference point by default).
+    rotation : (3, 3) or None
+        Columns d1, d2, d3 (rigid bodies).
+    angular_velocity : (3,) or None
+    """
+
+    position: np.ndarray
+    velocity: np.ndarray
+    rotation: np.ndarray | None
+    angular_velocity: np.ndarray | None
+
+
+def _body_state(position: tuple[np.ndarray, np.ndarray], directors: np.ndarray | None,
+                q: np.ndarray, v: np.ndarray) -> BodyState:
+    """The :class:`BodyState` of a body point (affine map ``position``) and of the body's
+    frame (local director positions, None for point masses) at local (q, v)."""
+    rotation = omega = None
+    if directors is not None:
+        rotation = q[directors].T
+        omega = angular_velocity(q[directors], v[directors])
+    matrix, offset = position
+    return BodyState(matrix @ q + offset, matrix @ v, rotation, omega)
+
+
+class AppliedTerm:
+    """The generalized force of one element on its coordinates ``local.indices``."""
+
+    def __init__(self, name: str, local: LocalCoordinates):
+        self.name, self.local = name, local
+
+    def evaluate(self, t: float, q: np.ndarray, v: np.ndarray, jacobian: bool):
+        """(Q, dQ/dq, dQ/dv) on the local coordinates; the derivatives are None without
+        ``jacobian`` (and may be None when they vanish)."""
+        raise NotImplementedError
+
+
+class AppliedForces:
+    """Sum of the applied terms of a model: Q(t, q, v) and its derivatives."""
+
+    def __init__(self, n: int, terms: list[AppliedTerm]):
+        self.n, self.terms = n, terms
+
+    def __bool__(self) -> bool:
+        return bool(self.terms)
+
+    def force(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Q(t, q, v), shape (n,)."""
+        out = np.zeros(self.n)
+        for term in self.terms:
+            index = term.local.indices
+            out[index] += term.evaluate(t, q[index], v[index], False)[0]
+        return out
+
+    def force_and_derivatives(self, t: float, q: np.ndarray, v: np.ndarray, dense: bool):
+        """(Q, dQ/dq, dQ/dv): dense (n, n) arrays or sparse CSR matrices."""
+        out = np.zeros(self.n)
+        rows, cols, by_q, by_v = [], [], [], []
+        for term in self.terms:
+            index = term.local.indices
+            value, d_q, d_v = term.evaluate(t, q[index], v[index], True)
+            out[index] += value
+            k = index.size
+            rows.append(np.repeat(index, k))
+            cols.append(np.tile(index, k))
+            by_q.append(np.zeros(k * k) if d_q is None else d_q.ravel())
+            by_v.append(np.zeros(k * k) if d_v is None else d_v.ravel())
+        rows, cols = np.concatenate(rows), np.concatenate(cols)
+        shape = (self.n, self.n)
+        d_q = sp.csr_matrix((np.concatenate(by_q), (rows, cols)), shape=shape)
+        d_v = sp.csr_matrix((np.concatenate(by_v), (rows, cols)), shape=shape)
+        if dense:
+            return out, d_q.toarray(), d_v.toarray()
+        return out, d_q, d_v
+
+
+# -- user values ------------------------------------------------------------------------------
+class _Value:
+    """A constant, f(t) or f(t, *state) given by the user, checked on every evaluation."""
+
+    def __init__(self, value, size: int, what: str, owner: str, state_names: str):
+        self.what, self.owner, self.size = what, owner, size
+        if callable(value):
+            self.function, self.constant = value, None
+            self.arguments = _positional_count(value, what, owner, state_names)
+            self.uses_state = self.arguments > 1
+        else:
+            self.function, self.uses_state, self.arguments = None, False, 1
+            self.constant = (as_vector(value, size, what, owner) if size > 1
+                             else as_scalar(value, what, owner))
+
+    def __call__(self, t: float, *state):
+        if self.function is None:
+            return self.constant
+        try:
+            result = self.function(t, *state[:self.arguments - 1])
+        except Exception as exc:  # the user's code: report it with the element's name
+            raise ForceFunctionError(f"{self.owner}: the {self.what} function raised "
+                                     f"{type(exc).__name__} at t = {t:.6g}: {exc}") from exc
+        array = np.asarray(result, dtype=float) if _numeric(result) else None
+        allowed = ((self.size,),) if self.size > 1 else ((), (1,))
+        if array is None or array.shape not in allowed:
+            raise ForceFunctionError(
+                f"{self.owner}: the {self.what} function returned {result!r} at t = {t:.6g}; "
+                f"it must return " + ("a 3-vector" if self.size == 3 else "a number"))
+        if not np.all(np.isfinite(array)):
+            raise ForceFunctionError(f"{self.owner}: the {self.what} function returned a "
+                                     f"non-finite value {result!r} at t = {t:.6g}")
+        return array if self.size > 1 else float(array.reshape(-1)[0])
+
+
+def _numeric(value) -> bool:
+    try:
+        np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _positional_count(function: Callable, what: str, owner: str, state_names: str) -> int:
+    """How many positional arguments ``function`` takes: 1 (t) or 1 + the count of
+    ``state_names``, or any count in between that ends a group ("angle, rate | bodies"
+    allows (t), (t, angle, rate) and (t, angle, rate, bodies))."""
+    groups = [len(g.split(",")) for g in state_names.split("|")]
+    allowed = [1] + [1 + sum(groups[:k + 1]) for k in range(len(groups))]
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return 1  # builtins without a signature: f(t)
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in parameters if p.kind in kinds and p.default is inspect.Parameter.empty]
+    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return allowed[-1]
+    if len(required) not in allowed:
+        forms = " or ".join("(t" + "".join(", " + name.strip() for name in
+                                           ",".join(state_names.split("|")).split(",")[:k - 1])
+                            + ")" for k in allowed)
+        raise ModelTypeError(f"{owner}: the {what} function must take {forms}, it takes "
+                             f"{len(required)} arguments")
+    return len(required)
+
+
+# -- loads ------------------------------------------------------------------------------------
+class Load(Force):
+    """A force at a body point and/or a torque on a rigid body.
+
+    Parameters
+    ----------
+    body : Body
+    force, torque : 3-vector, f(t) or f(t, state), optional
+        World components (or body components with ``frame="body"``); ``state`` is a
+        :class:`BodyState`. A torque needs a rigid body.
+    point : array_like (3,), optional
+        Point of application (world, initial pose); the body's reference point by default.
+    frame : {"world", "body"}
+        Components of force and torque: fixed in space, or fixed in the body (thrusters).
+    """
+
+    def __init__(self, body: Body, force=None, torque=None, point=None, frame: str = "world",
+                 name: str | None = None):
+        super().__init__(name)
+        owner = f"Load {self.name!r}"
+        if not isinstance(body, Body):
+            raise ModelTypeError(f"{owner}: body must be a body, got {body!r}")
+        if body.n_coordinates == 0:
+            raise ModelError(f"{owner}: a load on the ground does no work; give a moving body")
+        if force is None and torque is None:
+            raise ModelError(f"{owner}: give a force, a torque or both")
+        if frame not in ("world", "body"):
+            raise ModelError(f"{owner}: frame must be 'world' or 'body', got {frame!r}")
+        if (torque is not None or frame == "body") and not body.has_orientation:
+            raise ModelError(f"{owner}: body {body.name!r} is a point mass; a torque or "
+                             f"body-frame components need a RigidBody")
+        self.body, self.frame = body, frame
+        self.point = None if point is None else as_vector(point, 3, "point", owner)
+        state = "state"
+        self.force = None if force is None else _Value(force, 3, "force", owner, state)
+        self.torque = None if torque is None else _Value(torque, 3, "torque", owner, state)
+
+    def bodies_acted_on(self):
+        return [self.body]
+
+    def terms(self, context):
+        return []
+
+    def applied_terms(self, context) -> list[AppliedTerm]:
+        offset = context.offsets[self.body.name]
+        local = LocalCoordinates(np.arange(offset, offset + self.body.n_coordinates))
+        point = self.body.reference_point() if self.point is None else self.point
+        position = local.affine(context.point(self.body, point))
+        directors = local.directors(offset if self.body.has_orientation else None)
+        return [_LoadTerm(self.name, local, position, directors, self.force, self.torque,
+                          self.frame == "body")]
+
+
+class _LoadTerm(AppliedTerm):
+    def __init__(self, name, local, position, directors, force, torque, body_frame):
+        super().__init__(name, local)
+        self.position, self.offset = position
+        self.directors = directors
+        self.force, self.torque, self.body_frame = force, torque, body_frame
+        self.uses_state = any(v is not None and v.uses_state for v in (force, torque))
+
+    def _state(self, q, v) -> BodyState:
+        return _body_state((self.position, self.offset), self.directors, q, v)
+
+    def _values(self, t, q, v):
+        state = (self._state(q, v),) if self.uses_state else ()
+        force = None if self.force is None else self.force(t, *state)
+        torque = None if self.torque is None else self.torque(t, *state)
+        return force, torque
+
+    def _generalized(self, t, q, v):
+        force, torque = self._values(t, q, v)
+        out = np.zeros(q.size)
+        directors = None if self.directors is None else q[self.directors]
+        if force is not None:
+            world = directors.T @ force if self.body_frame else force
+            out += self.position.T @ world
+        if torque is not None:
+            world = directors.T @ torque if self.body_frame else torque
+            out[self.directors] += torque_coordinates(directors, world)
+        return out, force, torque
+
+    def evaluate(self, t, q, v, jacobian):
+        value, force, torque = self._generalized(t, q, v)
+        if not jacobian:
+            return value, None, None
+        if self.uses_state:
+            return value, *_forward_differences(lambda a, b: self._generalized(t, a, b)[0],
+                                                q, v, value)
+        d_q = np.zeros((q.size, q.size))
+        index = self.directors
+        if force is not None and self.body_frame:  # d(B^T sum_k F_k d_k)/d d_k = F_k B^T
+            for k in range(3):
+                d_q[:, index[k]] += force[k] * self.position.T
+        if torque is not None:
+            directors = q[index]
+            world = directors.T @ torque if self.body_frame else torque
+            c = np.linalg.solve(rotation_generator(directors), world)
+            for i in range(3):  # c x d_i at fixed c; dc/dq vanishes along rotations
+                d_q[np.ix_(index[i], index[i])] += skew(c)
+                if self.body_frame:
+                    for k in range(3):
+                        d_q[np.ix_(index[i], index[k])] -= 0.5 * torque[k] * skew(
+                            directors[i])
+        return value, d_q, None
+
+
+def _forward_differences(function, q, v, value):
+    """(dQ/dq, dQ/dv) of ``function(q, v)`` by forward differences."""
+    derivatives = []
+    for argument, which in ((q, 0), (v, 1)):
+        out = np.zeros((value.size, argument.size))
+        scale = max(float(np.max(np.abs(argument), initial=0.0)), 1.0)
+        for j in range(argument.size):
+            step = STATE_DIFFERENCE_STEP * scale
+            shifted = argument.copy()
+            shifted[j] += step
+            args = (shifted, v) if which == 0 else (q, shifted)
+            out[:, j] = (function(*args) - value) / step
+        derivatives.append(out)
+    return derivatives
+
+
+# -- scalar efforts: dampers and joint actuators ----------------------------------------------
+class _EffortTerm(AppliedTerm):
+    """Q = tau(t, s, s') J(q) for a scalar coordinate s(q) with s' = J(q) . v.
+
+    Subclasses give s and J (:meth:`coordinate`); ``curvature(q, v, tau, rate_slope)`` adds
+    the derivative of J where it is cheap (two-point dampers). Otherwise Newton's matrix
+    keeps tau_s J J^T (dq) and tau_s' J J^T (dv), which is exact along the joint's motion.
+    """
+
+    def __init__(self, name, local, law, bodies=None):
+        super().__init__(name, local)
+        self.law = law  # (t, s, rate, jacobian) -> (tau, dtau/ds, dtau/drate)
+        #: (q, v) -> the BodyStates of the joint's bodies, when the law reads them
+        self.bodies = bodies if getattr(law, "reads_bodies", False) else None
+
+    def coordinate(self, q):
+        raise NotImplementedError
+
+    def curvature(self, q, v, effort, rate_slope):
+        return None
+
+    def _generalized(self, t, q, v):
+        s, row = self.coordinate(q)
+        return self.law(t, s, float(row @ v), False, self.bodies(q, v))[0] * row
+
+    def evaluate(self, t, q, v, jacobian):
+        if self.bodies is not None:  # a user law of the body states: difference quotients
+            value = self._generalized(t, q, v)
+            if not jacobian:
+                return value, None, None
+            return value, *_forward_differences(lambda a, b: self._generalized(t, a, b), q,
+                                                v, value)
+        s, row = self.coordinate(q)
+        rate = float(row @ v)
+        effort, slope, rate_slope = self.law(t, s, rate, jacobian)
+        value = effort * row
+        if not jacobian:
+            return value, None, None
+        outer = np.outer(row, row)
+        d_q = slope * outer
+        extra = self.curvature(q, v, effort, rate_slope)
+        if extra is not None:
+            d_q = d_q + extra
+        return value, d_q, rate_slope * outer
+
+
+def _damping_law(damping: float):
+    def law(t, s, rate, jacobian, bodies=None):
+        return -damping * rate, 0.0, -damping
+    return law
+
+
+def _user_law(value: _Value):
+    """tau(t, s, s'[, bodies]) with its slopes in s and s' by central differences."""
+    def law(t, s, rate, jacobian, bodies=None):
+        effort = value(t, s, rate, bodies)
+        if not jacobian or not value.uses_state:
+            return effort, 0.0, 0.0
+        slopes = []
+        for ds, dr in ((1.0, 0.0), (0.0, 1.0)):
+            step = 1e-6 * max(abs(s) * ds + abs(rate) * dr, 1.0)
+            plus = value(t, s + step * ds, rate + step * dr)
+            minus = value(t, s - step * ds, rate - step * dr)
+            slopes.append((plus - minus) / (2.0 * step))
+        return effort, slopes[0], slopes[1]
+    law.reads_bodies = value.arguments == 4
+    return law
+
+
+class _DistanceTerm(_EffortTerm):
+    """s = |x_b - x_a| for two body points; J = D^T e with e the unit vector from a to b."""
+
+    def __init__(self, name, local, relative, law):
+        super().__init__(name, local, law)
+        self.map, self.offset = relative
+
+    def coordinate(self, q):
+        r = self.map @ q + self.offset
+        length = float(np.linalg.norm(r))
+        if length == 0.0:
+            raise ForceFunctionError(f"damper {self.name!r}: its two points coincide, the "
+                                     f"direction of the damping force is undefined")
+        return length, self.map.T @ (r / length)
+
+    def curvature(self, q, v, effort, rate_slope):
+        r = self.map @ q + self.offset
+        length = float(np.linalg.norm(r))
+        e = r / length
+        projector = (np.eye(3) - np.outer(e, e)) / length  # de/dr
+        d_row = self.map.T @ projector @ self.map  # dJ/dq
+        d_rate = (self.map @ v) @ projector @ self.map  # d(J . v)/dq
+        return effort * d_row + rate_slope * np.outer(self.map.T @ e, d_rate)
+
+
+class Damper(Force):
+    """Linear viscous damper along the line of two body points: f = -c s' e.
+
+    Parameters
+    ----------
+    body_a, body_b : Body
+        Either may be ``system.ground``.
+    damping : float
+        c > 0 (force per velocity).
+    point_a, point_b : array_like (3,), optional
+        Attachment points (world, initial pose); default to the bodies' reference points.
+        They must not coincide.
+    """
+
+    def __init__(self, body_a: Body, body_b: Body, damping: float, point_a=None, point_b=None,
+                 name: str | None = None):
+        super().__init__(name)
+        owner = f"Damper {self.name!r}"
+        for label, body in (("body_a", body_a), ("body_b", body_b)):
+            if not isinstance(body, Body):
+                raise ModelTypeError(f"{owner}: {label} must be a body, got {body!r}")
+        if body_a is body_b:
+            raise ModelError(f"{owner} connects body {body_a.name!r} to itself; give two "
+                             f"different bodies")
+        self.body_a, self.body_b = body_a, body_b
+        self.damping = as_scalar(damping, "damping", owner, positive=True)
+        self.point_a = None if point_a is None else as_vector(point_a, 3, "point_a", owner)
+        self.point_b = None if point_b is None else as_vector(point_b, 3, "point_b", owner)
+        a, b = self.attachment_points()
+        if np.allclose(a, b, rtol=0.0, atol=1e-300):
+            raise ModelError(f"{owner}: its two points coincide at the initial pose; the "
+                             f"damping direction is undefined (give distinct points)")
+
+    def bodies_acted_on(self):
+        return [self.body_a, self.body_b]
+
+    def attachment_points(self) -> tuple[np.ndarray, np.ndarray]:
+        a = self.body_a.reference_point() if self.point_a is None else self.point_a
+        b = self.body_b.reference_point() if self.point_b is None else self.point_b
+        return a, b
+
+    def terms(self, context):
+        return []
+
+    def applied_terms(self, context) -> list[AppliedTerm]:
+        return [two_point_damper(self.name, context, self.body_a, self.body_b,
+                                 *self.attachment_points(), self.damping)]
+
+
+def two_point_damper(name: str, context, body_a: Body, body_b: Body, point_a, point_b,
+                     damping: float) -> AppliedTerm:
+    """The applied term of a viscous damper between two body points (also used by
+    ``Spring(damping=...)``)."""
+    local = LocalCoordinates(_coordinates(context, body_a, body_b))
+    relative = (context.point(body_b, point_b) - context.point(body_a, point_a))
+    return _DistanceTerm(name, local, local.affine(relative), _damping_law(damping))
+
+
+def _coordinates(context, *bodies: Body) -> np.ndarray:
+    parts = [np.arange(context.offsets[b.name], context.offsets[b.name] + b.n_coordinates)
+             for b in bodies]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
+
+
+class _AngleTerm(_EffortTerm):
+    """s = the rotation of body b relative to body a about the joint axis (0 at the initial
+    pose, in (-pi, pi]); J = (R_b - R_a)^T axis with R the torque maps of the bodies."""
+
+    def __init__(self, name, local, law, axis, first, second, reference, directors_a,
+                 directors_b, bodies=None):
+        super().__init__(name, local, law, bodies)
+        self.axis, self.first, self.second, self.reference = axis, first, second, reference
+        self.directors_a, self.directors_b = directors_a, directors_b
+
+    def coordinate(self, q):
+        e1, e2 = (m @ q + c for m, c in (self.first, self.second))
+        f1 = self.reference[0] @ q + self.reference[1]
+        angle = float(np.arctan2(f1 @ e2, f1 @ e1))
+        axis = self.axis[0] @ q + self.axis[1]
+        row = np.zeros(q.size)
+        for directors, sign in ((self.directors_b, 1.0), (self.directors_a, -1.0)):
+            if directors is not None:
+                row[directors] += sign * torque_coordinates(q[directors], axis)
+        return angle, row
+
+
+class _SlideTerm(_EffortTerm):
+    """s = axis . (x_b(P) - x_a(P)) (0 at the initial pose); J = (B_b - B_a)^T axis."""
+
+    def __init__(self, name, local, law, axis, relative, bodies=None):
+        super().__init__(name, local, law, bodies)
+        self.axis, self.relative = axis, relative
+
+    def coordinate(self, q):
+        axis = self.axis[0] @ q + self.axis[1]
+        r = self.relative[0] @ q + self.relative[1]
+        return float(axis @ r), self.relative[0].T @ axis
+
+
+def joint_effort_term(joint, context, law, name: str, kind: str) -> AppliedTerm:
+    """The applied term of an effort on ``joint``'s rotation ("angle") or translation
+    ("slide") about/along its axis."""
+    body_a, body_b = joint.body_a, joint.body_b
+    local = LocalCoordinates(_coordinates(context, body_a, body_b))
+    axis = local.affine(context.vector(body_a, joint.axis))
+
+    def directors(body):
+        return local.directors(context.offsets[body.name]) if body.n_coordinates else None
+
+    states = [None if body.n_coordinates == 0 else
+              (local.affine(context.point(body, body.reference_point())), directors(body))
+              for body in (body_a, body_b)]
+
+    def bodies(q, v):
+        return tuple(None if state is None else _body_state(state[0], state[1], q, v)
+                     for state in states)
+
+    if kind == "slide":
+        relative = local.affine(context.point(body_b, joint.point)
+                                - context.point(body_a, joint.point))
+        return _SlideTerm(name, local, law, axis, relative, bodies)
+    e1, e2 = perpendicular_pair(joint.axis)
+    return _AngleTerm(name, local, law, axis, local.affine(context.vector(body_a, e1)),
+                      local.affine(context.vector(body_a, e2)),
+                      local.affine(context.vector(body_b, e1)), directors(body_a),
+                      directors(body_b), bodies)
+
+
+class _JointEffort(Force):
+    """Common parts of the joint actuators and dampers."""
+
+    kinds: dict = {}  # joint type name -> "angle" or "slide"
+    what = "effort"
+
+    def __init__(self, joint, name: str | None):
+        super().__init__(name)
+        owner = f"{type(self).__name__} {self.name!r}"
+        if not isinstance(joint, Joint):
+            raise ModelTypeError(f"{owner}: joint must be a joint, got {joint!r}")
+        kind = self.kinds.get(type(joint).__name__)
+        if kind is None:
+            raise ModelError(f"{owner}: a {type(self).__name__} acts on "
+                             f"{' or '.join(sorted(self.kinds))} joints, got "
+                             f"{type(joint).__name__} {joint.name!r}; use a Load for a "
+                             f"{self.what} on a body instead")
+        self.joint, self.kind, self.owner = joint, kind, owner
+
+    def bodies_acted_on(self):
+        return list(self.joint.bodies)
+
+    def referenced_bodies(self):
+        if self.joint.system is None:
+            raise ModelError(f"{self.owner}: joint {self.joint.name!r} is not in a system; add "
+                             f"the joint first")
+        return list(self.joint.bodies)
+
+    def terms(self, context):
+        return []
+
+
+class JointTorque(_JointEffort):
+    """A torque tau about the axis of a revolute (or cylindrical) joint, on body_b (and -tau
+    on body_a): a motor. ``torque`` is a number, f(t), f(t, angle, rate) with the joint
+    angle (0 at the initial pose, in (-pi, pi]) and its rate -- PD laws and motor curves --
+    or f(t, angle, rate, bodies) with ``bodies`` the :class:`BodyState` of body_a (None for
+    the ground) and body_b at their centres of mass, for control laws that read the bodies'
+    attitude (a reaction wheel's torque from the satellite's rotation)."""
+
+    kinds = {"Revolute": "angle", "Cylindrical": "angle"}
+    what = "torque"
+
+    def __init__(self, joint, torque, name: str | None = None):
+        super().__init__(joint, name)
+        self.torque = _Value(torque, 1, "torque", self.owner, "angle, rate | bodies")
+
+    def applied_terms(self, context):
+        return [joint_effort_term(self.joint, context, _user_law(self.torque), self.name,
+                                  self.kind)]
+
+
+class JointForce(_JointEffort):
+    """A force along the axis of a prismatic (or cylindrical) joint, on body_b (and its
+    opposite on body_a). ``force`` is a number, f(t), f(t, displacement, rate) or
+    f(t, displacement, rate, bodies) (see :class:`JointTorque`)."""
+
+    kinds = {"Prismatic": "slide", "Cylindrical": "slide"}
+    what = "force"
+
+    def __init__(self, joint, force, name: str | None = None):
+        super().__init__(joint, name)
+        self.force = _Value(force, 1, "force", self.owner, "displacement, rate | bodies")
+
+    def applied_terms(self, context):
+        return [joint_effort_term(self.joint, context, _user_law(self.force), self.name,
+                                  self.kind)]
+
+
+class JointDamper(_JointEffort):
+    """Viscous damping of a joint's relative motion: torque -c angle' on revolute and
+    cylindrical joints (about the axis), force -c displacement' on prismatic joints. Also
+    created by ``damping=`` of :class:`~mbs.joints.Revolute` and
+    :class:`~mbs.joints.Prismatic`."""
+
+    kinds = {"Revolute": "angle", "Cylindrical": "angle", "Prismatic": "slide"}
+    what = "damping"
+
+    def __init__(self, joint, damping: float, name: str | None = None):
+        super().__init__(joint, name)
+        self.damping = as_scalar(damping, "damping", self.owner, positive=True)
+
+    def applied_terms(self, context):
+        return [joint_effort_term(self.joint, context, _damping_law(self.damping), self.name,
+                                  self.kind)]

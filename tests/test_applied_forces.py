@@ -1,0 +1,399 @@
+"""Loads, dampers and joint actuators: closed forms, energy balance, momentum impulses, bad
+input.
+
+Tolerances: the closed-form comparisons use schemes that are exact for the problem (constant
+force: every second-order scheme integrates a quadratic motion exactly) or of order 6 at
+h = 0.01 (error ~ (h omega)^6); the energy balance of EM is exact up to Newton's tolerance
+(1e-12 relative increments) and round-off of sums of O(n) terms, so 1e-12 of the energy
+scale per step; momentum impulses are exact up to round-off of |J| (1e-12 relative)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import mbs
+from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
+from mbs.forces import Damper, JointDamper, JointForce, JointTorque, Load, Spring
+from mbs.streaming import load_stream
+from tests.mechanisms import (
+    assert_stream_resume_and_ensemble_repeat_the_run,
+    finite_difference,
+    link,
+    slider_crank,
+)
+
+Z = (0.0, 0.0, 1.0)
+SECOND_ORDER = ["em", "ggl-vi-a", "rattle", "hbvm"]
+EVERY_SCHEME = [("em", {}), ("ggl-vi-a", {}), ("ggl-vi-s", {}), ("ggl-vi-b", {}),
+                ("rattle", {}), ("hbvm", {}), ("lobatto", {"stages": 3}), ("em", {"order": 4})]
+
+
+# -- damped oscillator ---------------------------------------------------------------------------
+MASS, STIFFNESS, DAMPING, STRETCH = 2.0, 50.0, 1.5, 0.3
+
+
+def damped_oscillator(separate_damper: bool = False) -> mbs.Model:
+    """A point mass on a spring-damper to the ground point at the origin, along x."""
+    system = mbs.System()
+    body = system.add(mbs.PointMass(MASS, name="mass"))
+    body.set_state(position=(1.0 + STRETCH, 0.0, 0.0))
+    if separate_damper:
+        system.add(Spring(system.ground, body, STIFFNESS, rest_length=1.0, point_a=(0, 0, 0)))
+        system.add(Damper(system.ground, body, DAMPING, point_a=(0, 0, 0)))
+    else:
+        system.add(Spring(system.ground, body, STIFFNESS, rest_length=1.0, point_a=(0, 0, 0),
+                          damping=DAMPING))
+    return system.compile()
+
+
+def oscillator_displacement(t: float) -> float:
+    omega0, decay = np.sqrt(STIFFNESS / MASS), DAMPING / (2.0 * MASS)
+    omega = np.sqrt(omega0**2 - decay**2)
+    return STRETCH * np.exp(-decay * t) * (np.cos(omega * t) + decay / omega * np.sin(omega * t))
+
+
+def fitted_order(errors: list[float], steps: list[float]) -> float:
+    return float(np.polyfit(np.log(steps), np.log(errors), 1)[0])
+
+
+@pytest.mark.parametrize("solver, options, order", [
+    ("em", {}, 2), ("ggl-vi-a", {}, 2), ("rattle", {}, 2), ("hbvm", {"s": 1, "k": 2}, 2),
+    ("lobatto", {"stages": 2}, 2), ("lobatto", {"stages": 3}, 4), ("em", {"order": 4}, 4),
+    ("ggl-vi-s", {}, 1), ("ggl-vi-b", {}, 1)])
+def test_damped_oscillator_matches_the_closed_form_with_the_schemes_order(solver, options,
+                                                                          order):
+    model = damped_oscillator()
+    steps = [0.02, 0.01, 0.005] if order > 1 else [0.01, 0.005, 0.0025]  # asymptotic range
+    errors = [abs(mbs.simulate(model, solver, h=h, t_end=2.0, **options).q[-1, 0] - 1.0
+                  - oscillator_displacement(2.0)) for h in steps]
+    assert fitted_order(errors, steps) == pytest.approx(order, abs=0.1)
+
+
+def test_spring_damping_equals_a_separate_damper():
+    joint = mbs.simulate(damped_oscillator(), "em", h=0.01, t_end=1.0)
+    separate = mbs.simulate(damped_oscillator(separate_damper=True), "em", h=0.01, t_end=1.0)
+    np.testing.assert_allclose(joint.q, separate.q, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(joint.work, separate.work, rtol=0, atol=1e-13)
+
+
+def energy_balance_per_step(solution: mbs.Solution) -> float:
+    """max |E_{k+1} - E_k - W_k| over the steps, relative to the energy scale of the run."""
+    energy = solution.energy()
+    scale = max(float(np.max(np.abs(energy))), float(np.max(solution.kinetic_energy())),
+                float(np.max(np.abs(solution.work))))
+    return float(np.max(np.abs(np.diff(energy - solution.work)))) / scale
+
+
+def test_em_energy_balance_of_the_damped_oscillator():
+    solution = mbs.simulate(damped_oscillator(), "em", h=0.01, t_end=5.0)
+    assert solution.work[-1] < -0.9 * 0.5 * STIFFNESS * STRETCH**2  # most energy dissipated
+    assert energy_balance_per_step(solution) <= 1e-12
+    assert np.all(np.diff(solution.work) <= 0.0)  # a damper never does positive work
+
+
+def motor_slider_crank() -> mbs.Model:
+    """The slider-crank driven by a motor with a speed-dependent torque and a dashpot on the
+    slider."""
+    system = slider_crank()
+    system.add(JointTorque(system["crank_pivot"], lambda t, angle, rate: 5.0 - 0.5 * rate,
+                           name="motor"))
+    system.add(Damper(system.ground, system["slider"], 3.0, point_a=(3.0, 0.0, 0.0),
+                      name="dashpot"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its redundant constraints are removed
+        return system.compile()
+
+
+def damped_chain(links: int = 10) -> mbs.Model:
+    """A hanging chain of links with damped revolute joints, released horizontally."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    previous = system.ground
+    for k in range(links):
+        body = system.add(link(f"link{k}", (0.5 * k, 0, 0), (0.5 * (k + 1), 0, 0)))
+        system.add(mbs.joints.Revolute(previous, body, point=(0.5 * k, 0, 0), axis=(0, 1, 0),
+                                       damping=0.2, name=f"joint{k}"))
+        previous = body
+    return system.compile()
+
+
+def test_em_energy_balance_of_the_motor_slider_crank():
+    solution = mbs.simulate(motor_slider_crank(), "em", h=1e-3, t_end=1.0)
+    assert solution.work[-1] > 1.0  # the motor drives it
+    assert energy_balance_per_step(solution) <= 1e-12
+
+
+def test_em_energy_balance_of_a_chain_with_joint_dampers():
+    solution = mbs.simulate(damped_chain(), "em", h=1e-3, t_end=0.5)
+    assert solution.work[-1] < 0.0
+    assert energy_balance_per_step(solution) <= 1e-12
+    summary = solution.conservation_summary()
+    assert "energy balance" in summary and "work of applied forces" in summary
+
+
+@pytest.mark.parametrize("solver", ["ggl-vi-a", "rattle", "lobatto"])
+def test_other_schemes_balance_energy_to_their_order(solver):
+    """Not exact, but the balance error shrinks with the scheme's order (factor >= 3 from
+    h = 2e-3 to 1e-3)."""
+    model = motor_slider_crank()
+    coarse, fine = (np.max(np.abs(mbs.simulate(model, solver, h=h, t_end=0.2)
+                                  .energy_balance())) for h in (2e-3, 1e-3))
+    assert fine < coarse / 3.0
+
+
+# -- closed forms ------------------------------------------------------------------------------
+def test_constant_force_on_a_free_point_mass_is_exact():
+    system = mbs.System()
+    body = system.add(mbs.PointMass(2.0, name="mass"))
+    body.set_state(position=(1.0, 2.0, 3.0), velocity=(0.5, -1.0, 0.2))
+    force = np.array([0.3, -0.7, 1.1])
+    system.add(Load(body, force=force))
+    model = system.compile()
+    exact = np.array([1.0, 2.0, 3.0]) + np.array([0.5, -1.0, 0.2]) * 1.5 + force / 4.0 * 1.5**2
+    for solver, options in EVERY_SCHEME:
+        if solver in ("ggl-vi-s", "ggl-vi-b"):
+            continue  # first order: the force enters at one end of the step
+        final = mbs.simulate(model, solver, h=0.01, t_end=1.5, **options).q[-1]
+        assert np.linalg.norm(final - exact) <= 1e-10 * np.linalg.norm(exact), solver
+
+
+def disc_on_hinge(torque) -> tuple[mbs.Model, float]:
+    system = mbs.System()
+    disc = system.add(mbs.RigidBody.from_shape("cylinder", mass=3.0, radius=0.4, length=0.1,
+                                               name="disc"))
+    hinge = system.add(mbs.joints.Revolute(system.ground, disc, point=(0, 0, 0), axis=Z,
+                                           name="hinge"))
+    system.add(JointTorque(hinge, torque, name="motor"))
+    model = system.compile()
+    return model, float(np.asarray(model.body("disc").inertia)[2, 2])
+
+
+@pytest.mark.parametrize("solver, options", [("lobatto", {"stages": 4}), ("em", {"order": 6})])
+def test_constant_joint_torque_on_a_disc_gives_the_closed_form_angle(solver, options):
+    model, inertia = disc_on_hinge(0.8)
+    solution = mbs.simulate(model, solver, h=0.01, t_end=1.0, **options)
+    rotation = solution.body("disc").rotation
+    angle = np.unwrap(np.arctan2(rotation[:, 1, 0], rotation[:, 0, 0]))
+    exact = 0.8 * solution.t**2 / (2.0 * inertia)
+    assert np.max(np.abs(angle - exact)) <= 1e-10 * exact[-1]
+    assert solution.work[-1] == pytest.approx(0.8 * exact[-1], rel=1e-12)
+
+
+def test_joint_torque_of_the_rate_gives_the_exponential_approach_to_the_motor_speed():
+    """tau = k (w* - w): the hinge rate approaches w* as 1 - exp(-k t / I)."""
+    target, gain = 3.0, 0.05
+    model, inertia = disc_on_hinge(lambda t, angle, rate: gain * (target - rate))
+    solution = mbs.simulate(model, "lobatto", stages=4, h=0.01, t_end=1.0)
+    rate = solution.body("disc").angular_velocity[:, 2]
+    exact = target * (1.0 - np.exp(-gain * solution.t / inertia))
+    np.testing.assert_allclose(rate, exact, rtol=0, atol=1e-10 * target)
+
+
+# -- momentum impulses -------------------------------------------------------------------------
+def torqued_free_body(torque) -> mbs.Model:
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(2.0, (0.3, 0.4, 0.5), name="body"))
+    body.set_state(position=(0.1, 0.2, 0.3), rotation=mbs.rotation_about_y(0.3),
+                   angular_velocity=(1.0, 2.0, 30.0))
+    system.add(Load(body, torque=torque, name="thruster"))
+    return system.compile()
+
+
+@pytest.mark.filterwarnings("ignore:simulate")  # first-order schemes at a fast spin
+@pytest.mark.parametrize("solver, options", [(s, o) for s, o in EVERY_SCHEME if s != "hbvm"])
+def test_angular_momentum_changes_by_exactly_the_applied_impulse(solver, options):
+    """Every momentum-conserving scheme (hbvm is not one)."""
+    torque = np.array([0.2, -0.1, 0.7])
+    solution = mbs.simulate(torqued_free_body(torque), solver, h=0.01, t_end=0.3, **options)
+    momentum = solution.angular_momentum()
+    change = np.diff(momentum, axis=0) - 0.01 * torque
+    assert np.max(np.abs(change)) <= 1e-12 * np.max(np.abs(momentum))
+
+
+@pytest.mark.parametrize("solver, fraction", [("em", 0.5), ("ggl-vi-a", 0.5), ("rattle", None)])
+def test_time_dependent_torque_impulse_is_the_schemes_quadrature(solver, fraction):
+    """tau(t) = tau0 (1 + t): midpoint (em, ggl-vi-a) and trapezoidal (rattle) rules are
+    exact for it, so every step's momentum change is h tau(t_n + h/2)."""
+    torque = np.array([0.0, 0.0, 0.7])
+    h = 0.01
+    solution = mbs.simulate(torqued_free_body(lambda t: torque * (1.0 + t)), solver, h=h,
+                            t_end=0.3)
+    momentum = solution.angular_momentum()
+    expected = h * torque[None, :] * (1.0 + solution.t[:-1, None] + 0.5 * h)
+    assert np.max(np.abs(np.diff(momentum, axis=0) - expected)) <= 1e-12 * np.max(
+        np.abs(momentum))
+
+
+def test_body_frame_thrust_moves_with_the_body():
+    """A thrust fixed in the body along its spin axis: the centre of mass accelerates along
+    the (precessing-free, spinning) axis, |p| grows at the thrust's rate."""
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(2.0, (0.3, 0.3, 0.5), name="body"))
+    body.set_state(rotation=mbs.rotation_about_y(0.4), angular_velocity=(0.0, 0.0, 0.0))
+    system.add(Load(body, force=(0.0, 0.0, 1.0), frame="body"))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=1.0)
+    axis = mbs.rotation_about_y(0.4)[:, 2]
+    np.testing.assert_allclose(solution.body("body").velocity[-1], axis * 0.5, atol=1e-12)
+
+
+# -- derivatives ---------------------------------------------------------------------------------
+def test_damper_and_load_derivatives_match_finite_differences():
+    """dQ/dq and dQ/dv of a damper between two bodies and of a body-frame force."""
+    system = mbs.System()
+    a = system.add(link("a", (0, 0, 0), (1, 0, 0)))
+    b = system.add(link("b", (1, 0.5, 0.2), (2, 0.5, 0.2)))
+    a.set_state(velocity=(0.1, 0.2, -0.3), angular_velocity=(0.5, -0.2, 0.1))
+    system.add(Damper(a, b, 2.0, point_a=(0.8, 0, 0), point_b=(1.2, 0.5, 0.2)))
+    system.add(Load(b, force=(0.3, -0.2, 0.5), point=(1.5, 0.5, 0.2), frame="body"))
+    model = system.compile()
+    rng = np.random.default_rng(3)
+    q = model.q0 + 0.01 * rng.standard_normal(model.n)
+    v = rng.standard_normal(model.n)
+    _, by_q, by_v = model.applied_force_derivatives(0.0, q, v)
+    np.testing.assert_allclose(by_q, finite_difference(lambda x: model.applied_force(0.0, x, v),
+                                                       q), atol=1e-7)
+    np.testing.assert_allclose(by_v, finite_difference(lambda x: model.applied_force(0.0, q, x),
+                                                       v), atol=1e-7)
+
+
+def test_joint_actuator_rate_derivative_matches_finite_differences():
+    model, _ = disc_on_hinge(lambda t, angle, rate: -0.3 * angle - 2.0 * rate)
+    q = model.q0.copy()
+    v = np.zeros(model.n)
+    v[3:12] = np.cross([0.0, 0.0, 1.5], q[3:12].reshape(3, 3)).ravel()  # spin about z
+    _, _, by_v = model.applied_force_derivatives(0.0, q, v)
+    np.testing.assert_allclose(by_v, finite_difference(lambda x: model.applied_force(0.0, q, x),
+                                                       v), atol=1e-7)
+
+
+# -- driver features --------------------------------------------------------------------------
+@pytest.mark.parametrize("solver, options", [("em", {}), ("lobatto", {"stages": 3})])
+def test_stream_resume_and_ensembles_keep_the_work(solver, options, tmp_path):
+    model = damped_oscillator()
+    assert_stream_resume_and_ensemble_repeat_the_run(model, solver, options, 0.01, 20,
+                                                     tmp_path)
+    full = mbs.simulate(model, solver, h=0.01, t_end=0.2, **options)
+    resumed = load_stream(str(tmp_path / "run"), model)
+    np.testing.assert_array_equal(resumed.work, full.work)
+    states = (np.stack([model.q0, model.q0]), np.stack([model.p0, model.p0]))
+    ensemble = mbs.simulate_ensemble(model, states, h=0.01, t_end=0.2, solver=solver,
+                                     **options)
+    np.testing.assert_array_equal(ensemble.work[0], full.work)
+
+
+def test_compiled_backend_falls_back_and_gives_the_same_run():
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    body = system.add(mbs.PointMass(1.0, name="mass"))
+    system.add(Damper(system.ground, body, 0.5, point_a=(0.0, 0.0, 1.0)))
+    model = system.compile()
+    plain = mbs.simulate(model, "em", h=0.01, t_end=0.2)
+    with pytest.warns(UserWarning, match="loads, dampers and actuators"):
+        compiled = mbs.simulate(model, "em", h=0.01, t_end=0.2, backend="compiled")
+    np.testing.assert_array_equal(compiled.q, plain.q)
+
+
+def test_saved_solution_keeps_the_work(tmp_path):
+    solution = mbs.simulate(damped_oscillator(), "em", h=0.01, t_end=0.2)
+    path = mbs.save_solution(solution, tmp_path / "run")
+    loaded = mbs.load_solution(path, damped_oscillator())
+    np.testing.assert_array_equal(loaded.work, solution.work)
+
+
+# -- bad input ----------------------------------------------------------------------------------
+def test_bad_loads_and_actuators_get_clear_errors():
+    system = mbs.System()
+    point = system.add(mbs.PointMass(1.0, name="point"))
+    point.set_state(position=(1.0, 0.0, 0.0))
+    rod = system.add(link("rod", (0, 0, 0), (1, 0, 0)))
+    ball = system.add(mbs.joints.Spherical(system.ground, rod, point=(0, 0, 0), name="ball"))
+    with pytest.raises(ModelError, match="point mass"):
+        Load(point, torque=(0, 0, 1))
+    with pytest.raises(ModelError, match="Spherical 'ball'.*Load"):
+        JointTorque(ball, 1.0)
+    with pytest.raises(ModelError, match="Prismatic"):
+        JointForce(ball, 1.0)
+    with pytest.raises(ModelError, match="positive"):
+        JointDamper(ball if False else mbs.joints.Revolute(system.ground, rod, (0, 0, 0), Z),
+                    -1.0)
+    with pytest.raises(ModelTypeError, match=r"\(t\) or \(t, state\)"):
+        Load(rod, force=lambda t, a, b: (0, 0, 0))
+    with pytest.raises(ModelError, match="give a force, a torque"):
+        Load(rod)
+    system.add(Load(rod, force=lambda t: (1.0, 2.0), name="short"))
+    with pytest.raises(ModelError, match="Load 'short'.*3-vector"):
+        system.compile()
+
+
+def test_a_force_that_turns_non_finite_stops_the_run_with_the_steps_so_far():
+    system = mbs.System()
+    body = system.add(mbs.PointMass(1.0, name="mass"))
+    system.add(Load(body, force=lambda t: (np.nan if t > 0.045 else 1.0, 0.0, 0.0),
+                    name="faulty"))
+    model = system.compile()
+    with pytest.raises(ForceFunctionError, match="Load 'faulty'.*non-finite") as error:
+        mbs.simulate(model, "em", h=0.01, t_end=1.0)
+    assert error.value.step >= 4
+    assert error.value.solution.t.size == error.value.step + 1  # every step before it
+
+
+def test_vi_conversion_refuses_applied_forces():
+    with pytest.raises(ModelError, match="no forcing terms"):
+        mbs.simulate(damped_oscillator(), "vi-conversion", h=0.01, t_end=0.1)
+
+
+def test_constant_joint_force_on_a_slider_gives_the_closed_form_displacement():
+    system = mbs.System()
+    block = system.add(mbs.RigidBody.from_shape("box", mass=1.5, lx=0.2, ly=0.1, lz=0.1,
+                                                name="block"))
+    guide = system.add(mbs.joints.Prismatic(system.ground, block, point=(0, 0, 0),
+                                            axis=(1, 1, 0), name="guide"))
+    system.add(JointForce(guide, 0.6))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=1.0)
+    displacement = solution.joint("guide").position
+    np.testing.assert_allclose(displacement, 0.6 * solution.t**2 / 3.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(solution.body("block").position[-1],
+                               0.2 / np.sqrt(2.0) * np.array([1.0, 1.0, 0.0]), atol=1e-12)
+
+
+def satellite_with_wheel(law) -> mbs.Model:
+    system = mbs.System()
+    satellite = system.add(mbs.RigidBody(100.0, (10.0, 12.0, 15.0), name="satellite"))
+    satellite.set_state(rotation=mbs.rotation_about_z(0.3))
+    wheel = system.add(mbs.RigidBody(2.0, (0.011, 0.011, 0.02), name="wheel"))
+    wheel.set_state(rotation=mbs.rotation_about_z(0.3))
+    spin = system.add(mbs.joints.Revolute(satellite, wheel, point=(0, 0, 0), axis=(0, 0, 1),
+                                          name="spin"))
+    system.add(JointTorque(spin, law, name="control"))
+    return system.compile()
+
+
+def yaw_law(t, angle, rate, bodies):
+    """PD attitude law on the satellite's yaw (the wheel's reaction turns the satellite)."""
+    rotation, omega = bodies[0].rotation, bodies[0].angular_velocity
+    return 20.0 * np.arctan2(rotation[1, 0], rotation[0, 0]) + 60.0 * omega[2]
+
+
+def test_a_joint_torque_may_read_the_bodies_states():
+    model = satellite_with_wheel(yaw_law)
+    solution = mbs.simulate(model, "em", h=0.05, t_end=20.0)
+    rotation = solution.body("satellite").rotation
+    yaw = np.arctan2(rotation[:, 1, 0], rotation[:, 0, 0])
+    # closed loop yaw'' I = -20 yaw - 60 yaw' with I ~ 15: slowest decay rate ~ 0.37/s
+    assert abs(yaw[-1]) <= 0.3 * np.exp(-0.3 * 20.0)
+    momentum = solution.angular_momentum()
+    assert np.max(np.abs(momentum)) <= 1e-12 * 15.0  # internal torque: L stays zero
+    assert energy_balance_per_step(solution) <= 1e-12
+
+
+def test_state_dependent_actuator_derivatives_match_finite_differences():
+    model = satellite_with_wheel(yaw_law)
+    rng = np.random.default_rng(5)
+    q = model.q0.copy()
+    v = rng.standard_normal(model.n)
+    _, by_q, by_v = model.applied_force_derivatives(0.0, q, v)
+    np.testing.assert_allclose(by_q, finite_difference(lambda x: model.applied_force(0.0, x, v),
+                                                       q), atol=1e-5)
+    np.testing.assert_allclose(by_v, finite_difference(lambda x: model.applied_force(0.0, q, x),
+                                                       v), atol=1e-5)

@@ -1,0 +1,85 @@
+"""Joint coordinates as outputs (Solution.joint) and as inputs (initial_state(joint_rates=))."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import mbs
+from mbs.errors import ModelError
+from tests.mechanisms import double_pendulum, finite_difference, slider_crank
+
+
+def compiled(system: mbs.System) -> mbs.Model:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # redundant planar-loop equations are removed
+        return system.compile()
+
+
+def test_double_pendulum_joint_angles_match_the_links_rotations():
+    model = double_pendulum().compile()
+    solution = mbs.simulate(model, "em", h=0.005, t_end=2.0)
+    rotation1 = solution.body("link1").rotation
+    rotation2 = solution.body("link2").rotation
+    # hinge axes along y: the angle about +y of link1 against the ground, of link2 against 1
+    def angle_about_y(rotation):
+        return np.unwrap(np.arctan2(-rotation[:, 2, 0], rotation[:, 0, 0]))
+
+    first = angle_about_y(rotation1) - angle_about_y(rotation1[:1])
+    second = angle_about_y(rotation2) - angle_about_y(rotation1) - (
+        angle_about_y(rotation2[:1]) - angle_about_y(rotation1[:1]))
+    hinge1, hinge2 = solution.joint("hinge1"), solution.joint("hinge2")
+    assert hinge1.kind == "angle"
+    np.testing.assert_allclose(hinge1.position, first, atol=1e-9)
+    np.testing.assert_allclose(hinge2.position, second, atol=1e-9)
+    # rates: the difference of the links' angular velocities about y
+    omega1 = solution.body("link1").angular_velocity[:, 1]
+    omega2 = solution.body("link2").angular_velocity[:, 1]
+    np.testing.assert_allclose(hinge1.rate, omega1, atol=1e-9)
+    np.testing.assert_allclose(hinge2.rate, omega2 - omega1, atol=1e-9)
+
+
+def test_joint_rate_is_the_time_derivative_of_the_joint_position():
+    """Central differences of the angle over the nodes give the rate to O(h^2)."""
+    model = double_pendulum().compile()
+    h = 1e-3
+    solution = mbs.simulate(model, "em", h=h, t_end=0.5)
+    joint = solution.joint("hinge2")
+    central = (joint.position[2:] - joint.position[:-2]) / (2 * h)
+    scale = np.max(np.abs(joint.rate))
+    # error h^2/6 |theta'''| with |theta'''| ~ a few hundred rad/s^3 here: ~1e-4 of the scale
+    np.testing.assert_allclose(central, joint.rate[1:-1], atol=1e-3 * scale)
+
+
+def test_prismatic_displacement_and_its_row():
+    model = compiled(slider_crank())
+    q, p = model.initial_state()
+    v = model.apply_inverse_mass(p)
+    position, rate, row = model.joint_coordinate("guide", q, v)
+    assert position == 0.0 and rate == pytest.approx(row @ v)
+    np.testing.assert_allclose(row, finite_difference(
+        lambda x: np.array([model.joint_coordinate("guide", x, v)[0]]), q)[0], atol=1e-8)
+
+
+def test_initial_joint_rates_are_met_exactly_on_a_closed_loop():
+    system = slider_crank()
+    system["crank"].set_state(angular_velocity=(0.0, 0.0, 10.0))  # rod and slider at rest
+    model = compiled(system)
+    with pytest.warns(UserWarning, match=r"changed joint rates: crank_pivot 10 ->"):
+        model.initial_state(project=True)  # the plain projection says what it changed
+    q, p = model.initial_state(project=True, joint_rates={"crank_pivot": 10.0})
+    assert model.is_consistent(q, p)
+    rate = model.joint_coordinate("crank_pivot", q, model.apply_inverse_mass(p))[1]
+    assert rate == pytest.approx(10.0, rel=1e-10)
+    solution = mbs.simulate(model, "em", h=1e-3, t_end=0.01, initial_state=(q, p))
+    assert solution.joint("crank_pivot").rate[0] == pytest.approx(10.0, rel=1e-10)
+
+
+def test_coupled_joint_rates_get_a_clear_error():
+    model = compiled(slider_crank())
+    with pytest.raises(ModelError, match="do not allow the joint rates.*guide"):
+        model.initial_state(joint_rates={"crank_pivot": 10.0, "guide": 3.0})
+    with pytest.raises(ModelError, match="no axis coordinate"):
+        model.initial_state(joint_rates={"no_such_joint": 1.0})
