@@ -74,6 +74,10 @@ def compile_system(system: System) -> Model:
 
     user_blocks, row = [], table.n_rows
     for constraint in system.user_constraints:
+        prepare = getattr(constraint, "prepare", None)
+        if prepare is not None:  # drives: their geometry at the initial pose
+            with _blame(constraint):
+                prepare()
         rows = np.arange(row, row + constraint.n_equations)
         row += constraint.n_equations
         indices = np.concatenate([columns[b.name] for b in constraint.bodies])
@@ -135,6 +139,8 @@ def compile_system(system: System) -> Model:
     model.degrees_of_freedom = dof
     model.redundancies = redundancies
     model.joint_coordinates = _joint_coordinates(system, context)
+    model.drives = {c.name: (c.joint.name, c.coordinate) for c in system.user_constraints
+                    if getattr(c, "time_dependent", False)}
     model.notes = [f"body {name!r} is connected to nothing (no joint, no force): it moves "
                    f"uniformly" for name in system.unconnected_bodies()]
     g, gv = model.initial_residuals()

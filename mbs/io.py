@@ -89,7 +89,7 @@ class StoredModel:
     Has the attributes and observables of :class:`~mbs.model.Model` that need no force or
     constraint code: ``n, m, bodies, joints, forces, gravity, mass_matrix,
     inverse_mass_matrix, point_blocks, director_blocks, degrees_of_freedom, reference_q``,
-    ``has_applied_forces``, ``coordinates(), body(), kinetic_energy(), linear_momentum(),
+    ``non_conservative``, ``coordinates(), body(), kinetic_energy(), linear_momentum(),
     angular_momentum()``.
     ``potential_energy(q)`` works for the stored trajectory only.
     """
@@ -106,10 +106,12 @@ class StoredModel:
                  forces: list[ElementInfo], gravity, mass_matrix, inverse_mass_matrix,
                  point_blocks, director_blocks, degrees_of_freedom: int, reference_q,
                  constraint_rows: dict, stored_q: np.ndarray, potential: np.ndarray,
-                 has_applied_forces: bool = False):
+                 non_conservative: bool = False):
         self.n, self.m = n, m
-        self.has_applied_forces = has_applied_forces
+        self.non_conservative = self.has_applied_forces = non_conservative
         self.joint_coordinates: dict = {}
+        self.drives: dict = {}
+        self.is_rheonomic = False
         self.bodies, self.joints, self.forces = bodies, joints, forces
         self.gravity = gravity
         self.mass_matrix, self.inverse_mass_matrix = mass_matrix, inverse_mass_matrix
@@ -210,7 +212,7 @@ def save_solution(solution: Solution, path) -> Path:
         "model": {
             "n": int(model.n), "m": int(model.m),
             "degrees_of_freedom": int(getattr(model, "degrees_of_freedom", -1)),
-            "has_applied_forces": bool(getattr(model, "has_applied_forces", False)),
+            "non_conservative": bool(getattr(model, "non_conservative", False)),
             "gravity": _encode(None if model.gravity is None else np.asarray(model.gravity)),
             "bodies": [_info_record(b) for b in model.bodies],
             "joints": [_info_record(j) for j in model.joints],
@@ -294,7 +296,7 @@ def load_solution(path, model: Model | None = None) -> Solution:
             inverse_mass_matrix=_csr(archive, "inverse_mass_matrix"),
             point_blocks=archive["point_blocks"], director_blocks=archive["director_blocks"],
             degrees_of_freedom=stored["degrees_of_freedom"],
-            has_applied_forces=bool(stored.get("has_applied_forces", False)),
+            non_conservative=bool(stored.get("non_conservative", False)),
             reference_q=archive["reference_q"],
             constraint_rows=_decode(stored["constraint_rows"]), stored_q=data["q"],
             potential=archive["potential_energy"])

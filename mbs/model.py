@@ -101,6 +101,8 @@ class Model:
         self.applied_forces = applied_forces if applied_forces else None
         #: joint name -> {"angle" | "displacement": its kinematics}, set by the compiler
         self.joint_coordinates: dict[str, dict] = {}
+        #: drive name -> (joint name, "angle" | "displacement"), set by the compiler
+        self.drives: dict[str, tuple[str, str]] = {}
         self.mass_matrix = mass_matrix
         self.inverse_mass_matrix = inverse_mass_matrix
         self._table = constraint_table
@@ -179,31 +181,41 @@ class Model:
         """Identity (n, n), dense when :attr:`dense`."""
         return np.eye(self.n) if self.dense else sp.identity(self.n, format="csr")
 
-    def jacobian_matrix(self, q: np.ndarray):
-        """G(q), dense when :attr:`dense`, else sparse."""
+    def jacobian_matrix(self, q: np.ndarray, t: float = 0.0):
+        """G(q, t), dense when :attr:`dense`, else sparse (t matters for drives only)."""
         if not self.dense:
-            return self.constraint_jacobian(q)
+            return self.constraint_jacobian(q, t)
         if not self._user:
             return self._table.jacobian_dense(q)
         out = np.zeros((self.m, self.n))
         out[:self._table.n_rows] = self._table.jacobian_dense(q)
         for block in self._user:
-            out[np.ix_(block.rows, block.indices)] = block.constraint.jacobian(q[block.indices])
+            out[np.ix_(block.rows, block.indices)] = block.constraint.jacobian(
+                q[block.indices], t)
         return out
 
-    def hessian_product_matrix(self, q: np.ndarray, multipliers: np.ndarray):
+    def hessian_product_matrix(self, q: np.ndarray, multipliers: np.ndarray, t: float = 0.0):
         """sum_k mult_k d2 g_k, dense when :attr:`dense`."""
-        if self.dense and not self._user:
-            return self._table.hessian_product_dense(multipliers)
-        out = self.constraint_hessian_product(q, multipliers)
-        return out.toarray() if self.dense else out
+        if not self.dense:
+            return self.constraint_hessian_product(q, multipliers, t)
+        out = self._table.hessian_product_dense(multipliers[:self._table.n_rows])
+        for block in self._user:
+            index = np.ix_(block.indices, block.indices)
+            out[index] += block.constraint.hessian_product(q[block.indices],
+                                                           multipliers[block.rows], t)
+        return out
 
-    def hessian_vector_matrix(self, q: np.ndarray, w: np.ndarray):
+    def hessian_vector_matrix(self, q: np.ndarray, w: np.ndarray, t: float = 0.0):
         """D_q[G(q) w], dense when :attr:`dense`."""
-        if self.dense and not self._user:
+        if not self.dense:
+            return self.constraint_hessian_vector_product(q, w, t)
+        if not self._user:
             return self._table.hessian_vector_product_dense(w)
-        out = self.constraint_hessian_vector_product(q, w)
-        return out.toarray() if self.dense else out
+        out = np.zeros((self.m, self.n))
+        out[:self._table.n_rows] = self._table.hessian_vector_product_dense(w)
+        for block in self._user:
+            out[np.ix_(block.rows, block.indices)] = self._user_hessian_vector(block, q, w, t)
+        return out
 
     def potential_hessian_matrix(self, q: np.ndarray):
         """Hessian of V, dense when :attr:`dense`."""
@@ -222,12 +234,18 @@ class Model:
             out = out + group.discrete_gradient_jacobian(q0, q1, self.dense)
         return out
 
-    def discrete_jacobian_matrix(self, q0: np.ndarray, q1: np.ndarray):
-        """D^G g(q0, q1), dense when :attr:`dense`."""
-        if self.dense and not self._user:
+    def discrete_jacobian_matrix(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0):
+        """D^G g(q0, q1) (at time t for drives), dense when :attr:`dense`."""
+        if not self.dense:
+            return self.constraint_discrete_jacobian(q0, q1, t)
+        if not self._user:
             return self._table.jacobian_dense(0.5 * (q0 + q1))
-        out = self.constraint_discrete_jacobian(q0, q1)
-        return out.toarray() if self.dense else out
+        out = np.zeros((self.m, self.n))
+        out[:self._table.n_rows] = self._table.jacobian_dense(0.5 * (q0 + q1))
+        for block in self._user:
+            out[np.ix_(block.rows, block.indices)] = block.constraint.discrete_jacobian(
+                q0[block.indices], q1[block.indices], t)
+        return out
 
     @property
     def quadratic_constraint_table(self) -> QuadraticTable | None:
@@ -249,6 +267,11 @@ class Model:
     def has_applied_forces(self) -> bool:
         """Whether loads, dampers or actuators act (the model is then not conservative)."""
         return self.applied_forces is not None
+
+    @property
+    def non_conservative(self) -> bool:
+        """Whether loads, dampers, actuators or drives do work on the system."""
+        return self.has_applied_forces or bool(self.drives)
 
     def applied_force(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Generalized force Q(t, q, v) of every load, damper and actuator, shape (n,)."""
@@ -335,58 +358,79 @@ class Model:
         return out
 
     # -- constraints ----------------------------------------------------------------------
-    def constraints(self, q: np.ndarray) -> np.ndarray:
-        """g(q), shape (m,)."""
+    def constraints(self, q: np.ndarray, t: float = 0.0) -> np.ndarray:
+        """g(q, t), shape (m,); only drives depend on t."""
         value = self._table.value(q)
         if not self._user:
             return value
-        return np.concatenate([value] + [b.constraint.value(q[b.indices]) for b in self._user])
+        return np.concatenate([value] + [b.constraint.value(q[b.indices], t)
+                                         for b in self._user])
 
-    def constraint_jacobian_transpose_product(self, q: np.ndarray, y: np.ndarray) -> np.ndarray:
+    @property
+    def is_rheonomic(self) -> bool:
+        """Whether some constraint depends on time (a :class:`mbs.joints.Drive`)."""
+        return any(b.constraint.time_dependent for b in self._user)
+
+    def constraint_time_derivative(self, q: np.ndarray, t: float = 0.0) -> np.ndarray:
+        """dg/dt at fixed q, shape (m,): zero but for drives. The velocity constraint of a
+        rheonomic system is G(q, t) v + dg/dt = 0."""
+        out = np.zeros(self.m)
+        for block in self._user:
+            if block.constraint.time_dependent:
+                out[block.rows] = block.constraint.time_derivative(q[block.indices], t)
+        return out
+
+    def constraint_jacobian_transpose_product(self, q: np.ndarray, y: np.ndarray,
+                                              t: float = 0.0) -> np.ndarray:
         """G(q)^T y without forming G when every constraint is quadratic."""
         if not self._user:
             return self._table.jacobian_transpose_product(q, y)
-        return self.constraint_jacobian(q).T @ y
+        return self.constraint_jacobian(q, t).T @ y
 
-    def constraint_jacobian(self, q: np.ndarray) -> sp.csr_matrix:
+    def constraint_jacobian(self, q: np.ndarray, t: float = 0.0) -> sp.csr_matrix:
         """G(q) = Dg(q), sparse (m, n) with a pattern independent of q."""
         jac = self._table.jacobian(q)
         if not self._user:
             return jac
-        return sp.vstack([jac] + [self._user_block(b, b.constraint.jacobian(q[b.indices]))
+        return sp.vstack([jac] + [self._user_block(b, b.constraint.jacobian(q[b.indices], t))
                                   for b in self._user]).tocsr()
 
-    def constraint_hessian_product(self, q: np.ndarray, multipliers: np.ndarray
-                                   ) -> sp.csr_matrix:
+    def constraint_hessian_product(self, q: np.ndarray, multipliers: np.ndarray,
+                                   t: float = 0.0) -> sp.csr_matrix:
         """sum_k multipliers_k d^2 g_k(q), sparse symmetric (n, n); constant in q when all
         constraints are quadratic."""
         k = self._table.n_rows
         out = self._table.hessian_product(multipliers[:k])
         for block in self._user:
             local = block.constraint.hessian_product(q[block.indices],
-                                                     multipliers[block.rows])
+                                                     multipliers[block.rows], t)
             rows, cols = np.meshgrid(block.indices, block.indices, indexing="ij")
             out = out + sp.csr_matrix((local.ravel(), (rows.ravel(), cols.ravel())),
                                       shape=(self.n, self.n))
         return out.tocsr()
 
-    def constraint_hessian_vector_product(self, q: np.ndarray, w: np.ndarray
-                                          ) -> sp.csr_matrix:
+    def constraint_hessian_vector_product(self, q: np.ndarray, w: np.ndarray,
+                                          t: float = 0.0) -> sp.csr_matrix:
         """D_q[G(q) w], sparse (m, n): row k is (d^2 g_k(q) w)^T. Together with
         :meth:`constraint_hessian_product` it gives sum_k mult_k d^2 g_k w = (this)^T mult."""
         out = self._table.hessian_vector_product(w)
         if not self._user:
             return out
-        blocks = [out]
-        for block in self._user:
-            c, ql, wl = block.constraint, q[block.indices], w[block.indices]
-            step = 1e-6 * max(1.0, float(np.max(np.abs(ql)))) / max(
-                float(np.max(np.abs(wl))), 1e-300)
-            local = (c.jacobian(ql + step * wl) - c.jacobian(ql - step * wl)) / (2 * step)
-            blocks.append(self._user_block(block, local))
+        blocks = [out] + [self._user_block(block, self._user_hessian_vector(block, q, w, t))
+                          for block in self._user]
         return sp.vstack(blocks).tocsr()
 
-    def constraint_discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray) -> sp.csr_matrix:
+    @staticmethod
+    def _user_hessian_vector(block: UserConstraintBlock, q: np.ndarray, w: np.ndarray,
+                             t: float) -> np.ndarray:
+        """D_q[G w] of a user block by central differences of its Jacobian along w."""
+        c, ql, wl = block.constraint, q[block.indices], w[block.indices]
+        step = 1e-6 * max(1.0, float(np.max(np.abs(ql)))) / max(
+            float(np.max(np.abs(wl))), 1e-300)
+        return (c.jacobian(ql + step * wl, t) - c.jacobian(ql - step * wl, t)) / (2 * step)
+
+    def constraint_discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0
+                                     ) -> sp.csr_matrix:
         """D^G g(q0, q1) with g(q1) - g(q0) = D^G g (q1 - q0): the midpoint Jacobian for the
         quadratic rows (exact, and orthogonal to symmetry generators), Gonzalez's discrete
         gradient for user rows (momentum then not guaranteed)."""
@@ -394,7 +438,8 @@ class Model:
         if not self._user:
             return jac
         return sp.vstack([jac] + [
-            self._user_block(b, b.constraint.discrete_jacobian(q0[b.indices], q1[b.indices]))
+            self._user_block(b, b.constraint.discrete_jacobian(q0[b.indices], q1[b.indices],
+                                                               t))
             for b in self._user]).tocsr()
 
     def _user_block(self, block: UserConstraintBlock, local: np.ndarray) -> sp.csr_matrix:
@@ -402,9 +447,10 @@ class Model:
         cols = np.tile(block.indices, local.shape[0])
         return sp.csr_matrix((local.ravel(), (rows, cols)), shape=(local.shape[0], self.n))
 
-    def velocity_constraints(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
-        """g^v(q, p) = G(q) M^-1 p (seed 003, eq. (29))."""
-        return self.constraint_jacobian(q) @ self.apply_inverse_mass(p)
+    def velocity_constraints(self, q: np.ndarray, p: np.ndarray, t: float = 0.0) -> np.ndarray:
+        """g^v(q, p) = G(q) M^-1 p (seed 003, eq. (29)), plus dg/dt for drives."""
+        value = self.constraint_jacobian(q, t) @ self.apply_inverse_mass(p)
+        return value + self.constraint_time_derivative(q, t) if self.is_rheonomic else value
 
     # -- observables (accept a state (n,) or a trajectory (N, n)) ------------------------
     def kinetic_energy(self, p: np.ndarray) -> np.ndarray | float:
@@ -470,39 +516,46 @@ class Model:
         """(max |g(q0)|, max |G(q0) M^-1 p0|) of the state set on the bodies."""
         return self._residuals(self._q0, self._p0)
 
-    def _all_constraints(self, q: np.ndarray) -> np.ndarray:
-        """g(q) including the redundant equations removed at compile time."""
+    def _all_constraints(self, q: np.ndarray, t: float = 0.0) -> np.ndarray:
+        """g(q, t) including the redundant equations removed at compile time."""
         if not self._removed.n_rows:
-            return self.constraints(q)
-        return np.concatenate([self.constraints(q), self._removed.value(q)])
+            return self.constraints(q, t)
+        return np.concatenate([self.constraints(q, t), self._removed.value(q)])
 
-    def _all_jacobian(self, q: np.ndarray) -> sp.csr_matrix:
-        """G(q) including the redundant equations removed at compile time."""
+    def _all_jacobian(self, q: np.ndarray, t: float = 0.0) -> sp.csr_matrix:
+        """G(q, t) including the redundant equations removed at compile time."""
         if not self._removed.n_rows:
-            return self.constraint_jacobian(q)
-        return sp.vstack([self.constraint_jacobian(q), self._removed.jacobian(q)]).tocsr()
+            return self.constraint_jacobian(q, t)
+        return sp.vstack([self.constraint_jacobian(q, t), self._removed.jacobian(q)]).tocsr()
 
-    def _residuals(self, q: np.ndarray, p: np.ndarray) -> tuple[float, float]:
-        return self._residuals_and_scale(q, p)[:2]
+    def _all_time_derivative(self, q: np.ndarray, t: float) -> np.ndarray:
+        return np.concatenate([self.constraint_time_derivative(q, t),
+                               np.zeros(self._removed.n_rows)])
 
-    def _residuals_and_scale(self, q: np.ndarray, p: np.ndarray) -> tuple[float, float, float]:
-        """(max |g(q)|, max |G(q) v|, velocity scale max(1, max |G| |v|)) with v = M^-1 p,
-        from one Jacobian (this runs at the start of every simulation)."""
+    def _residuals(self, q: np.ndarray, p: np.ndarray, t: float = 0.0) -> tuple[float, float]:
+        return self._residuals_and_scale(q, p, t)[:2]
+
+    def _residuals_and_scale(self, q: np.ndarray, p: np.ndarray, t: float = 0.0
+                             ) -> tuple[float, float, float]:
+        """(max |g(q, t)|, max |G(q) v + g_t|, velocity scale max(1, max |G| |v|)) with
+        v = M^-1 p, from one Jacobian (this runs at the start of every simulation)."""
         if self.m + self._removed.n_rows == 0:
             return 0.0, 0.0, 1.0
-        jac = self._all_jacobian(q)
+        jac = self._all_jacobian(q, t)
         v = self.apply_inverse_mass(p)
         scale = max(1.0, float(np.max(abs(jac) @ np.abs(v))))
-        return (float(np.max(np.abs(self._all_constraints(q)))),
-                float(np.max(np.abs(jac @ v))), scale)
+        velocity = jac @ v + (self._all_time_derivative(q, t) if self.is_rheonomic else 0.0)
+        return (float(np.max(np.abs(self._all_constraints(q, t)))),
+                float(np.max(np.abs(velocity))), scale)
 
-    def is_consistent(self, q: np.ndarray, p: np.ndarray) -> bool:
-        """Whether (q, p) satisfies g = 0 and G M^-1 p = 0 within the tolerances."""
-        g, gv, scale = self._residuals_and_scale(q, p)
+    def is_consistent(self, q: np.ndarray, p: np.ndarray, t: float = 0.0) -> bool:
+        """Whether (q, p) satisfies g = 0 and G M^-1 p (+ dg/dt) = 0 at time t within the
+        tolerances."""
+        g, gv, scale = self._residuals_and_scale(q, p, t)
         return g <= POSITION_TOLERANCE and gv <= VELOCITY_TOLERANCE * scale
 
-    def initial_state(self, project: bool = False, joint_rates: dict | None = None
-                      ) -> tuple[np.ndarray, np.ndarray]:
+    def initial_state(self, project: bool = False, joint_rates: dict | None = None,
+                      t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """(q0, p0) with p0 = M v0 from the states set on the bodies.
 
         Parameters
@@ -519,13 +572,15 @@ class Model:
             momentum that satisfies G M^-1 p = 0 and these rates exactly (the other
             velocities set on the bodies are kept as far as the constraints allow).
             Rates the constraints do not allow raise a :class:`ModelError` naming them.
+        t : float
+            The start time (drives prescribe positions and rates as functions of it).
         """
         q, p = self._q0.copy(), self._p0.copy()
         if joint_rates:
-            return self._state_with_rates(q, p, dict(joint_rates), project)
-        if self.is_consistent(q, p):
+            return self._state_with_rates(q, p, dict(joint_rates), project, t)
+        if self.is_consistent(q, p, t):
             return q, p
-        g, gv = self._residuals(q, p)
+        g, gv = self._residuals(q, p, t)
         if not project:
             raise InconsistentInitialStateError(
                 f"initial state violates the constraints: max |g(q0)| = {g:.3e} (tolerance "
@@ -534,15 +589,15 @@ class Model:
                 f"model.initial_state(project=True)", g, gv)
         try:
             with np.errstate(all="ignore"):
-                q_new, p_new = self.project(q, p)
+                q_new, p_new = self.project(q, p, t=t)
         except (np.linalg.LinAlgError, ArithmeticError, RuntimeError) as exc:
             raise InconsistentInitialStateError(
                 f"projecting the initial state failed ({exc}); the constraints may be "
                 f"degenerate or badly scaled at the initial state (before: max |g| = {g:.3e}, "
                 f"max |G M^-1 p| = {gv:.3e})", g, gv) from exc
         if not (np.all(np.isfinite(q_new)) and np.all(np.isfinite(p_new))
-                and self.is_consistent(q_new, p_new)):
-            g_new, gv_new = self._residuals(q_new, p_new)
+                and self.is_consistent(q_new, p_new, t)):
+            g_new, gv_new = self._residuals(q_new, p_new, t)
             raise InconsistentInitialStateError(
                 f"projecting the initial state failed: max |g| = {g_new:.3e}, max "
                 f"|G M^-1 p| = {gv_new:.3e} after projection (before: {g:.3e}, {gv:.3e}); the "
@@ -570,49 +625,50 @@ class Model:
         return (f"; it changed joint rates: {', '.join(changed)}. To prescribe rates, pass "
                 f"joint_rates={{name: rate}} to initial_state")
 
-    def _state_with_rates(self, q, p, joint_rates: dict, project: bool):
+    def _state_with_rates(self, q, p, joint_rates: dict, project: bool, t: float):
         """(q, p) with the given joint rates: p - A^T (A M^-1 A^T)^+ (A M^-1 p - b) for
         A = [G; rows of the joint rates], b = [0; rates]."""
-        g, _ = self._residuals(q, p)
+        g, _ = self._residuals(q, p, t)
         if g > POSITION_TOLERANCE:
             if not project:
                 raise InconsistentInitialStateError(
                     f"initial positions violate the constraints (max |g| = {g:.3e}); fix the "
                     f"bodies' set_state calls or pass project=True", g, np.nan)
-            q, _ = self.project(q, p)
+            q, _ = self.project(q, p, t=t)
         v = self.apply_inverse_mass(p)
         names, rates, rows = [], [], []
         for name, rate in joint_rates.items():
             rows.append(self.joint_coordinate(name, q, v)[2])
             names.append(name)
             rates.append(float(rate))
-        jacobian = self._all_jacobian(q)
+        jacobian = self._all_jacobian(q, t)
         matrix = sp.vstack([jacobian, sp.csr_matrix(np.array(rows))]).tocsr()
-        target = np.concatenate([np.zeros(jacobian.shape[0]), rates])
+        target = np.concatenate([-self._all_time_derivative(q, t), rates])
         p = p - matrix.T @ self._solve_gram(matrix, matrix @ self.apply_inverse_mass(p) - target)
         reached = np.array([self.joint_coordinate(name, q, self.apply_inverse_mass(p))[1]
                             for name in names])
         missed = [f"{name} (asked {rate:.6g}, possible {got:.6g})"
                   for name, rate, got in zip(names, rates, reached)
                   if abs(got - rate) > 1e-9 * max(1.0, abs(rate))]
-        if missed or not self.is_consistent(q, p):
+        if missed or not self.is_consistent(q, p, t):
             raise ModelError(f"initial_state: the constraints do not allow the joint rates "
                              f"{', '.join(missed) or 'given'}; the joints' rates are coupled "
                              f"(give fewer rates, one per degree of freedom)")
         return q, p
 
-    def project(self, q: np.ndarray, p: np.ndarray, max_iterations: int = 50
+    def project(self, q: np.ndarray, p: np.ndarray, max_iterations: int = 50, t: float = 0.0
                 ) -> tuple[np.ndarray, np.ndarray]:
-        """Project (q, p) onto {g = 0, G M^-1 p = 0} in the M-metric."""
+        """Project (q, p) onto {g = 0, G M^-1 p + dg/dt = 0} (at time t) in the M-metric."""
         q = q.copy()
         for _ in range(max_iterations):
-            residual = self._all_constraints(q)
+            residual = self._all_constraints(q, t)
             if np.max(np.abs(residual)) <= 0.01 * POSITION_TOLERANCE:
                 break
-            jac = self._all_jacobian(q)
+            jac = self._all_jacobian(q, t)
             q -= self.apply_inverse_mass(jac.T @ self._solve_gram(jac, residual))
-        jac = self._all_jacobian(q)
-        p = p - jac.T @ self._solve_gram(jac, jac @ self.apply_inverse_mass(p))
+        jac = self._all_jacobian(q, t)
+        velocity = jac @ self.apply_inverse_mass(p) + self._all_time_derivative(q, t)
+        p = p - jac.T @ self._solve_gram(jac, velocity)
         return q, p
 
     def _solve_gram(self, jac: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray:

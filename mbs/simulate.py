@@ -114,7 +114,7 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         _check_resume(writer.manifest, model, solver, h, t_start)
     else:
         if initial_state is None:
-            q0, p0 = model.initial_state(project=project)
+            q0, p0 = model.initial_state(project=project, t=t_start)
         else:
             q0, p0 = (np.asarray(a, dtype=float).copy() for a in initial_state)
             if q0.shape != (model.n,) or p0.shape != (model.n,):
@@ -339,8 +339,8 @@ def _warn_if_energy_is_lost(solution: Solution) -> None:
     change = float(np.max(np.abs(energy - energy[0])))
     if not change > ENERGY_WARNING_LEVEL * scale:  # also catches NaN
         return
-    what = ("the energy (net of the work of loads, dampers and actuators)"
-            if solution.model.has_applied_forces else "the energy of this conservative model")
+    what = ("the energy (net of the work of loads, dampers, actuators and drives)"
+            if solution.model.non_conservative else "the energy of this conservative model")
     warnings.warn(f"simulate: {solution.stats['solver']} at h = {solution.stats['h']:g} changed "
                   f"{what} by {change / scale:.2g} of its "
                   f"size: the step is beyond the scheme's stability or accuracy limit; "

@@ -54,6 +54,30 @@ class JointTrajectory:
 
 
 @dataclass
+class DriveTrajectory:
+    """A drive along a solution (see :class:`mbs.joints.Drive`).
+
+    Attributes
+    ----------
+    position, rate : (N+1,)
+        The driven angle or displacement and its rate at the nodes.
+    effort : (N,)
+        The torque (force) the drive exerts on body_b about (along) the axis in step
+        n -> n+1: minus the drive's multiplier of the step (its time in
+        ``solver_properties.multiplier_times``).
+    work : (N+1,)
+        Cumulative sum of effort_n (position_{n+1} - position_n), 0 at the start.
+    """
+
+    name: str
+    kind: str
+    position: np.ndarray
+    rate: np.ndarray
+    effort: np.ndarray
+    work: np.ndarray
+
+
+@dataclass
 class Solution:
     """Time series returned by :func:`mbs.simulate`.
 
@@ -93,11 +117,15 @@ class Solution:
 
     @property
     def work(self) -> np.ndarray:
-        """Cumulative work of the applied forces up to each node, (N+1,), 0 at the start:
-        ``energy() - energy()[0] - work`` is the scheme's energy error (zero to round-off for
-        "em")."""
+        """Cumulative work of the applied forces and drives up to each node, (N+1,), 0 at the
+        start: ``energy() - energy()[0] - work`` is the scheme's energy error (zero to
+        round-off for "em" with loads, dampers and actuators; with drives the work of their
+        reactions is estimated from the multipliers, see :meth:`drive`)."""
         steps = np.zeros(self.t.size - 1) if self.step_work is None else self.step_work
-        return np.concatenate([[0.0], np.cumsum(steps)])
+        total = np.concatenate([[0.0], np.cumsum(steps)])
+        for name in getattr(self.model, "drives", {}):
+            total = total + self.drive(name).work
+        return total
 
     def energy_balance(self) -> np.ndarray:
         """energy() - energy()[0] - work, (N+1,): the energy the scheme gained or lost beyond
@@ -145,9 +173,10 @@ class Solution:
             zeros = np.zeros(self.t.size)
             return {"position": zeros, "velocity": zeros,
                     "enforced_position": zeros[1:], "enforced_velocity": zeros[1:]}
-        position = np.array([np.max(np.abs(model.constraints(q))) for q in self.q])
-        velocity = np.array([np.max(np.abs(model.velocity_constraints(q, p)))
-                             for q, p in zip(self.q, self.p)])
+        position = np.array([np.max(np.abs(model.constraints(q, t)))
+                             for q, t in zip(self.q, self.t)])
+        velocity = np.array([np.max(np.abs(model.velocity_constraints(q, p, t)))
+                             for q, p, t in zip(self.q, self.p, self.t)])
         return {"position": position, "velocity": velocity,
                 "enforced_position": self.enforced_residuals[:, 0],
                 "enforced_velocity": self.enforced_residuals[:, 1]}
@@ -162,6 +191,19 @@ class Solution:
         kind = kind or next(iter(self.model.joint_coordinates[name]))
         position = np.unwrap(values[:, 0]) if kind == "angle" else values[:, 0]
         return JointTrajectory(name, kind, position, values[:, 1])
+
+    def drive(self, name: str) -> DriveTrajectory:
+        """The driven coordinate of drive ``name``, the reaction the drive exerts and its
+        work."""
+        drives = getattr(self.model, "drives", {})
+        if name not in drives:
+            raise KeyError(f"no drive {name!r}; drives: {', '.join(drives) or 'none'}")
+        joint, kind = drives[name]
+        coordinate = self.joint(joint, kind)
+        row = int(self.model.constraint_rows[name][0])
+        effort = -self.multipliers[:, row]
+        work = np.concatenate([[0.0], np.cumsum(effort * np.diff(coordinate.position))])
+        return DriveTrajectory(name, kind, coordinate.position, coordinate.rate, effort, work)
 
     def body(self, name: str) -> BodyTrajectory:
         """Trajectory of body ``name``."""
@@ -180,15 +222,30 @@ class Solution:
 
     # -- summary --------------------------------------------------------------------------
     def _energy_line(self, energy: np.ndarray, scale: float) -> str:
-        if not self.model.has_applied_forces:
+        if not self.model.non_conservative:
             return (f"energy            E0 = {energy[0]:.12g}, max |E - E0| / |E0| = "
                     f"{np.max(np.abs(energy - energy[0])) / scale:.3e}")
         work = self.work
         scale = max(scale, float(np.max(np.abs(work))))
         return (f"energy balance    E0 = {energy[0]:.12g}, E_end - E0 = "
-                f"{energy[-1] - energy[0]:.6g}, work of applied forces W = {work[-1]:.6g}; "
+                f"{energy[-1] - energy[0]:.6g}, work of loads, dampers, motors and drives "
+                f"W = {work[-1]:.6g}; "
                 f"max |E - E0 - W| / scale = "
                 f"{np.max(np.abs(self.energy_balance())) / scale:.3e}")
+
+    def _momentum_note(self, angular: bool) -> str:
+        """Why a momentum need not be conserved (empty when nothing obvious breaks it; the
+        angular momentum about ``about`` may still not be conserved for joints to the
+        ground elsewhere)."""
+        model = self.model
+        reasons = []
+        if not angular and any("ground" in joint.bodies for joint in model.joints):
+            reasons.append("joints to the ground")
+        if not angular and model.gravity is not None:
+            reasons.append("gravity")
+        if getattr(model, "non_conservative", False):
+            reasons.append("loads, motors or drives act")
+        return f"  (not conserved: {', '.join(reasons)})" if reasons else ""
 
     def conservation_summary(self, about=(0.0, 0.0, 0.0)) -> str:
         """Relative drifts of energy and momenta and the worst constraint residuals."""
@@ -216,11 +273,11 @@ class Solution:
             self._energy_line(energy, scale),
             f"{angular_label}  J0 = {np.array2string(angular[0], precision=8)}, "
             f"max |J - J0| / max |J| = "
-            f"{np.max(np.linalg.norm(angular - angular[0], axis=1)) / a_scale:.3e}",
+            f"{np.max(np.linalg.norm(angular - angular[0], axis=1)) / a_scale:.3e}"
+            + self._momentum_note(angular=True),
             f"linear momentum   max |L - L0| / |L| = "
             f"{np.max(np.linalg.norm(linear - linear[0], axis=1)) / l_scale:.3e}"
-            + ("  (external forces act: not conserved)" if self.model.gravity is not None
-               else ""),
+            + self._momentum_note(angular=False),
             f"constraints       max |g(q_n)| = {np.max(res['position']):.3e}, max |G M^-1 "
             f"p_n| = {np.max(res['velocity']):.3e}",
             f"scheme enforces   {getattr(props, 'constraints_at_step_end', '?')}: max "

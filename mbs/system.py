@@ -94,7 +94,8 @@ class System:
         if isinstance(element, Joint):
             return list(element.bodies)
         if isinstance(element, UserConstraint):
-            return list(element.bodies)
+            referenced = getattr(element, "referenced_bodies", None)  # drives check their joint
+            return referenced() if referenced is not None else list(element.bodies)
         if isinstance(element, Force):
             listed = element.referenced_bodies()
             for body in listed:

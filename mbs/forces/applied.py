@@ -83,39 +83,62 @@ class AppliedTerm:
 
 
 class AppliedForces:
-    """Sum of the applied terms of a model: Q(t, q, v) and its derivatives."""
+    """Sum of the applied terms of a model: Q(t, q, v) and its derivatives.
+
+    Dampers and actuators of one kind and layout are evaluated as one batch
+    (:class:`EffortGroup`); loads and laws that read the body states one by one."""
 
     def __init__(self, n: int, terms: list[AppliedTerm]):
         self.n, self.terms = n, terms
+        groups: dict[tuple, list] = {}
+        self._single = []
+        for term in terms:
+            if isinstance(term, _EffortTerm) and term.bodies is None:
+                groups.setdefault(EffortGroup.key(term), []).append(term)
+            else:
+                self._single.append(term)
+        self._groups = [EffortGroup(members) for members in groups.values()]
+        # the (row, column) pattern of every term's local block, in evaluation order
+        blocks = [group.indices for group in self._groups] + [
+            term.local.indices[None] for term in self._single]
+        self._rows = np.concatenate([np.repeat(b, b.shape[1], axis=1).ravel() for b in blocks]
+                                    ) if blocks else np.zeros(0, dtype=np.intp)
+        self._columns = np.concatenate([np.tile(b, (1, b.shape[1])).ravel() for b in blocks]
+                                       ) if blocks else np.zeros(0, dtype=np.intp)
 
     def __bool__(self) -> bool:
         return bool(self.terms)
 
+    def _evaluate(self, t: float, q: np.ndarray, v: np.ndarray, jacobian: bool):
+        out = np.zeros(self.n)
+        by_q, by_v = [], []
+        for group in self._groups:
+            index = group.indices
+            value, d_q, d_v = group.evaluate(t, q[index], v[index], jacobian)
+            out += np.bincount(index.ravel(), weights=value.ravel(), minlength=self.n)
+            if jacobian:
+                by_q.append(d_q.ravel())
+                by_v.append(d_v.ravel())
+        for term in self._single:
+            index = term.local.indices
+            value, d_q, d_v = term.evaluate(t, q[index], v[index], jacobian)
+            out[index] += value
+            if jacobian:
+                size = index.size * index.size
+                by_q.append(np.zeros(size) if d_q is None else d_q.ravel())
+                by_v.append(np.zeros(size) if d_v is None else d_v.ravel())
+        return out, by_q, by_v
+
     def force(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Q(t, q, v), shape (n,)."""
-        out = np.zeros(self.n)
-        for term in self.terms:
-            index = term.local.indices
-            out[index] += term.evaluate(t, q[index], v[index], False)[0]
-        return out
+        return self._evaluate(t, q, v, False)[0]
 
     def force_and_derivatives(self, t: float, q: np.ndarray, v: np.ndarray, dense: bool):
         """(Q, dQ/dq, dQ/dv): dense (n, n) arrays or sparse CSR matrices."""
-        out = np.zeros(self.n)
-        rows, cols, by_q, by_v = [], [], [], []
-        for term in self.terms:
-            index = term.local.indices
-            value, d_q, d_v = term.evaluate(t, q[index], v[index], True)
-            out[index] += value
-            k = index.size
-            rows.append(np.repeat(index, k))
-            cols.append(np.tile(index, k))
-            by_q.append(np.zeros(k * k) if d_q is None else d_q.ravel())
-            by_v.append(np.zeros(k * k) if d_v is None else d_v.ravel())
-        rows, cols = np.concatenate(rows), np.concatenate(cols)
+        out, by_q, by_v = self._evaluate(t, q, v, True)
         shape = (self.n, self.n)
-        d_q = sp.csr_matrix((np.concatenate(by_q), (rows, cols)), shape=shape)
-        d_v = sp.csr_matrix((np.concatenate(by_v), (rows, cols)), shape=shape)
+        d_q = sp.csr_matrix((np.concatenate(by_q), (self._rows, self._columns)), shape=shape)
+        d_v = sp.csr_matrix((np.concatenate(by_v), (self._rows, self._columns)), shape=shape)
         if dense:
             return out, d_q.toarray(), d_v.toarray()
         return out, d_q, d_v
@@ -314,22 +337,34 @@ def _forward_differences(function, q, v, value):
 class _EffortTerm(AppliedTerm):
     """Q = tau(t, s, s') J(q) for a scalar coordinate s(q) with s' = J(q) . v.
 
-    Subclasses give s and J (:meth:`coordinate`); ``curvature(q, v, tau, rate_slope)`` adds
-    the derivative of J where it is cheap (two-point dampers). Otherwise Newton's matrix
-    keeps tau_s J J^T (dq) and tau_s' J J^T (dv), which is exact along the joint's motion.
+    The geometry is written for a batch of terms of one class (arrays with a leading axis
+    over the terms, see :class:`EffortGroup`): subclasses keep their constant arrays in
+    ``data`` (leading axis of length 1 for one term) and give s and J
+    (:meth:`batch_coordinate`) and, where it is cheap, the derivative of J
+    (:meth:`batch_curvature`, two-point dampers). Otherwise Newton's matrix keeps
+    tau_s J J^T (dq) and tau_s' J J^T (dv), which is exact along the joint's motion.
     """
 
-    def __init__(self, name, local, law, bodies=None):
+    def __init__(self, name, local, law, data: dict, bodies=None):
         super().__init__(name, local)
-        self.law = law  # (t, s, rate, jacobian) -> (tau, dtau/ds, dtau/drate)
+        self.law = law  # (t, s, rate, jacobian, bodies) -> (tau, dtau/ds, dtau/drate)
+        self.data = data
         #: (q, v) -> the BodyStates of the joint's bodies, when the law reads them
         self.bodies = bodies if getattr(law, "reads_bodies", False) else None
 
-    def coordinate(self, q):
+    @staticmethod
+    def batch_coordinate(data: dict, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(s, J) of the terms at local coordinates q (k, size): shapes (k,), (k, size)."""
         raise NotImplementedError
 
-    def curvature(self, q, v, effort, rate_slope):
+    @staticmethod
+    def batch_curvature(data: dict, q, v, effort, rate_slope) -> np.ndarray | None:
         return None
+
+    def coordinate(self, q: np.ndarray) -> tuple[float, np.ndarray]:
+        """(s, J) of this term at its local coordinates q."""
+        s, row = self.batch_coordinate(self.data, q[None, :])
+        return float(s[0]), row[0]
 
     def _generalized(self, t, q, v):
         s, row = self.coordinate(q)
@@ -342,23 +377,65 @@ class _EffortTerm(AppliedTerm):
                 return value, None, None
             return value, *_forward_differences(lambda a, b: self._generalized(t, a, b), q,
                                                 v, value)
-        s, row = self.coordinate(q)
-        rate = float(row @ v)
-        effort, slope, rate_slope = self.law(t, s, rate, jacobian)
-        value = effort * row
+        group = EffortGroup([self])
+        value, d_q, d_v = group.evaluate(t, q[None, :], v[None, :], jacobian)
+        return value[0], None if d_q is None else d_q[0], None if d_v is None else d_v[0]
+
+
+def _stack(parts: list):
+    """Concatenate batch arrays (or pairs of them, or Nones) along their leading axis."""
+    if parts[0] is None:
+        return None
+    if isinstance(parts[0], tuple):
+        return tuple(np.concatenate(column) for column in zip(*parts))
+    return np.concatenate(parts)
+
+
+class EffortGroup:
+    """Terms of one :class:`_EffortTerm` class with equal local sizes and geometry layout,
+    evaluated together: one batched geometry evaluation for all of them, one law call per
+    term only for user functions (constant-coefficient dampers are vectorised too)."""
+
+    def __init__(self, terms: list[_EffortTerm]):
+        self.terms, self.kind = terms, type(terms[0])
+        self.indices = np.stack([term.local.indices for term in terms])
+        self.data = {key: _stack([term.data[key] for term in terms]) for key in terms[0].data}
+        dampings = [getattr(term.law, "damping", None) for term in terms]
+        self.damping = None if None in dampings else np.array(dampings)
+
+    @staticmethod
+    def key(term: _EffortTerm) -> tuple:
+        """Terms with equal keys batch together."""
+        return (type(term), term.local.size,
+                tuple(key for key, value in term.data.items() if value is None))
+
+    def evaluate(self, t: float, q: np.ndarray, v: np.ndarray, jacobian: bool):
+        """Generalized forces (k, size) at local (q, v) of shape (k, size), and (if
+        ``jacobian``) their derivatives (k, size, size)."""
+        s, rows = self.kind.batch_coordinate(self.data, q)
+        rate = np.einsum("ki,ki->k", rows, v)
+        if self.damping is not None:
+            effort, slope, rate_slope = -self.damping * rate, 0.0 * rate, -self.damping
+        else:
+            laws = [term.law(t, float(s[k]), float(rate[k]), jacobian)
+                    for k, term in enumerate(self.terms)]
+            effort, slope, rate_slope = (np.array(column, dtype=float) for column in
+                                         zip(*laws))
+        value = effort[:, None] * rows
         if not jacobian:
             return value, None, None
-        outer = np.outer(row, row)
-        d_q = slope * outer
-        extra = self.curvature(q, v, effort, rate_slope)
+        outer = rows[:, :, None] * rows[:, None, :]
+        d_q = slope[:, None, None] * outer
+        extra = self.kind.batch_curvature(self.data, q, v, effort, rate_slope)
         if extra is not None:
             d_q = d_q + extra
-        return value, d_q, rate_slope * outer
+        return value, d_q, rate_slope[:, None, None] * outer
 
 
 def _damping_law(damping: float):
     def law(t, s, rate, jacobian, bodies=None):
         return -damping * rate, 0.0, -damping
+    law.damping = damping  # lets EffortGroup evaluate many dampers at once
     return law
 
 
@@ -379,29 +456,44 @@ def _user_law(value: _Value):
     return law
 
 
+def _affine(pair) -> tuple[np.ndarray, np.ndarray]:
+    """An affine map (A, c) with a leading batch axis of length 1."""
+    return pair[0][None], pair[1][None]
+
+
+def _apply(pair: tuple[np.ndarray, np.ndarray], q: np.ndarray) -> np.ndarray:
+    """Batched affine vectors A_k q_k + c_k, (k, 3)."""
+    return np.einsum("kij,kj->ki", pair[0], q) + pair[1]
+
+
 class _DistanceTerm(_EffortTerm):
     """s = |x_b - x_a| for two body points; J = D^T e with e the unit vector from a to b."""
 
     def __init__(self, name, local, relative, law):
-        super().__init__(name, local, law)
-        self.map, self.offset = relative
+        super().__init__(name, local, law, {"relative": _affine(relative)})
 
-    def coordinate(self, q):
-        r = self.map @ q + self.offset
-        length = float(np.linalg.norm(r))
-        if length == 0.0:
-            raise ForceFunctionError(f"damper {self.name!r}: its two points coincide, the "
-                                     f"direction of the damping force is undefined")
-        return length, self.map.T @ (r / length)
+    @staticmethod
+    def batch_coordinate(data, q):
+        r = _apply(data["relative"], q)
+        length = np.linalg.norm(r, axis=1)
+        if not np.all(length > 0.0):
+            raise ForceFunctionError("a damper's two points coincide: the direction of its "
+                                     "force is undefined")
+        return length, np.einsum("kij,ki->kj", data["relative"][0], r / length[:, None])
 
-    def curvature(self, q, v, effort, rate_slope):
-        r = self.map @ q + self.offset
-        length = float(np.linalg.norm(r))
-        e = r / length
-        projector = (np.eye(3) - np.outer(e, e)) / length  # de/dr
-        d_row = self.map.T @ projector @ self.map  # dJ/dq
-        d_rate = (self.map @ v) @ projector @ self.map  # d(J . v)/dq
-        return effort * d_row + rate_slope * np.outer(self.map.T @ e, d_rate)
+    @staticmethod
+    def batch_curvature(data, q, v, effort, rate_slope):
+        matrix = data["relative"][0]
+        r = _apply(data["relative"], q)
+        length = np.linalg.norm(r, axis=1)
+        e = r / length[:, None]
+        projector = (np.eye(3)[None] - e[:, :, None] * e[:, None, :]) / length[:, None, None]
+        d_row = np.einsum("kai,kab,kbj->kij", matrix, projector, matrix)  # dJ/dq
+        relative_rate = np.einsum("kij,kj->ki", matrix, v)
+        d_rate = np.einsum("ka,kab,kbj->kj", relative_rate, projector, matrix)  # d(J.v)/dq
+        row = np.einsum("kij,ki->kj", matrix, e)
+        return (effort[:, None, None] * d_row
+                + rate_slope[:, None, None] * row[:, :, None] * d_rate[:, None, :])
 
 
 class Damper(Force):
@@ -468,39 +560,54 @@ def _coordinates(context, *bodies: Body) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
 
 
+def _batch_torque_coordinates(directors: np.ndarray, torque: np.ndarray) -> np.ndarray:
+    """:func:`~mbs.forces.kinematics.torque_coordinates` of a batch: directors (k, 3, 3)
+    as rows, torques (k, 3) -> (k, 3, 3)."""
+    gram = np.einsum("kia,kib->kab", directors, directors)
+    generator = np.einsum("kaa->k", gram)[:, None, None] * np.eye(3)[None] - gram
+    c = np.linalg.solve(generator, torque[:, :, None])[:, :, 0]
+    return np.cross(c[:, None, :], directors)
+
+
 class _AngleTerm(_EffortTerm):
     """s = the rotation of body b relative to body a about the joint axis (0 at the initial
     pose, in (-pi, pi]); J = (R_b - R_a)^T axis with R the torque maps of the bodies."""
 
     def __init__(self, name, local, law, axis, first, second, reference, directors_a,
                  directors_b, bodies=None):
-        super().__init__(name, local, law, bodies)
-        self.axis, self.first, self.second, self.reference = axis, first, second, reference
-        self.directors_a, self.directors_b = directors_a, directors_b
+        super().__init__(name, local, law, {
+            "axis": _affine(axis), "first": _affine(first), "second": _affine(second),
+            "reference": _affine(reference),
+            "directors_a": None if directors_a is None else directors_a[None],
+            "directors_b": None if directors_b is None else directors_b[None]}, bodies)
 
-    def coordinate(self, q):
-        e1, e2 = (m @ q + c for m, c in (self.first, self.second))
-        f1 = self.reference[0] @ q + self.reference[1]
-        angle = float(np.arctan2(f1 @ e2, f1 @ e1))
-        axis = self.axis[0] @ q + self.axis[1]
-        row = np.zeros(q.size)
-        for directors, sign in ((self.directors_b, 1.0), (self.directors_a, -1.0)):
+    @staticmethod
+    def batch_coordinate(data, q):
+        e1, e2, f1, axis = (_apply(data[key], q)
+                            for key in ("first", "second", "reference", "axis"))
+        angle = np.arctan2(np.einsum("ki,ki->k", f1, e2), np.einsum("ki,ki->k", f1, e1))
+        rows = np.zeros_like(q)
+        batch = np.arange(q.shape[0])[:, None, None]
+        for key, sign in (("directors_b", 1.0), ("directors_a", -1.0)):
+            directors = data[key]
             if directors is not None:
-                row[directors] += sign * torque_coordinates(q[directors], axis)
-        return angle, row
+                rows[batch, directors] += sign * _batch_torque_coordinates(
+                    q[batch, directors], axis)
+        return angle, rows
 
 
 class _SlideTerm(_EffortTerm):
     """s = axis . (x_b(P) - x_a(P)) (0 at the initial pose); J = (B_b - B_a)^T axis."""
 
     def __init__(self, name, local, law, axis, relative, bodies=None):
-        super().__init__(name, local, law, bodies)
-        self.axis, self.relative = axis, relative
+        super().__init__(name, local, law, {"axis": _affine(axis),
+                                            "relative": _affine(relative)}, bodies)
 
-    def coordinate(self, q):
-        axis = self.axis[0] @ q + self.axis[1]
-        r = self.relative[0] @ q + self.relative[1]
-        return float(axis @ r), self.relative[0].T @ axis
+    @staticmethod
+    def batch_coordinate(data, q):
+        axis, r = _apply(data["axis"], q), _apply(data["relative"], q)
+        return (np.einsum("ki,ki->k", axis, r),
+                np.einsum("kij,ki->kj", data["relative"][0], axis))
 
 
 def joint_effort_term(joint, context, law, name: str, kind: str) -> AppliedTerm:

@@ -2,10 +2,11 @@
 
 from mbs.joints.axis_joints import Cylindrical, Prismatic, Revolute, Rigid, Universal
 from mbs.joints.base import Joint
+from mbs.joints.drive import Drive
 from mbs.joints.point_joints import Distance, Spherical
 from mbs.joints.user import UserConstraint
 
 Fixed = Rigid
 
-__all__ = ["Cylindrical", "Distance", "Fixed", "Joint", "Prismatic", "Revolute", "Rigid",
+__all__ = ["Cylindrical", "Distance", "Drive", "Fixed", "Joint", "Prismatic", "Revolute", "Rigid",
            "Spherical", "Universal", "UserConstraint"]

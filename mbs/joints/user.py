@@ -40,6 +40,8 @@ class UserConstraint(Element):
     """
 
     kind = "constraint"
+    #: Whether g depends on time (drives); a user constraint does not.
+    time_dependent = False
 
     def __init__(self, bodies: list, function: Callable, jacobian: Callable,
                  hessian: Callable | None = None, name: str | None = None):
@@ -62,14 +64,15 @@ class UserConstraint(Element):
         self.n_equations = np.atleast_1d(np.asarray(function(q0), dtype=float)).size
 
     # evaluation on the local coordinates -------------------------------------------------
-    def value(self, q_local: np.ndarray) -> np.ndarray:
+    def value(self, q_local: np.ndarray, t: float = 0.0) -> np.ndarray:
         return np.atleast_1d(np.asarray(self.function(q_local), dtype=float))
 
-    def jacobian(self, q_local: np.ndarray) -> np.ndarray:
+    def jacobian(self, q_local: np.ndarray, t: float = 0.0) -> np.ndarray:
         return np.asarray(self.jacobian_function(q_local), dtype=float).reshape(
             self.n_equations, q_local.size)
 
-    def hessian_product(self, q_local: np.ndarray, multipliers: np.ndarray) -> np.ndarray:
+    def hessian_product(self, q_local: np.ndarray, multipliers: np.ndarray, t: float = 0.0
+                        ) -> np.ndarray:
         if self.hessian_function is not None:
             return np.asarray(self.hessian_function(q_local, multipliers), dtype=float)
         n = q_local.size
@@ -82,7 +85,7 @@ class UserConstraint(Element):
                                        - self.jacobian(q_local - e)) / (2 * step)
         return 0.5 * (out + out.T)
 
-    def discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray) -> np.ndarray:
+    def discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0) -> np.ndarray:
         mid = 0.5 * (q0 + q1)
         jac = self.jacobian(mid)
         dq = q1 - q0

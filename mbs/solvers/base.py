@@ -180,10 +180,11 @@ class Solver:
         elif self.backend in ("polynomial", "compiled"):
             from mbs.errors import ModelError
 
-            raise ModelError(f"{type(self).__name__}: backend={self.backend!r} needs quadratic "
-                             f"constraints only (no UserConstraint) and step equations written "
-                             f"as terms (every implicit scheme; hbvm with iteration='newton'; "
-                             f"not rattle); use backend='auto'")
+            raise ModelError(f"{type(self).__name__}: backend={self.backend!r} needs "
+                             f"quadratic time-independent constraints only (no UserConstraint, "
+                             f"no Drive) and step equations written as terms (every implicit "
+                             f"scheme; hbvm with iteration='newton'; not rattle); use "
+                             f"backend='auto'")
         self._predictor = self._make_predictor()
 
     def _velocity_map(self) -> tuple[np.ndarray, np.ndarray]:
@@ -283,6 +284,7 @@ class Solver:
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
         """Newton's x0 = (q1, p1, lambda, gamma) from the predictor and the multiplier warm
         start (see :mod:`mbs.solvers.guess`)."""
+        self._predictor.time = self._time  # drives: the constraint directions at t
         return self._predictor.unknowns(q0, p0, *self._warm.multipliers(), self.initial_guess)
 
     def _start_system(self, system, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:

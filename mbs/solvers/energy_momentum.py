@@ -64,16 +64,18 @@ class EnergyMomentum(Solver):
         for name, size in (("a", n), ("b", n), ("c", m), ("d", m)):
             builder.equation(name, size)
         builder.add_linear("a", (q1 - q0).mapped(model.mass_matrix / h) - p_mid)
-        builder.add_discrete_jacobian_transpose_product("a", q0, q1, gam, -1.0)
+        mid, end = 0.5 * h, h  # the times of q_mid and q1 (drives)
+        builder.add_discrete_jacobian_transpose_product("a", q0, q1, gam, -1.0, mid)
         builder.add_linear("b", (p1 - p0) * (1.0 / h))
-        builder.add_discrete_jacobian_transpose_product("b", q0, q1, lam)
-        builder.add_hessian_product("b", q_mid, gam, p_mid.mapped(model.inverse_mass_matrix))
+        builder.add_discrete_jacobian_transpose_product("b", q0, q1, lam, 1.0, mid)
+        builder.add_hessian_product("b", q_mid, gam, p_mid.mapped(model.inverse_mass_matrix),
+                                    1.0, mid)
         builder.add_potential_discrete_gradient("b", q0, q1)
         # applied forces at the midpoint with the secant velocity: then E1 - E0 equals
         # their work Q . (q1 - q0) exactly (the balance below (84) with Q added to (84b))
         builder.add_applied_force("b", q_mid, (q1 - q0) * (1.0 / h), 0.5 * h, -1.0, h)
-        builder.add_constraints("c", q1)
-        builder.add_jacobian_product("d", q1, p1.mapped(model.inverse_mass_matrix))
+        builder.add_constraints("c", q1, end)
+        builder.add_jacobian_product("d", q1, p1.mapped(model.inverse_mass_matrix), 1.0, end)
         return builder
 
     def _identity_block(self):

@@ -324,31 +324,34 @@ class ModelEquations(EquationLayout):
         """R[equation] += S w."""
         self._linear.append((equation, term))
 
+    # Every constraint term takes the ``time`` of its point after the step's start: drives
+    # (rheonomic constraints) are evaluated there; the other constraints ignore it.
     def add_jacobian_transpose_product(self, equation: str, at: Linear, multipliers: Linear,
-                                       scale: float = 1.0) -> None:
+                                       scale: float = 1.0, time: float = 0.0) -> None:
         """R[equation] += scale G(u)^T mu."""
-        self._terms.append(("jacobian_transpose", equation, (at, multipliers), scale))
+        self._terms.append(("jacobian_transpose", equation, (at, multipliers), scale, time))
 
     def add_discrete_jacobian_transpose_product(self, equation: str, first: Linear,
                                                 second: Linear, multipliers: Linear,
-                                                scale: float = 1.0) -> None:
+                                                scale: float = 1.0, time: float = 0.0) -> None:
         """R[equation] += scale D^G g(a, b)^T mu (the model's discrete derivative)."""
         self._terms.append(("discrete_jacobian_transpose", equation,
-                            (first, second, multipliers, (first + second) * 0.5), scale))
+                            (first, second, multipliers, (first + second) * 0.5), scale, time))
 
     def add_jacobian_product(self, equation: str, at: Linear, vector: Linear,
-                             scale: float = 1.0) -> None:
-        """R[equation] += scale G(u) v."""
-        self._terms.append(("jacobian", equation, (at, vector), scale))
+                             scale: float = 1.0, time: float = 0.0) -> None:
+        """R[equation] += scale (G(u) v + dg/dt(u)): the rate of the constraints along the
+        velocity v (dg/dt is nonzero for drives only)."""
+        self._terms.append(("jacobian", equation, (at, vector), scale, time))
 
     def add_hessian_product(self, equation: str, at: Linear, multipliers: Linear,
-                            vector: Linear, scale: float = 1.0) -> None:
+                            vector: Linear, scale: float = 1.0, time: float = 0.0) -> None:
         """R[equation] += scale (sum_k mu_k d2 g_k(u)) v."""
-        self._terms.append(("hessian", equation, (at, multipliers, vector), scale))
+        self._terms.append(("hessian", equation, (at, multipliers, vector), scale, time))
 
-    def add_constraints(self, equation: str, at: Linear) -> None:
+    def add_constraints(self, equation: str, at: Linear, time: float = 0.0) -> None:
         """R[equation] += g(u)."""
-        self._terms.append(("constraints", equation, (at,), 1.0))
+        self._terms.append(("constraints", equation, (at,), 1.0, time))
 
     def build(self) -> ModelSystem:
         n_eq, n_d = self.n_equations, self.n_data
@@ -362,8 +365,8 @@ class ModelEquations(EquationLayout):
                                 sp.csr_matrix((n_eq - start - size, self.n_w))])
             linear = linear + placed
         split = _Maps(n_d)
-        terms = [(kind, *self._equations[equation], tuple(split(a) for a in arguments), scale)
-                 for kind, equation, arguments, scale in self._terms]
+        terms = [(kind, *self._equations[equation], tuple(split(a) for a in arguments), scale,
+                  time) for kind, equation, arguments, scale, time in self._terms]
         return ModelSystem(self.model, constant, linear.tocsr(), terms,
                            self._potential_terms(), n_d, self.n_unknowns)
 
@@ -386,7 +389,7 @@ class ModelSystem:
         self.linear_unknowns = convert(linear[:, n_data:].tocsr())
         self._linear_jacobian = (self.linear_unknowns if self.dense
                                  else self.linear_unknowns.tocsc())
-        maps = {id(m): m for _, _, _, arguments, _ in terms for m in arguments}
+        maps = {id(m): m for _, _, _, arguments, _, _ in terms for m in arguments}
         self._maps = {key: (convert(m.unknowns), m.moves) for key, m in maps.items()}
         # every point of every term in one product per iterate: (S_d d + S_x x) stacked
         ends = np.cumsum([m.data.shape[0] for m in maps.values()], dtype=np.intp)
@@ -399,15 +402,17 @@ class ModelSystem:
 
         self._points_data = stack("data", n_data)
         self._points_unknowns = stack("unknowns", n_unknowns)
-        self._terms = [(kind, start, size, tuple(id(m) for m in arguments), scale)
-                       for kind, start, size, arguments, scale in terms]
+        self._terms = [(kind, start, size, tuple(id(m) for m in arguments), scale, time)
+                       for kind, start, size, arguments, scale, time in terms]
         self._potential = potential
+        self._time = 0.0
 
     def start(self, data: np.ndarray, time: float = 0.0) -> None:
         """Fold the step data ``d`` (and the step's start time) into the constant part
         and the maps."""
         self._constant_step = self.constant + self.linear_data @ data
         self._points_step = self._points_data @ data
+        self._time = time
         self._extra = (None if self._potential is None else
                        self._potential.bind(self.model, data, time=time))
 
@@ -423,13 +428,16 @@ class ModelSystem:
         rows are then incomplete)."""
         stacked = self._points_step + self._points_unknowns @ x
         points = {key: stacked[rows] for key, rows in self._slices.items()}
-        model_at = _Evaluations(self.model, points)
+        at_time: dict[float, _Evaluations] = {}  # the model's functions at each term time
         residual = self._constant_step + self.linear_unknowns @ x
         matrix = self._linear_jacobian.copy() if jacobian and self.dense else None
         parts = []
-        for kind, start, size, arguments, scale in self._terms:
+        for kind, start, size, arguments, scale, time in self._terms:
             if not jacobian and start + size <= first_row:
                 continue
+            model_at = at_time.get(time)
+            if model_at is None:
+                model_at = at_time[time] = _Evaluations(self.model, points, self._time + time)
             value, derivatives = _TERMS[kind]
             residual[start:start + size] += scale * value(model_at, *arguments)
             for index, derivative in derivatives.items() if jacobian else ():
@@ -459,16 +467,24 @@ class ModelSystem:
 class _Evaluations:
     """The model's functions at the points of one iterate, each evaluated once."""
 
-    def __init__(self, model, points: dict[int, np.ndarray]):
-        self.model, self.points, self._done = model, points, {}
+    def __init__(self, model, points: dict[int, np.ndarray], time: float = 0.0):
+        self.model, self.points, self._done, self.time = model, points, {}, time
 
     def __call__(self, function: str, *keys: int):
-        """``model.<function>`` at the points (or vectors) of the maps ``keys``."""
+        """``model.<function>`` at the points (or vectors) of the maps ``keys`` and at the
+        terms' time (constraint functions take it as ``t``)."""
         out = self._done.get((function, *keys))
         if out is None:
             out = self._done[(function, *keys)] = getattr(self.model, function)(
-                *(self.points[key] for key in keys))
+                *(self.points[key] for key in keys), t=self.time)
         return out
+
+    def rate(self, at: int, vector: int):
+        """G(u) v + dg/dt(u): dg/dt only for rheonomic models."""
+        value = self("jacobian_matrix", at) @ self.points[vector]
+        if self.model.is_rheonomic:
+            value = value + self("constraint_time_derivative", at)
+        return value
 
 
 # Each term kind: its value and its derivative with respect to each argument, as functions of
@@ -485,8 +501,8 @@ _TERMS = {
         {0: lambda f, a, b, mu, middle: 0.5 * f("hessian_product_matrix", middle, mu),
          1: lambda f, a, b, mu, middle: 0.5 * f("hessian_product_matrix", middle, mu),
          2: lambda f, a, b, mu, middle: f("discrete_jacobian_matrix", a, b).T}),
-    "jacobian": (  # G(u) v
-        lambda f, u, v: f("jacobian_matrix", u) @ f.points[v],
+    "jacobian": (  # G(u) v + dg/dt(u)
+        lambda f, u, v: f.rate(u, v),
         {0: lambda f, u, v: f("hessian_vector_matrix", u, v),
          1: lambda f, u, v: f("jacobian_matrix", u)}),
     "hessian": (  # sum_k mu_k d2 g_k(u) v

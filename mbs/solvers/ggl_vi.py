@@ -169,14 +169,15 @@ class GGLVI(Solver):
         for name, size in (("a", n), ("b", n), ("d", m), ("e", m)):
             builder.equation(name, size)
         builder.add_linear("a", (q1 - q0).mapped(mass / h) - momentum)
-        builder.add_jacobian_transpose_product("a", q_th, gam, -1.0)
+        at = theta * h  # the time of q^{n+theta} (drives)
+        builder.add_jacobian_transpose_product("a", q_th, gam, -1.0, at)
         builder.add_linear("b", (p1 - p0) * (1.0 / h))
-        builder.add_jacobian_transpose_product("b", q_th, lam)
-        builder.add_hessian_product("b", q_th, gam, v1)
+        builder.add_jacobian_transpose_product("b", q_th, lam, 1.0, at)
+        builder.add_hessian_product("b", q_th, gam, v1, 1.0, at)
         builder.add_potential_gradient("b", q_th)
         self._add_applied_force(builder, q_th, q0, q1, theta)
-        builder.add_constraints("d", q_th)
-        builder.add_jacobian_product("e", q_th, v1)
+        builder.add_constraints("d", q_th, at)
+        builder.add_jacobian_product("e", q_th, v1, 1.0, at)
         return builder
 
     def _add_applied_force(self, builder, point, q0, q1, fraction: float) -> None:
@@ -198,30 +199,30 @@ class GGLVI(Solver):
         if self.variant == "S":
             q_bar = q0 + v * h
             w = p1.mapped(model.inverse_mass_matrix)
-            builder.add_jacobian_transpose_product("a", q_bar, gam, -1.0)       # (55a)
+            builder.add_jacobian_transpose_product("a", q_bar, gam, -1.0, h)    # (55a)
             builder.add_potential_gradient("b", q0)                              # (55b)
             self._add_applied_force(builder, q0, q0, q1, 0.0)
             builder.add_jacobian_transpose_product("b", q0, lam)
-            builder.add_hessian_product("b", q_bar, gam, w)
+            builder.add_hessian_product("b", q_bar, gam, w, 1.0, h)
             builder.add_linear("c", v.mapped(mass) - p1)                         # (55c)
-            builder.add_hessian_product("c", q_bar, gam, w, -h)
-            builder.add_constraints("d", q1)                                     # (55d)
-            builder.add_jacobian_product("e", q_bar, w)                          # (55e)
+            builder.add_hessian_product("c", q_bar, gam, w, -h, h)
+            builder.add_constraints("d", q1, h)                                  # (55d)
+            builder.add_jacobian_product("e", q_bar, w, 1.0, h)                  # (55e)
             return builder
         theta, vartheta = self.theta, self.vartheta
-        q_th = q0 * (1.0 - theta) + q1 * theta
-        builder.add_jacobian_transpose_product("a", q_th, gam, -1.0)            # (82a)
+        q_th, at = q0 * (1.0 - theta) + q1 * theta, theta * h
+        builder.add_jacobian_transpose_product("a", q_th, gam, -1.0, at)        # (82a)
         builder.add_potential_gradient("b", q_th)                                # (82b)
         self._add_applied_force(builder, q_th, q0, q1, theta)
         builder.add_jacobian_transpose_product("b", q0, lam, 1.0 - vartheta)
-        builder.add_jacobian_transpose_product("b", q1, lam, vartheta)
-        builder.add_hessian_product("b", q_th, gam, v)
+        builder.add_jacobian_transpose_product("b", q1, lam, vartheta, h)
+        builder.add_hessian_product("b", q_th, gam, v, 1.0, at)
         builder.add_linear("c", v.mapped(mass) - p0 * theta - p1 * (1.0 - theta))  # (82c)
         builder.add_jacobian_transpose_product("c", q0, lam, h * theta * (1.0 - vartheta))
         builder.add_jacobian_transpose_product("c", q1, lam,
-                                               -h * (1.0 - theta) * vartheta)
-        builder.add_constraints("d", q1)                                         # (82d)
-        builder.add_jacobian_product("e", q_th, v)                               # (82e)
+                                               -h * (1.0 - theta) * vartheta, h)
+        builder.add_constraints("d", q1, h)                                      # (82d)
+        builder.add_jacobian_product("e", q_th, v, 1.0, at)                      # (82e)
         return builder
 
     def _build_polynomial(self):

@@ -157,6 +157,7 @@ class ExplicitPredictor:
         self.model, self.h, self.weight, self.warm_gamma = model, h, weight, warm_gamma
         self.constant_gradient, self.tensor_map = constant_gradient, tensor_map
         self.inverse_mass = model.inverse_mass_operator()
+        self.time = 0.0  # the step's start time (constraint directions of drives)
 
     def state(self, q: np.ndarray, p: np.ndarray, lam: np.ndarray, gam: np.ndarray,
               mode: str) -> tuple[np.ndarray, np.ndarray]:
@@ -176,8 +177,8 @@ class ExplicitPredictor:
                                 + table.hessian_vector_transpose_product(velocity, gam))
             correction = table.jacobian_transpose_product(q, gam)
         else:
-            constraint_force = model.constraint_jacobian_transpose_product(q, lam)
-            correction = model.constraint_jacobian_transpose_product(q, gam)
+            constraint_force = model.constraint_jacobian_transpose_product(q, lam, self.time)
+            correction = model.constraint_jacobian_transpose_product(q, gam, self.time)
         p_new = p - h * (force + constraint_force)
         weight = self.weight
         return (q + h * (self.inverse_mass @ ((1.0 - weight) * p + weight * p_new + correction)),

@@ -263,8 +263,8 @@ class HBVM(Solver):
 
     # -- setup --------------------------------------------------------------------------------
     def start(self, model: Model, q0: np.ndarray, p0: np.ndarray, h: float) -> None:
-        if model.has_applied_forces:
-            self.iteration = "newton"  # the fixed-point sweep has no applied-force terms
+        if model.has_applied_forces or model.is_rheonomic:
+            self.iteration = "newton"  # the fixed-point sweep has no forces or drives
         super().start(model, q0, p0, h)
         self._dense = model.dense if self.sparse is None else not self.sparse
         self._minv = (model.inverse_mass_operator() if self._dense
@@ -433,7 +433,7 @@ class HBVM(Solver):
                                           tab.c[node] * h, -weights[node],
                                           work * weights[node])
                 builder.add_jacobian_transpose_product(equation, stages[node], lam,
-                                                       weights[node])
+                                                       weights[node], tab.c[node] * h)
 
         weights = tab.X @ tab.PtO
         for j in range(s):
@@ -447,7 +447,7 @@ class HBVM(Solver):
         builder.equation("line", m)
         for node in range(tab.k):
             builder.add_jacobian_product("line", stages[node], weighted_sum(gamma, tab.P[node]),
-                                         tab.b[node])
+                                         tab.b[node], tab.c[node] * h)
         return builder
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> None:

@@ -175,7 +175,7 @@ class Lobatto(Solver):
                 builder.add_applied_force(equation, stages[j], velocities[j], nodes[j] * h,
                                           -weights[j], work * weights[j])
                 builder.add_jacobian_transpose_product(equation, stages[j], multipliers[j],
-                                                       weights[j])
+                                                       weights[j], nodes[j] * h)
 
         for i in range(s):
             builder.equation(f"stage{i}", n)
@@ -186,10 +186,10 @@ class Lobatto(Solver):
         add_force("momentum", b, h)  # work: h sum_j b_j F(Q_j, V_j) . V_j
         for i in range(1, s):
             builder.equation(f"position{i}", m)
-            builder.add_constraints(f"position{i}", stages[i])
+            builder.add_constraints(f"position{i}", stages[i], nodes[i] * h)
         builder.equation("velocity", m)
         builder.add_jacobian_product("velocity", stages[-1],
-                                     p1.mapped(model.inverse_mass_matrix))
+                                     p1.mapped(model.inverse_mass_matrix), 1.0, h)
         return builder
 
     def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:

@@ -152,8 +152,10 @@ class QuadraticSystemBuilder(EquationLayout):
                 np.concatenate([t.quad_i, t.quad_j]), np.concatenate([t.quad_j, t.quad_i]),
                 np.concatenate([t.quad_coef, t.quad_coef]))
 
+    # The constraint terms' ``time`` only matters for drives, which the tensor form (built
+    # from the constant constraint table) never holds.
     def add_jacobian_transpose_product(self, equation: str, at: Linear, multipliers: Linear,
-                                       scale: float = 1.0) -> None:
+                                       scale: float = 1.0, time: float = 0.0) -> None:
         """R[equation] += scale G(u)^T mu, with u = ``at`` and mu = ``multipliers``."""
         t = self.table
         self._add_linear_entries(self._rows(equation, t.lin_i), multipliers, t.lin_row,
@@ -164,7 +166,7 @@ class QuadraticSystemBuilder(EquationLayout):
                                    at, coord_j, scale * coef)
 
     def add_jacobian_product(self, equation: str, at: Linear, vector: Linear,
-                             scale: float = 1.0) -> None:
+                             scale: float = 1.0, time: float = 0.0) -> None:
         """R[equation] += scale G(u) v, with u = ``at`` and v = ``vector``."""
         t = self.table
         self._add_linear_entries(self._rows(equation, t.lin_row), vector, t.lin_i,
@@ -176,21 +178,21 @@ class QuadraticSystemBuilder(EquationLayout):
 
     def add_discrete_jacobian_transpose_product(self, equation: str, first: Linear,
                                                 second: Linear, multipliers: Linear,
-                                                scale: float = 1.0) -> None:
+                                                scale: float = 1.0, time: float = 0.0) -> None:
         """R[equation] += scale D^G g(a, b)^T mu, which for quadratic constraints is the
         midpoint Jacobian G((a + b)/2)^T mu (exact)."""
         self.add_jacobian_transpose_product(equation, (first + second) * 0.5, multipliers,
                                             scale)
 
     def add_hessian_product(self, equation: str, at: Linear, multipliers: Linear,
-                            vector: Linear, scale: float = 1.0) -> None:
+                            vector: Linear, scale: float = 1.0, time: float = 0.0) -> None:
         """R[equation] += scale (sum_k mu_k d2 g_k) v (constant Hessians: ``at`` is not
         needed)."""
         row, coord_l, coord_j, coef = self._hessian_entries()
         self._add_bilinear_entries(self._rows(equation, coord_l), multipliers, row,
                                    vector, coord_j, scale * coef)
 
-    def add_constraints(self, equation: str, at: Linear) -> None:
+    def add_constraints(self, equation: str, at: Linear, time: float = 0.0) -> None:
         """R[equation] += g(u); the rows are re-evaluated from the factored form."""
         t = self.table
         self.add_constant(equation, t.constant)

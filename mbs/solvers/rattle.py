@@ -52,7 +52,8 @@ class Rattle(Solver):
     def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         model, h, m = self.model, self.h, self.model.m
         minv = self._minv
-        jac0 = model.jacobian_matrix(q0)
+        t1 = t + h
+        jac0 = model.jacobian_matrix(q0, t)
         forced = model.has_applied_forces
         force0 = model.applied_force(t, q0, minv @ p0) if forced else 0.0
         p_free = p0 - 0.5 * h * (model.potential_gradient(q0) - force0)
@@ -62,9 +63,9 @@ class Rattle(Solver):
             def residual_and_jacobian(lam, jacobian=True):
                 q1 = q_free - 0.5 * h * h * (minv_jac0_t @ lam)
                 if not jacobian:
-                    return model.constraints(q1), None
-                return (model.constraints(q1),
-                        -0.5 * h * h * (model.jacobian_matrix(q1) @ minv_jac0_t))
+                    return model.constraints(q1, t1), None
+                return (model.constraints(q1, t1),
+                        -0.5 * h * h * (model.jacobian_matrix(q1, t1) @ minv_jac0_t))
 
             def position_change(lam):
                 return -0.5 * h * h * (minv_jac0_t @ lam)
@@ -80,13 +81,14 @@ class Rattle(Solver):
         p_half = p_free - 0.5 * h * (jac0.T @ lam)
         q1 = q0 + h * (minv @ p_half)
         p_unconstrained = p_half - 0.5 * h * model.potential_gradient(q1)
+        drift = model.constraint_time_derivative(q1, t1) if model.is_rheonomic else 0.0
         if forced:
-            p1, mu, force1 = self._forced_kick(t + h, q1, p_unconstrained)
+            p1, mu, force1 = self._forced_kick(t1, q1, p_unconstrained, drift)
         elif m:
-            jac1 = model.jacobian_matrix(q1)
+            jac1 = model.jacobian_matrix(q1, t1)
             gram = jac1 @ minv @ jac1.T
             try:
-                mu = solve_linear(gram, (2.0 / h) * (jac1 @ (minv @ p_unconstrained)))
+                mu = solve_linear(gram, (2.0 / h) * (jac1 @ (minv @ p_unconstrained) + drift))
             except (np.linalg.LinAlgError, RuntimeError) as exc:
                 raise NewtonConvergenceError(
                     f"singular velocity projection ({exc})", np.inf, np.inf, iterations,
@@ -95,24 +97,24 @@ class Rattle(Solver):
         else:
             mu, p1 = np.zeros(0), p_unconstrained
         self._warm.lam = lam
-        enforced = (self._max(model.constraints(q1)),
-                    self._max(model.jacobian_matrix(q1) @ (self._minv @ p1)))
+        enforced = (self._max(model.constraints(q1, t1)),
+                    self._max(model.velocity_constraints(q1, p1, t1)))
         work = float(0.5 * (force0 + force1) @ (q1 - q0)) if forced else 0.0
         return StepResult(q1, p1, minv @ p_half, lam.copy(), mu, iterations, enforced, work)
 
-    def _forced_kick(self, t1: float, q1: np.ndarray, p_unconstrained: np.ndarray):
+    def _forced_kick(self, t1: float, q1: np.ndarray, p_unconstrained: np.ndarray, drift):
         """(p1, mu, F1) of p1 = p_u + h/2 (F(t1, q1, M^-1 p1) - G(q1)^T mu),
-        G(q1) M^-1 p1 = 0, by Newton from p_u (exact in one iteration for forces linear
-        in the velocity)."""
+        G(q1) M^-1 p1 + dg/dt = 0, by Newton from p_u (exact in one iteration for forces
+        linear in the velocity)."""
         model, h, m, minv = self.model, self.h, self.model.m, self._minv
-        jac1 = model.jacobian_matrix(q1)
+        jac1 = model.jacobian_matrix(q1, t1)
         dense = model.dense
         p1, mu = p_unconstrained.copy(), np.zeros(m)
         scale = max(self._max(p_unconstrained), 1e-300)
         for _ in range(self.newton.max_iterations):
             force, _, by_velocity = model.applied_force_derivatives(t1, q1, minv @ p1)
             residual = np.concatenate([p1 - p_unconstrained - 0.5 * h * (force - jac1.T @ mu),
-                                       jac1 @ (minv @ p1)])
+                                       jac1 @ (minv @ p1) + drift])
             top = (np.eye(model.n) if dense else sp.identity(model.n)) \
                 - 0.5 * h * (by_velocity @ model.inverse_mass_matrix)
             matrix = (np.block([[top, 0.5 * h * jac1.T], [jac1 @ minv, np.zeros((m, m))]])

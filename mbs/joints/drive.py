@@ -1,0 +1,181 @@
+"""Prescribed joint motion: a rheonomic constraint on a joint's axis coordinate.
+
+A drive of a revolute (or cylindrical) joint prescribes the angle f(t) of body_b relative to
+body_a about the axis; with e1, e2 fixed in body_a and f1 (= e1 at the initial pose) fixed in
+body_b, its equation
+
+    g(q, t) = cos f(t) (f1 . e2) - sin f(t) (f1 . e1) = sin(angle - f(t)) = 0
+
+is a combination of two quadratic forms of q with time-dependent weights, so it has the exact
+midpoint discrete derivative of the other joints at any fixed t and g measures the angle
+error in radians. A drive of a prismatic joint prescribes the displacement s(t) along the
+axis: g = axis_a . (x_b(P) - x_a(P)) - s(t). The velocity constraint of the drive is
+G v + dg/dt = 0; every scheme evaluates g and its derivatives at the times of the points where
+it enforces the constraints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from mbs.elements import Element
+from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
+from mbs.joints.base import BuildContext, Joint, perpendicular_pair
+from mbs.joints.user import UserConstraint
+from mbs.validation import as_scalar
+
+#: Relative step of the central difference that gives a drive's rate when none is given
+#: (error ~ step^2 |f'''| / 6 + eps |f| / step, ~1e-10 for smooth motions of unit size).
+RATE_DIFFERENCE_STEP = 1e-5
+
+#: The coordinate each joint type can be driven in.
+DRIVEN_COORDINATES = {"Revolute": ("angle",), "Cylindrical": ("angle", "displacement"),
+                      "Prismatic": ("displacement",)}
+
+
+class Drive(UserConstraint):
+    """Prescribe a joint's angle or displacement as a function of time.
+
+    Parameters
+    ----------
+    joint : Revolute, Cylindrical or Prismatic
+    position : float or callable
+        f(t): the angle (rad, relative to the initial pose) or displacement (m); a number
+        holds the coordinate fixed at that value.
+    rate : callable, optional
+        f'(t); by central differences of ``position`` when omitted.
+    coordinate : {"angle", "displacement"}, optional
+        For a cylindrical joint (default "angle").
+
+    The reaction the drive exerts (a torque about, or force along, the axis on body_b) and
+    its work are ``Solution.drive(name).effort`` and ``.work`` (see
+    :meth:`mbs.Solution.drive`); ``Solution.work`` includes the drives' work.
+    """
+
+    time_dependent = True
+
+    def __init__(self, joint: Joint, position, rate: Callable | None = None,
+                 coordinate: str | None = None, name: str | None = None):
+        Element.__init__(self, name)
+        owner = f"Drive {self.name!r}"
+        if not isinstance(joint, Joint):
+            raise ModelTypeError(f"{owner}: joint must be a joint, got {joint!r}")
+        kinds = DRIVEN_COORDINATES.get(type(joint).__name__)
+        if kinds is None:
+            raise ModelError(f"{owner}: drives act on revolute, cylindrical and prismatic "
+                             f"joints, got {type(joint).__name__} {joint.name!r}")
+        coordinate = coordinate or kinds[0]
+        if coordinate not in kinds:
+            raise ModelError(f"{owner}: a {type(joint).__name__} joint has no {coordinate!r} "
+                             f"coordinate (it has {', '.join(kinds)})")
+        if callable(position):
+            self.position = position
+        else:
+            value = as_scalar(position, "position", owner)
+            self.position = lambda t: value
+            rate = rate or (lambda t: 0.0)
+        if rate is not None and not callable(rate):
+            raise ModelTypeError(f"{owner}: rate must be a function of t (or None), got "
+                                 f"{rate!r}")
+        self.rate = rate
+        self.joint, self.coordinate, self.owner = joint, coordinate, owner
+        self.bodies = [body for body in joint.bodies if body.n_coordinates]
+        self.n_equations = 1
+        self.hessian_function = None
+        self._forms = None
+
+    def referenced_bodies(self) -> list:
+        if self.joint.system is None:
+            raise ModelError(f"{self.owner}: joint {self.joint.name!r} is not in a system; add "
+                             f"the joint first")
+        return list(self.bodies)
+
+    # -- geometry (at the bodies' initial pose, built when the system is compiled) ---------
+    def prepare(self) -> None:
+        """Build the drive's quadratic forms from the joint geometry at the initial pose."""
+        joint, offsets, start = self.joint, {}, 0
+        for body in joint.bodies:
+            offsets[body.name] = start
+            start += body.n_coordinates
+        context, size = BuildContext(offsets), start
+
+        def affine(vector):
+            matrix = np.zeros((3, size))
+            for coefficient, first in vector.terms:
+                matrix[:, first:first + 3] += coefficient * np.eye(3)
+            return matrix, np.array(vector.constant, dtype=float)
+
+        a, b = joint.body_a, joint.body_b
+        if self.coordinate == "angle":
+            e1, e2 = perpendicular_pair(joint.axis)
+            reference = affine(context.vector(b, e1))
+            self._forms = [(reference, affine(context.vector(a, e2))),
+                           (reference, affine(context.vector(a, e1)))]
+        else:
+            self._forms = [(affine(context.vector(a, joint.axis)),
+                            affine(context.point(b, joint.point) - context.point(a, joint.point)))]
+        self._hessians = [first[0].T @ second[0] + second[0].T @ first[0]
+                          for first, second in self._forms]
+
+    def _values(self, q: np.ndarray) -> np.ndarray:
+        return np.array([(first[0] @ q + first[1]) @ (second[0] @ q + second[1])
+                         for first, second in self._forms])
+
+    def _gradients(self, q: np.ndarray) -> np.ndarray:
+        return np.array([first[0].T @ (second[0] @ q + second[1])
+                         + second[0].T @ (first[0] @ q + first[1])
+                         for first, second in self._forms])
+
+    def _call(self, function: Callable, what: str, t: float) -> float:
+        try:
+            value = float(function(t))
+        except Exception as exc:  # the user's code: report it with the drive's name
+            raise ForceFunctionError(f"{self.owner}: the {what} function failed at t = "
+                                     f"{t:.6g} ({type(exc).__name__}: {exc}); it must return "
+                                     f"a number") from exc
+        if not np.isfinite(value):
+            raise ForceFunctionError(f"{self.owner}: the {what} function returned {value} at "
+                                     f"t = {t:.6g}")
+        return value
+
+    def _weights(self, t: float) -> tuple[np.ndarray, float]:
+        """(w(t), c(t)) of g = w . pi(q) + c."""
+        target = self._call(self.position, "position", t)
+        if self.coordinate == "angle":
+            return np.array([np.cos(target), -np.sin(target)]), 0.0
+        return np.ones(1), -target
+
+    def _rate(self, t: float) -> float:
+        if self.rate is not None:
+            return self._call(self.rate, "rate", t)
+        step = RATE_DIFFERENCE_STEP * max(1.0, abs(t))
+        return (self._call(self.position, "position", t + step)
+                - self._call(self.position, "position", t - step)) / (2 * step)
+
+    # -- the UserConstraint interface, at time t ---------------------------------------------
+    def value(self, q_local: np.ndarray, t: float = 0.0) -> np.ndarray:
+        weights, constant = self._weights(t)
+        return np.array([weights @ self._values(q_local) + constant])
+
+    def jacobian(self, q_local: np.ndarray, t: float = 0.0) -> np.ndarray:
+        weights, _ = self._weights(t)
+        return (weights @ self._gradients(q_local))[None, :]
+
+    def hessian_product(self, q_local: np.ndarray, multipliers: np.ndarray, t: float = 0.0
+                        ) -> np.ndarray:
+        weights, _ = self._weights(t)
+        return float(multipliers[0]) * sum(w * h for w, h in zip(weights, self._hessians))
+
+    def discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0) -> np.ndarray:
+        return self.jacobian(0.5 * (q0 + q1), t)  # exact: g is quadratic in q at fixed t
+
+    def time_derivative(self, q_local: np.ndarray, t: float) -> np.ndarray:
+        """dg/dt at fixed q."""
+        rate = self._rate(t)
+        if self.coordinate == "angle":
+            target = self._call(self.position, "position", t)
+            return np.array([rate * np.array([-np.sin(target), -np.cos(target)])
+                             @ self._values(q_local)])
+        return np.array([-rate])

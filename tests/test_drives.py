@@ -1,0 +1,152 @@
+"""Prescribed joint motion (mbs.joints.Drive): exact tracking, reactions and their work.
+
+Tolerances: schemes that enforce the constraints at the step ends hold the drive's equation
+g = sin(angle - f(t)) to Newton's tolerance (~1e-12), so the angle to 1e-10; reactions and
+work are second-order quantities, checked against closed forms to O(h^2) with the constant
+estimated from two step sizes."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import mbs
+from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
+from mbs.joints import Drive
+from tests.mechanisms import slider_crank
+
+Z = (0.0, 0.0, 1.0)
+END_ENFORCING = [("em", {}), ("rattle", {}), ("lobatto", {"stages": 3}), ("hbvm", {}),
+                 ("ggl-vi-s", {}), ("ggl-vi-b", {}), ("em", {"order": 4})]
+
+
+def crank_angle(t):
+    return 5.0 * t + 0.3 * np.sin(3.0 * t)
+
+
+def crank_rate(t):
+    return 5.0 + 0.9 * np.cos(3.0 * t)
+
+
+def driven_slider_crank(rate=crank_rate) -> mbs.Model:
+    system = slider_crank()
+    system.add(Drive(system["crank_pivot"], crank_angle, rate, name="motor"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the planar loop's redundant equations
+        return system.compile()
+
+
+def start(model: mbs.Model):
+    return model.initial_state(project=True, joint_rates={"crank_pivot": crank_rate(0.0)})
+
+
+def test_a_drive_removes_the_degree_of_freedom():
+    model = driven_slider_crank()
+    assert model.degrees_of_freedom == 0 and model.is_rheonomic
+
+
+@pytest.mark.parametrize("solver, options", END_ENFORCING)
+def test_prescribed_crank_angle_is_followed_at_every_step(solver, options):
+    model = driven_slider_crank()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the projection of the rod's velocity
+        state = start(model)
+    solution = mbs.simulate(model, solver, h=2e-3, t_end=0.5, initial_state=state,
+                            **options)
+    angle = solution.joint("crank_pivot").position
+    assert np.max(np.abs(angle - crank_angle(solution.t))) <= 1e-10
+    assert np.max(solution.constraint_residuals()["position"]) <= 1e-10
+
+
+def test_the_rate_by_differences_gives_the_same_motion():
+    given, differenced = driven_slider_crank(), driven_slider_crank(rate=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        first = mbs.simulate(given, "em", h=2e-3, t_end=0.2, initial_state=start(given))
+        second = mbs.simulate(differenced, "em", h=2e-3, t_end=0.2,
+                              initial_state=start(differenced))
+    # central differences with step 1e-5: error ~ 1e-10 |f'''| ~ 3e-9 in the rate
+    np.testing.assert_allclose(second.q, first.q, rtol=0, atol=1e-7)
+
+
+def test_drive_work_equals_the_energy_change_to_second_order():
+    model = driven_slider_crank()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        state = start(model)
+    errors = []
+    for h in (2e-3, 1e-3):
+        solution = mbs.simulate(model, "em", h=h, t_end=1.0, initial_state=state)
+        drive = solution.drive("motor")
+        energy = solution.energy()
+        assert abs(drive.work[-1]) > 1.0  # the drive does real work
+        errors.append(abs(energy[-1] - energy[0] - drive.work[-1]) / abs(drive.work[-1]))
+    assert errors[1] <= 1e-4
+    assert np.log2(errors[0] / errors[1]) == pytest.approx(2.0, abs=0.2)
+
+
+def disc(drive_position, rate) -> tuple[mbs.Model, float]:
+    system = mbs.System()
+    body = system.add(mbs.RigidBody.from_shape("cylinder", mass=3.0, radius=0.4, length=0.1,
+                                               name="disc"))
+    hinge = system.add(mbs.joints.Revolute(system.ground, body, point=(0, 0, 0), axis=Z,
+                                           name="hinge"))
+    system.add(Drive(hinge, drive_position, rate, name="spin"))
+    model = system.compile()
+    return model, float(np.asarray(model.body("disc").inertia)[2, 2])
+
+
+def test_reaction_torque_of_a_constant_angular_acceleration():
+    """angle = a t^2 / 2 on a free disc: the drive's torque is I a (exact for EM: the
+    motion is quadratic in t)."""
+    acceleration = 4.0
+    model, inertia = disc(lambda t: 0.5 * acceleration * t**2, lambda t: acceleration * t)
+    solution = mbs.simulate(model, "em", h=0.01, t_end=1.0)
+    drive = solution.drive("spin")
+    np.testing.assert_allclose(drive.effort, inertia * acceleration, rtol=1e-3)
+    np.testing.assert_allclose(drive.rate, acceleration * solution.t, atol=1e-9)
+    kinetic = 0.5 * inertia * (acceleration * solution.t) ** 2
+    np.testing.assert_allclose(drive.work, kinetic, rtol=1e-3, atol=1e-12)
+
+
+def test_prismatic_drive_prescribes_the_displacement():
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    block = system.add(mbs.RigidBody.from_shape("box", mass=2.0, lx=0.2, ly=0.1, lz=0.1,
+                                                name="block"))
+    block.set_state(velocity=(0.0, 0.0, 0.2))  # the drive's initial rate
+    lift = system.add(mbs.joints.Prismatic(system.ground, block, point=(0, 0, 0), axis=Z,
+                                           name="lift"))
+    system.add(Drive(lift, lambda t: 0.1 * np.sin(2.0 * t), lambda t: 0.2 * np.cos(2.0 * t),
+                     name="jack"))
+    solution = mbs.simulate(system.compile(), "em", h=1e-3, t_end=1.0)
+    drive = solution.drive("jack")
+    np.testing.assert_allclose(drive.position, 0.1 * np.sin(2.0 * solution.t), atol=1e-12)
+    # the jack carries the weight and accelerates the block: m (g + s'')
+    t_mid = solution.t[:-1] + 0.5e-3
+    expected = 2.0 * (9.81 - 0.4 * np.sin(2.0 * t_mid))
+    np.testing.assert_allclose(drive.effort, expected, rtol=0, atol=1e-3 * 2.0 * 9.81)
+
+
+def test_bad_drives_get_clear_errors():
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(1.0, (0.1, 0.1, 0.1), name="body"))
+    ball = system.add(mbs.joints.Spherical(system.ground, body, point=(0, 0, 0), name="ball"))
+    with pytest.raises(ModelError, match="Spherical 'ball'"):
+        Drive(ball, lambda t: t)
+    hinge = mbs.joints.Revolute(system.ground, body, point=(0, 0, 0), axis=Z, name="hinge")
+    with pytest.raises(ModelTypeError, match="rate must be a function"):
+        Drive(hinge, lambda t: t, rate=2.0)
+    with pytest.raises(ModelError, match="no 'displacement'"):
+        Drive(hinge, lambda t: t, coordinate="displacement")
+    with pytest.raises(ModelError, match="not in a system"):
+        system.add(Drive(hinge, lambda t: t))
+
+
+@pytest.mark.filterwarnings("ignore:initial state")  # the disc starts at rest
+def test_a_drive_function_that_fails_stops_the_run_with_the_steps_so_far():
+    model, _ = disc(lambda t: np.nan if t > 0.045 else t, lambda t: 1.0)
+    with pytest.raises(ForceFunctionError, match="Drive 'spin'.*position") as error:
+        mbs.simulate(model, "em", h=0.01, t_end=1.0, project=True)
+    assert error.value.solution.t.size == error.value.step + 1 >= 5
