@@ -150,3 +150,10 @@ def test_a_drive_function_that_fails_stops_the_run_with_the_steps_so_far():
     with pytest.raises(ForceFunctionError, match="Drive 'spin'.*position") as error:
         mbs.simulate(model, "em", h=0.01, t_end=1.0, project=True)
     assert error.value.solution.t.size == error.value.step + 1 >= 5
+
+
+def test_stream_resume_and_ensembles_with_a_drive(tmp_path):
+    from tests.mechanisms import assert_stream_resume_and_ensemble_repeat_the_run
+
+    model, _ = disc(lambda t: 0.5 * t**2, lambda t: t)
+    assert_stream_resume_and_ensemble_repeat_the_run(model, "em", {}, 0.01, 20, tmp_path)
