@@ -50,6 +50,21 @@ EXAMPLES: dict[str, Example] = {e.name: e for e in (
     Example("four-bar", "four_bar", "planar four-bar linkage (crank-rocker)"),
     Example("slider-crank", "slider_crank", "slider-crank mechanism"),
     Example("chain", "chain", "chain of N rigid links on ball joints"),
+    Example("motor-slider-crank", "motor_slider_crank",
+            "slider-crank run up by a motor against a dashpot and a gas load",
+            dict(solver="em", h=0.002, t_end=4.0),
+            dict(view="front", directors=False, trails={"flywheel": (0.15, 0.0, 0.0)})),
+    Example("flyball-governor", "flyball_governor",
+            "Watt flyball governor spun up by a motor to a steady speed",
+            dict(solver="em", h=0.01, t_end=6.0),
+            dict(view="iso", directors=False, trails=["ball_right"])),
+    Example("reaction-wheel", "reaction_wheel",
+            "satellite slewed by a reaction wheel under PD attitude control",
+            dict(solver="em", h=0.08, t_end=24.0),
+            dict(view="top", directors=["satellite"], ground_plane=False,
+                 visuals={"satellite": {"opacity": 0.35}})),
+    Example("andrews-squeezer", "andrews_squeezer",
+            "Andrews' squeezing mechanism (seven bodies, motor torque, spring)"),
 )}
 
 DEFAULT_SETTINGS = dict(solver="em", h=0.01, t_end=1.0)

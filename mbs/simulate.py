@@ -336,6 +336,13 @@ def _warn_if_energy_is_lost(solution: Solution) -> None:
                 float(np.max(np.abs(solution.work))))
     if scale == 0.0:  # at rest at zero potential: compare with the motion that followed
         scale = float(np.max(np.abs(kinetic)))
+    model = solution.model
+    diagonal = model.mass_matrix.diagonal()
+    lightest = float(np.min(diagonal[diagonal > 0.0], initial=1.0))
+    duration = max(float(solution.t[-1] - solution.t[0]), 1e-300)
+    natural = lightest * (getattr(model, "length_scale", 1.0) / duration) ** 2
+    if scale <= np.finfo(float).eps * natural:  # at rest up to round-off: nothing to lose
+        return
     change = float(np.max(np.abs(energy - energy[0])))
     if not change > ENERGY_WARNING_LEVEL * scale:  # also catches NaN
         return

@@ -27,6 +27,7 @@ from mbs.forces.base import Force
 from mbs.forces.kinematics import (
     LocalCoordinates,
     angular_velocity,
+    cross,
     rotation_generator,
     skew,
     torque_coordinates,
@@ -340,9 +341,8 @@ class _EffortTerm(AppliedTerm):
     The geometry is written for a batch of terms of one class (arrays with a leading axis
     over the terms, see :class:`EffortGroup`): subclasses keep their constant arrays in
     ``data`` (leading axis of length 1 for one term) and give s and J
-    (:meth:`batch_coordinate`) and, where it is cheap, the derivative of J
-    (:meth:`batch_curvature`, two-point dampers). Otherwise Newton's matrix keeps
-    tau_s J J^T (dq) and tau_s' J J^T (dv), which is exact along the joint's motion.
+    (:meth:`batch_coordinate`) and the derivative of J (:meth:`batch_curvature`), which
+    Newton's matrix adds to tau_s J J^T (dq) and tau_s' J J^T (dv).
     """
 
     def __init__(self, name, local, law, data: dict, bodies=None):
@@ -566,7 +566,7 @@ def _batch_torque_coordinates(directors: np.ndarray, torque: np.ndarray) -> np.n
     gram = np.einsum("kia,kib->kab", directors, directors)
     generator = np.einsum("kaa->k", gram)[:, None, None] * np.eye(3)[None] - gram
     c = np.linalg.solve(generator, torque[:, :, None])[:, :, 0]
-    return np.cross(c[:, None, :], directors)
+    return cross(c[:, None, :], directors)
 
 
 class _AngleTerm(_EffortTerm):
@@ -595,6 +595,44 @@ class _AngleTerm(_EffortTerm):
                     q[batch, directors], axis)
         return angle, rows
 
+    @staticmethod
+    def batch_curvature(data, q, v, effort, rate_slope):
+        """tau dJ/dq + tau_s' J (dJ/dq v)^T with J's rows c x d_i (c = K^-1 axis): dJ/dq
+        at fixed c ([c]x on each director) and through c ~ axis/2 (K = 2 I on orthonormal
+        directors) -- the terms that matter when a body turns much in a step."""
+        count, size = q.shape
+        axis = _apply(data["axis"], q)
+        axis_map = data["axis"][0]
+        d_row = np.zeros((count, size, size))
+        batch = np.arange(count)[:, None]
+        for key, sign in (("directors_b", 1.0), ("directors_a", -1.0)):
+            directors = data[key]
+            if directors is None:
+                continue
+            frame = q[batch[:, :, None], directors]
+            gram = np.einsum("kia,kib->kab", frame, frame)
+            generator = np.einsum("kaa->k", gram)[:, None, None] * np.eye(3)[None] - gram
+            c = np.linalg.solve(generator, axis[:, :, None])[:, :, 0]
+            for i in range(3):
+                rows = directors[:, i, :]
+                d_row[batch[:, :, None], rows[:, :, None], rows[:, None, :]] += (
+                    sign * _batch_skew(c))
+                d_row[batch, rows, :] -= sign * 0.5 * np.einsum(
+                    "kab,kbc->kac", _batch_skew(frame[:, i]), axis_map)
+        row = _AngleTerm.batch_coordinate(data, q)[1]
+        rate_gradient = np.einsum("kr,krc->kc", v, d_row)
+        return (effort[:, None, None] * d_row
+                + rate_slope[:, None, None] * row[:, :, None] * rate_gradient[:, None, :])
+
+
+def _batch_skew(vectors: np.ndarray) -> np.ndarray:
+    """[v]x for each row of (k, 3) vectors, (k, 3, 3)."""
+    out = np.zeros(vectors.shape[:1] + (3, 3))
+    out[:, 0, 1], out[:, 0, 2] = -vectors[:, 2], vectors[:, 1]
+    out[:, 1, 0], out[:, 1, 2] = vectors[:, 2], -vectors[:, 0]
+    out[:, 2, 0], out[:, 2, 1] = -vectors[:, 1], vectors[:, 0]
+    return out
+
 
 class _SlideTerm(_EffortTerm):
     """s = axis . (x_b(P) - x_a(P)) (0 at the initial pose); J = (B_b - B_a)^T axis."""
@@ -608,6 +646,17 @@ class _SlideTerm(_EffortTerm):
         axis, r = _apply(data["axis"], q), _apply(data["relative"], q)
         return (np.einsum("ki,ki->k", axis, r),
                 np.einsum("kij,ki->kj", data["relative"][0], axis))
+
+    @staticmethod
+    def batch_curvature(data, q, v, effort, rate_slope):
+        """tau dJ/dq + tau_s' J (dJ/dq v)^T with J = R^T axis(q): the turning of body a's
+        axis."""
+        relative, axis_map = data["relative"][0], data["axis"][0]
+        d_row = np.einsum("kai,kaj->kij", relative, axis_map)
+        row = np.einsum("kij,ki->kj", relative, _apply(data["axis"], q))
+        rate_gradient = np.einsum("kr,krc->kc", v, d_row)
+        return (effort[:, None, None] * d_row
+                + rate_slope[:, None, None] * row[:, :, None] * rate_gradient[:, None, :])
 
 
 def joint_effort_term(joint, context, law, name: str, kind: str) -> AppliedTerm:

@@ -50,6 +50,17 @@ class LocalCoordinates:
                          for i in range(3)], dtype=np.intp)
 
 
+def cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a x b over the last axis (broadcast), without the overhead of ``np.cross`` on the
+    small arrays of one element."""
+    a, b = np.broadcast_arrays(a, b)
+    out = np.empty(a.shape)
+    out[..., 0] = a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1]
+    out[..., 1] = a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2]
+    out[..., 2] = a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+    return out
+
+
 def skew(vector: np.ndarray) -> np.ndarray:
     """[v]x, the matrix of v x ."""
     x, y, z = vector
@@ -66,9 +77,9 @@ def torque_coordinates(directors: np.ndarray, torque: np.ndarray) -> np.ndarray:
     """The generalized force of ``torque`` on the directors (rows d_i), shape (3, 3):
     row i is c x d_i with c = K^-1 torque (see the module docstring)."""
     c = np.linalg.solve(rotation_generator(directors), torque)
-    return np.cross(c, directors)
+    return cross(c, directors)
 
 
 def angular_velocity(directors: np.ndarray, rates: np.ndarray) -> np.ndarray:
     """K^-1 sum_i d_i x d_i', the rate dual to :func:`torque_coordinates`."""
-    return np.linalg.solve(rotation_generator(directors), np.cross(directors, rates).sum(axis=0))
+    return np.linalg.solve(rotation_generator(directors), cross(directors, rates).sum(axis=0))

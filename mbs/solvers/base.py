@@ -248,10 +248,18 @@ class Solver:
         """Lower bounds of the Newton scales of q and p (see :meth:`_scales`) when they do
         not depend on the state (constant force), as an array for the hot path."""
         force = self._constant_force
-        self._floor_minimum = (None if force is None or not self.model.n
-                               or self.model.has_applied_forces else
-                               np.array([self.model.length_scale,
-                                         max(self.h * force, 1e-300)]))
+        model = self.model
+        # The momentum that would move the lightest coordinate by round-off of the length
+        # scale in one step: the p scale of a system at rest without forces, where every
+        # increment is round-off (below it, a relative test would never pass).
+        diagonal = model.mass_matrix.diagonal() if model.n else np.ones(1)
+        lightest = float(np.min(diagonal[diagonal > 0.0], initial=1.0))
+        self._momentum_floor = (np.finfo(float).eps * lightest * model.length_scale
+                                / abs(self.h))
+        self._floor_minimum = (None if force is None or not model.n
+                               or model.has_applied_forces else
+                               np.array([model.length_scale,
+                                         max(self.h * force, self._momentum_floor)]))
 
     def _enforced_rows(self, residual: np.ndarray) -> tuple[float, float]:
         """Max-norms of the two constraint blocks of a step residual (its last 2m rows, in
@@ -535,7 +543,7 @@ class Solver:
             applied = self.model.applied_force(self._time, q, self._minv @ p)
             force = max(force, float(np.abs(applied).max()))
         return (max(float(_max(np.abs(q))), self.model.length_scale),
-                max(float(_max(np.abs(p))), self.h * force, 1e-300))
+                max(float(_max(np.abs(p))), self.h * force, self._momentum_floor))
 
     def _applied_acceleration(self, q: np.ndarray, p: np.ndarray) -> float:
         """max |M^-1 Q(t, q, M^-1 p)|: the size of the applied forces' acceleration (0
