@@ -371,6 +371,12 @@ class Model:
         """Whether some constraint depends on time (a :class:`mbs.joints.Drive`)."""
         return any(b.constraint.time_dependent for b in self._user)
 
+    @property
+    def drive_rows(self) -> np.ndarray:
+        """The constraint rows of the drives (rheonomic constraints)."""
+        rows = [block.rows for block in self._user if block.constraint.time_dependent]
+        return np.concatenate(rows) if rows else np.zeros(0, dtype=int)
+
     def constraint_time_derivative(self, q: np.ndarray, t: float = 0.0) -> np.ndarray:
         """dg/dt at fixed q, shape (m,): zero but for drives. The velocity constraint of a
         rheonomic system is G(q, t) v + dg/dt = 0."""

@@ -202,7 +202,10 @@ class _Run:
                    "newton_iterations": self.iterations[:count].copy(),
                    "wall_time": time.perf_counter() - self.started,
                    "completed": count == self.steps, "refined_steps": list(self.refined),
-                   "guess_retries": getattr(self.solver, "guess_retries", 0)},
+                   "guess_retries": getattr(self.solver, "guess_retries", 0),
+                   "drive_work_in_steps": bool(getattr(self.solver, "reports_drive_work",
+                                                       False)),
+                   "drive_effort": getattr(self.solver, "drive_effort", "multiplier")},
             solver_properties=self.solver.properties)
 
     def execute(self, writer: StreamWriter | None, flush_every: int,

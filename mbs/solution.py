@@ -64,9 +64,12 @@ class DriveTrajectory:
     effort : (N,)
         The torque (force) the drive exerts on body_b about (along) the axis in step
         n -> n+1: minus the drive's multiplier of the step (its time in
-        ``solver_properties.multiplier_times``).
+        ``solver_properties.multiplier_times``), or minus the mean of the multipliers at the
+        step's two ends for rattle and lobatto.
     work : (N+1,)
-        Cumulative sum of effort_n (position_{n+1} - position_n), 0 at the start.
+        Cumulative sum of effort_n (position_{n+1} - position_n), 0 at the start: a
+        second-order estimate of the drive's work (``Solution.work`` holds the scheme's own,
+        exact for "em").
     """
 
     name: str
@@ -119,12 +122,14 @@ class Solution:
     def work(self) -> np.ndarray:
         """Cumulative work of the applied forces and drives up to each node, (N+1,), 0 at the
         start: ``energy() - energy()[0] - work`` is the scheme's energy error (zero to
-        round-off for "em" with loads, dampers and actuators; with drives the work of their
-        reactions is estimated from the multipliers, see :meth:`drive`)."""
+        round-off for "em", whose steps report the exact work of loads, dampers, actuators
+        and drives; for the other schemes the drives' work is estimated from their
+        multipliers, see :meth:`drive`)."""
         steps = np.zeros(self.t.size - 1) if self.step_work is None else self.step_work
         total = np.concatenate([[0.0], np.cumsum(steps)])
-        for name in getattr(self.model, "drives", {}):
-            total = total + self.drive(name).work
+        if not self.stats.get("drive_work_in_steps", False):
+            for name in getattr(self.model, "drives", {}):
+                total = total + self.drive(name).work
         return total
 
     def energy_balance(self) -> np.ndarray:
@@ -202,6 +207,8 @@ class Solution:
         coordinate = self.joint(joint, kind)
         row = int(self.model.constraint_rows[name][0])
         effort = -self.multipliers[:, row]
+        if self.stats.get("drive_effort") == "mean":
+            effort = 0.5 * (effort - self.velocity_multipliers[:, row])
         work = np.concatenate([[0.0], np.cumsum(effort * np.diff(coordinate.position))])
         return DriveTrajectory(name, kind, coordinate.position, coordinate.rate, effort, work)
 

@@ -306,6 +306,14 @@ class Solver:
         system.start(data, self._bound_terms)
         return data
 
+    #: Whether :meth:`_work` includes the work of the drives' reactions (else the driver
+    #: estimates it from the multipliers, see :meth:`mbs.Solution.drive`).
+    reports_drive_work = False
+    #: How the step's reaction of a drive follows from the stored multipliers: "multiplier"
+    #: (the multiplier is the step's constraint force) or "mean" (of the multiplier and the
+    #: velocity multiplier, the forces at the step's two ends: rattle, lobatto).
+    drive_effort = "multiplier"
+
     def _work(self, x: np.ndarray) -> float:
         """The work of the applied forces in the step just solved (unknowns x)."""
         bound = self._bound_terms
@@ -322,7 +330,8 @@ class Solver:
             self._start_system(self._polynomial, q0, p0)
             return self._polynomial.evaluate, self._initial_guess(q0, p0)
         system = self._general_system()
-        system.start(np.concatenate((q0, p0)), self._time)
+        self._step_data = np.concatenate((q0, p0))
+        system.start(self._step_data, self._time)
         self._bound_terms = system.bound_terms
         return system.evaluate, self._initial_guess(q0, p0)
 

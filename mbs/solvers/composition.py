@@ -178,6 +178,14 @@ class Composition(Solver):
                             if key.startswith(prefix)})
 
     @property
+    def reports_drive_work(self) -> bool:
+        return self.base.reports_drive_work
+
+    @property
+    def drive_effort(self) -> str:
+        return self.base.drive_effort
+
+    @property
     def guess_retries(self) -> int:
         return sum(solver.guess_retries for solver in self.substeps)
 

@@ -78,6 +78,29 @@ class EnergyMomentum(Solver):
         builder.add_jacobian_product("d", q1, p1.mapped(model.inverse_mass_matrix), 1.0, end)
         return builder
 
+    #: The step's work includes that of the drives' reactions (see :meth:`_work`).
+    reports_drive_work = True
+
+    def _work(self, x: np.ndarray) -> float:
+        """Work of the applied forces, plus that of the drives' reactions such that the
+        energy balance E1 - E0 = work holds exactly: for the drive rows k (weights at
+        t_mid), -lambda_k (g_k(q1) - g_k(q0)) - gamma_k (G_k(q1) v1 - G_k(q0) v0), the
+        terms by which the balance below (84) differs from that of time-independent
+        constraints."""
+        work = super()._work(x)
+        model = self.model
+        if not model.is_rheonomic:
+            return work
+        n, m = model.n, model.m
+        q0, p0 = self._step_data[:n], self._step_data[n:]
+        q1, p1 = x[:n], x[n:2 * n]
+        lam, gam = x[2 * n:2 * n + m], x[2 * n + m:]
+        rows, middle = model.drive_rows, self._time + 0.5 * self.h
+        change = model.constraints(q1, middle)[rows] - model.constraints(q0, middle)[rows]
+        rate_change = (model.constraint_jacobian(q1, middle) @ self._minv.dot(p1)
+                       - model.constraint_jacobian(q0, middle) @ self._minv.dot(p0))[rows]
+        return work - float(lam[rows] @ change + gam[rows] @ rate_change)
+
     def _identity_block(self):
         n = self.model.n
         return (slice(0, n), slice(n, 2 * n), -0.5)  # d(84a)/dp1 = -I/2

@@ -144,6 +144,8 @@ class Lobatto(Solver):
     def _polynomial_key(self) -> tuple:
         return (self.tableau.a.tobytes(), self.tableau.b.tobytes())
 
+    drive_effort = "mean"  # the first and last stages' multipliers are stored
+
     def _equations(self, layout, shifted: bool = False):
         """The step equations over the data (q0, p0) and the unknowns (V_1 .. V_s, p1,
         Lambda_1 .. Lambda_s); p_{k+1} is an unknown so that every term is at most quadratic

@@ -48,6 +48,7 @@ class Rattle(Solver):
         multiplier_times="lambda^n (position), mu^{n+1} (velocity)",
         reference="Hairer, Lubich, Wanner, Geometric Numerical Integration (2006), VII.1")
     composable = True
+    drive_effort = "mean"  # lambda^n and mu^{n+1} act for half a step each
 
     def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         model, h, m = self.model, self.h, self.model.m
