@@ -2,7 +2,8 @@
 
 The file records constructor arguments and initial states only (no derived data), so loading
 and compiling reproduces the same Model and, with the same solver, bitwise the same simulation.
-Elements holding Python callables (UserConstraint, UserPotential) cannot be written.
+Elements holding Python callables (UserConstraint, UserPotential, Drive, loads and actuators
+given as functions) cannot be written; constant loads and actuators and every damper can.
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ import numpy as np
 
 from mbs.bodies import PointMass, RigidBody
 from mbs.errors import ModelError
-from mbs.forces import CentralGravity, QuarticSpring, Spring, UniformGravity
+from mbs.forces import (
+    CentralGravity,
+    Damper,
+    JointDamper,
+    JointForce,
+    JointTorque,
+    Load,
+    QuarticSpring,
+    Spring,
+    UniformGravity,
+)
 from mbs.joints import Cylindrical, Distance, Prismatic, Revolute, Rigid, Spherical, Universal
 from mbs.system import System
 
@@ -25,18 +36,33 @@ VERSION = 1
 _JOINT_ARGS = {
     Spherical: ("point",),
     Distance: ("length", "point_a", "point_b"),
-    Revolute: ("point", "axis"),
-    Cylindrical: ("point", "axis"),
-    Prismatic: ("point", "axis"),
+    Revolute: ("point", "axis", "damping"),
+    Cylindrical: ("point", "axis", "damping"),
+    Prismatic: ("point", "axis", "damping"),
     Rigid: ("point", "axis"),
     Universal: ("point", "axis_a", "axis_b"),
 }
 _FORCE_ARGS = {
-    Spring: ("stiffness", "rest_length", "point_a", "point_b"),
+    Spring: ("stiffness", "rest_length", "point_a", "point_b", "damping"),
     QuarticSpring: ("stiffness", "length", "point_a", "point_b"),
+    Damper: ("damping", "point_a", "point_b"),
 }
-_BY_NAME = {cls.__name__: cls for cls in (*_JOINT_ARGS, *_FORCE_ARGS, CentralGravity,
-                                          UniformGravity)}
+#: Actuators on a joint: the attribute holding their constant value.
+_JOINT_EFFORTS = {JointTorque: "torque", JointForce: "force", JointDamper: "damping"}
+_BY_NAME = {cls.__name__: cls for cls in (*_JOINT_ARGS, *_FORCE_ARGS, *_JOINT_EFFORTS, Load,
+                                          CentralGravity, UniformGravity)}
+
+
+def _constant(value, owner: str, what: str):
+    """The constant of a load or actuator value (see :mod:`mbs.forces.applied`), None if
+    absent; functions cannot be written."""
+    if value is None:
+        return None
+    constant = getattr(value, "constant", value)
+    if getattr(value, "function", None) is not None or constant is None:
+        raise ModelError(f"{owner}: its {what} is a Python function and cannot be saved to "
+                         f"JSON")
+    return _plain(constant)
 
 
 def _plain(value):
@@ -74,14 +100,24 @@ def system_to_dict(system: System) -> dict:
                        "body_a": joint.body_a.name, "body_b": joint.body_b.name,
                        **{k: _plain(getattr(joint, k)) for k in args}})
     for constraint in system.user_constraints:
-        raise ModelError(f"UserConstraint {constraint.name!r} holds Python functions and "
-                         f"cannot be saved to JSON")
+        raise ModelError(f"{type(constraint).__name__} {constraint.name!r} holds Python "
+                         f"functions and cannot be saved to JSON")
     forces = []
     for force in system._forces:
         entry = {"type": type(force).__name__, "name": force.name}
         if type(force) in _FORCE_ARGS:
             entry.update(body_a=force.body_a.name, body_b=force.body_b.name,
                          **{k: _plain(getattr(force, k)) for k in _FORCE_ARGS[type(force)]})
+        elif type(force) in _JOINT_EFFORTS:
+            attribute = _JOINT_EFFORTS[type(force)]
+            owner = f"{type(force).__name__} {force.name!r}"
+            entry.update(joint=force.joint.name, **{attribute: _constant(
+                getattr(force, attribute), owner, attribute)})
+        elif isinstance(force, Load):
+            owner = f"Load {force.name!r}"
+            entry.update(body=force.body.name, force=_constant(force.force, owner, "force"),
+                         torque=_constant(force.torque, owner, "torque"),
+                         point=_plain(force.point), frame=force.frame)
         elif isinstance(force, CentralGravity):
             entry.update(mu=force.mu, center=force.center.tolist(),
                          gravity_gradient=force.gravity_gradient,
@@ -167,10 +203,18 @@ def _element(system: System, entry: dict, where: str):
     if cls in _JOINT_ARGS or cls in _FORCE_ARGS:
         args = _JOINT_ARGS.get(cls) or _FORCE_ARGS[cls]
         kwargs = {k: entry.get(k) for k in args}
-        if cls in (Revolute, Cylindrical, Prismatic, Universal, Spherical):
+        if cls in (Revolute, Cylindrical, Prismatic, Universal, Spherical, Damper):
             kwargs = {k: v for k, v in kwargs.items() if v is not None}
         return cls(_body(system, _field(entry, "body_a", where), where),
                    _body(system, _field(entry, "body_b", where), where), name=name, **kwargs)
+    if cls in _JOINT_EFFORTS:
+        attribute = _JOINT_EFFORTS[cls]
+        return cls(_body(system, _field(entry, "joint", where), where),
+                   _field(entry, attribute, where), name=name)
+    if cls is Load:
+        return Load(_body(system, _field(entry, "body", where), where), force=entry.get("force"),
+                    torque=entry.get("torque"), point=entry.get("point"),
+                    frame=entry.get("frame", "world"), name=name)
     bodies = entry.get("bodies")
     bodies = None if bodies is None else [_body(system, b, where) for b in bodies]
     if cls is CentralGravity:

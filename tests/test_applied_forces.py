@@ -397,3 +397,23 @@ def test_state_dependent_actuator_derivatives_match_finite_differences():
                                                        q), atol=1e-5)
     np.testing.assert_allclose(by_v, finite_difference(lambda x: model.applied_force(0.0, q, x),
                                                        v), atol=1e-5)
+
+
+def test_constant_loads_and_dampers_round_trip_through_json(tmp_path):
+    system = slider_crank()
+    system.add(JointTorque(system["crank_pivot"], 2.0, name="motor"))
+    system.add(Damper(system.ground, system["slider"], 3.0, point_a=(3.0, 0.0, 0.0)))
+    system.add(JointDamper(system["crank_pin"], 0.01))
+    system.add(Load(system["rod"], force=(0.0, -1.0, 0.0), point=(0.5, 0.2, 0.0)))
+    path = tmp_path / "model.json"
+    mbs.save_system(system, path)
+    loaded = mbs.load_system(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = mbs.simulate(system.compile(), "em", h=1e-3, t_end=0.05)
+        second = mbs.simulate(loaded.compile(), "em", h=1e-3, t_end=0.05)
+    np.testing.assert_array_equal(first.q, second.q)
+    np.testing.assert_array_equal(first.work, second.work)
+    system.add(Load(system["crank"], torque=lambda t: (0.0, 0.0, t), name="varying"))
+    with pytest.raises(ModelError, match="Load 'varying'.*Python function"):
+        mbs.save_system(system, tmp_path / "other.json")
