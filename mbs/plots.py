@@ -56,25 +56,27 @@ def _label(solution, labels, i) -> str:
 
 
 def energy_scale(solution) -> float:
-    """max(|E0|, max T): the scale of relative energy errors (as in conservation_summary)."""
+    """max(|E0|, max T, max |W|): the scale of relative energy errors (as in
+    conservation_summary; W the work of loads, dampers, motors and drives)."""
     energy = solution.energy()
     return max(abs(float(energy[0])), float(np.max(np.abs(solution.kinetic_energy()))),
-               1e-300)
+               float(np.max(np.abs(solution.work))), 1e-300)
 
 
 def plot_energy(solutions, path=None, *, components: bool = False, labels=None,
                 title: str | None = None):
-    """Relative energy error (E(t) - E0) / max(|E0|, max T) over time.
+    """Relative energy error (E(t) - E0 - W(t)) / max(|E0|, max T, max |W|) over time, W the
+    work of loads, dampers, motors and drives (zero for conservative models).
 
-    ``components=True`` adds a panel with the kinetic, potential and total energy.
+    ``components=True`` adds a panel with the kinetic, potential and total energy (and the
+    work, when forces do work).
     """
     solutions = _as_list(solutions)
     fig, axes = _figure(2 if components else 1)
     ax = axes[0]
     for i, sol in enumerate(solutions):
-        energy = sol.energy()
-        ax.plot(sol.t, (energy - energy[0]) / energy_scale(sol), label=_label(sol, labels, i))
-    ax.set_ylabel(r"$(E - E_0)\,/\,\max(|E_0|, \max T)$")
+        ax.plot(sol.t, sol.energy_balance() / energy_scale(sol), label=_label(sol, labels, i))
+    ax.set_ylabel(r"$(E - E_0 - W)\,/\,\max(|E_0|, \max T, \max |W|)$")
     ax.axhline(0.0, color="0.6", lw=0.8)
     ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3), useMathText=True)
     ax.legend(loc="best", fontsize="small")
@@ -85,6 +87,9 @@ def plot_energy(solutions, path=None, *, components: bool = False, labels=None,
         axes[1].plot(sol.t, kinetic, label="kinetic T")
         axes[1].plot(sol.t, potential, label="potential V")
         axes[1].plot(sol.t, kinetic + potential, "k", label="total E")
+        if getattr(sol.model, "non_conservative", False):
+            axes[1].plot(sol.t, kinetic[0] + potential[0] + sol.work, "k--",
+                         label="E0 + work W")
         axes[1].set_ylabel("energy")
         axes[1].legend(loc="best", fontsize="small")
     axes[-1].set_xlabel("t [s]")

@@ -191,6 +191,9 @@ class HBVM(Solver):
         sum_j rho_j^T gamma_j = 0), in tensor form for quadratic constraints, with the exact
         Jacobian. It handles stiff potentials (a k = 1e5 spring at h = 0.01, where the
         fixed-point iteration diverges) and fast rotations (the heavy top at h omega ~ 1.4).
+        Models with loads, dampers, actuators or drives always use "newton": applied forces
+        enter at the nodes Y_l with the stage polynomial's velocity, and the step's work is
+        their quadrature h sum_l b_l F_l . Y_l'; drives are evaluated at t + c_l h.
     newton : NewtonOptions
         Stopping rule of either iteration: stop when the largest increment of Gamma (and of
         lambda for "newton") is <= ``tolerance`` (default 1e-15) times its magnitude, or
