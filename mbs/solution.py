@@ -242,16 +242,21 @@ class Solution:
 
     def _momentum_note(self, angular: bool) -> str:
         """Why a momentum need not be conserved (empty when nothing obvious breaks it; the
-        angular momentum about ``about`` may still not be conserved for joints to the
-        ground elsewhere)."""
+        angular momentum about ``about`` may still change through joints to the ground)."""
         model = self.model
+        grounded_joints = {joint.name for joint in model.joints if "ground" in joint.bodies}
         reasons = []
-        if not angular and any("ground" in joint.bodies for joint in model.joints):
+        if not angular and grounded_joints:
             reasons.append("joints to the ground")
         if not angular and model.gravity is not None:
             reasons.append("gravity")
-        if getattr(model, "non_conservative", False):
-            reasons.append("loads, motors or drives act")
+        if any(force.type == "Load" for force in model.forces):
+            reasons.append("loads")
+        if any("ground" in force.bodies and force.type not in ("UniformGravity", "Load")
+               for force in model.forces):
+            reasons.append("forces from the ground")
+        if any(joint in grounded_joints for joint, _ in getattr(model, "drives", {}).values()):
+            reasons.append("drives against the ground")
         return f"  (not conserved: {', '.join(reasons)})" if reasons else ""
 
     def conservation_summary(self, about=(0.0, 0.0, 0.0)) -> str:
