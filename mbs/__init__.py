@@ -8,10 +8,12 @@ from mbs import bodies, forces, joints, solvers
 from mbs.bodies import Ground, PointMass, RigidBody
 from mbs.ensemble import EnsembleSolution, simulate_ensemble, simulate_many
 from mbs.errors import (
+    ForceFunctionError,
     InconsistentInitialStateError,
     MbsError,
     ModelError,
     ModelTypeError,
+    SimulationError,
     SimulationInterrupted,
     SolverError,
 )
@@ -33,7 +35,7 @@ __version__ = "0.1.0"
 
 
 
-__all__ = [
+__all__ = ["ForceFunctionError", "SimulationError",
     "BodyTrajectory", "Ground", "InconsistentInitialStateError", "MbsError", "Model",
     "ModelError", "ModelTypeError", "PointMass", "RigidBody", "SimulationInterrupted",
     "Solution", "SolverError", "System", "bodies", "forces", "joints", "rotation_about_x",

@@ -63,6 +63,12 @@ class SolverError(MbsError, RuntimeError):
         self.hint = hint
 
 
+class SimulationError(SolverError):
+    """A run stopped by an error that is not a solver failure (an exception in user code
+    such as a potential, a failing stream write): ``solution`` holds every step accepted
+    before it and the original exception is the ``__cause__``."""
+
+
 class ForceFunctionError(SolverError):
     """A user function of a load or actuator failed or returned a wrong shape or a
     non-finite value; the message names the element. Raised by :func:`mbs.simulate` with

@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from mbs.errors import ForceFunctionError, ModelError, SimulationInterrupted, SolverError
+from mbs.errors import (
+    ForceFunctionError,
+    MbsError,
+    ModelError,
+    SimulationError,
+    SimulationInterrupted,
+    SolverError,
+)
 from mbs.model import Model
 from mbs.solution import Solution
 from mbs.solvers import Solver, make_solver
@@ -240,24 +247,52 @@ class _Run:
                 if bar is not None:
                     bar.update(1)
         except KeyboardInterrupt:
-            if writer is not None:
-                writer.flush(self.solver.checkpoint())
-            raise SimulationInterrupted(
+            interrupted = SimulationInterrupted(
                 f"simulation interrupted after {self.done} of {self.steps} steps; "
-                f"error.solution holds them", solution=self.solution()) from None
-        except SolverError:
-            if writer is not None:
-                writer.flush(self.solver.checkpoint())
+                f"error.solution holds them", solution=self.solution())
+            self._flush_after_failure(writer, interrupted)
+            raise interrupted from None
+        except MbsError as error:
+            if getattr(error, "solution", None) is None:
+                error.solution = self.solution()
+            self._flush_after_failure(writer, error)
             raise
+        except Exception as exc:  # user code or I/O: keep what was computed
+            failure = SimulationError(
+                f"{self.solver.name}: the run stopped at step {self.done} (t = "
+                f"{self.t_start + self.done * self.h:.6g}) by {type(exc).__name__}: {exc}; "
+                f"error.solution holds the {self.done} accepted steps",
+                solution=self.solution(), step=self.done,
+                time=self.t_start + self.done * self.h, hint="see the exception's cause")
+            self._flush_after_failure(writer, failure)
+            raise failure from exc
         finally:
             if bar is not None:
                 bar.close()
         if writer is not None:
-            writer.flush(self.solver.checkpoint())
-            writer.finish()
+            try:
+                writer.flush(self.solver.checkpoint())
+                writer.finish()
+            except Exception as exc:  # every step is done: hand them over with the error
+                raise SimulationError(
+                    f"the run completed but its stream could not be written "
+                    f"({type(exc).__name__}: {exc}); error.solution holds every step",
+                    solution=self.solution(), step=self.done,
+                    time=self.t_start + self.done * self.h) from exc
         solution = self.solution()
         _warn_if_energy_is_lost(solution)
         return solution
+
+    def _flush_after_failure(self, writer: StreamWriter | None, error: BaseException) -> None:
+        """Write the steps not yet flushed to the stream; a failing write is added to the
+        error's message (the steps stay in ``error.solution``)."""
+        if writer is None:
+            return
+        try:
+            writer.flush(self.solver.checkpoint())
+        except Exception as exc:  # the disk, not the run, failed: report both
+            error.args = (f"{error.args[0] if error.args else error} (the last steps could "
+                          f"not be written to the stream: {type(exc).__name__}: {exc})",)
 
     def _store(self, k: int, result: StepResult) -> None:
         # one dot product detects NaN/inf cheaply; the exact test confirms (overflow)

@@ -1,0 +1,57 @@
+"""Failures that are not solver failures (user code, the disk) still hand over every step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mbs
+from mbs.forces import SquaredDistance, UserPotential
+from mbs.streaming import load_stream
+
+
+def pendulum_with_a_faulty_potential(fails_below: float) -> mbs.Model:
+    """A point mass on a spring-like user potential that raises below a squared distance."""
+    system = mbs.System()
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.5, 0.0, 0.0))
+
+    def energy(pi):
+        if pi[0] < fails_below:
+            raise ZeroDivisionError("the potential's formula divides by zero here")
+        return 0.5 * 10.0 * (np.sqrt(pi[0]) - 1.0) ** 2
+
+    system.add(UserPotential([SquaredDistance(system.ground, bob, point_a=(0, 0, 0))], energy))
+    return system.compile()
+
+
+def test_an_exception_in_user_code_keeps_the_steps_done():
+    model = pendulum_with_a_faulty_potential(fails_below=1.1)
+    with pytest.raises(mbs.SimulationError, match="ZeroDivisionError") as error:
+        mbs.simulate(model, "em", h=0.01, t_end=1.0)
+    solution = error.value.solution
+    assert isinstance(error.value.__cause__, ZeroDivisionError)
+    assert solution.t.size == error.value.step + 1 > 2
+    assert np.min(np.linalg.norm(solution.q, axis=1)) ** 2 >= 1.1  # all before the fault
+
+
+def test_a_failing_stream_write_reports_it_and_keeps_the_steps(tmp_path, monkeypatch):
+    model = pendulum_with_a_faulty_potential(fails_below=0.0)  # never fails
+    writes = []
+    original = np.savez
+
+    def savez(file, *args, **kwargs):  # the disk fills up after the first chunk
+        writes.append(file)
+        if len(writes) > 2:
+            raise OSError(28, "No space left on device")
+        return original(file, *args, **kwargs)
+
+    monkeypatch.setattr(np, "savez", savez)
+    with pytest.raises(mbs.SimulationError, match="No space left") as error:
+        mbs.simulate(model, "em", h=0.01, t_end=1.0, output=str(tmp_path / "run"),
+                     flush_every=10)
+    monkeypatch.undo()
+    solution = error.value.solution
+    assert solution.t.size == error.value.step + 1 >= 11
+    flushed = load_stream(str(tmp_path / "run"), model)  # the first chunk is on disk
+    np.testing.assert_array_equal(flushed.q, solution.q[:flushed.q.shape[0]])
