@@ -133,6 +133,7 @@ def system_to_dict(system: System) -> dict:
         forces.append(entry)
     return {"format": FORMAT, "version": VERSION,
             "gravity": None if system.gravity is None else system.gravity.tolist(),
+            "redundant": system.redundant,
             "bodies": bodies, "joints": joints, "forces": forces}
 
 
@@ -149,7 +150,8 @@ def system_from_dict(data: dict, source: str = "model description") -> System:
         raise ModelError(f"{source}: unknown mbs model version {data.get('version')!r}; this "
                          f"mbs reads version {VERSION}")
     try:
-        system = System(gravity=data.get("gravity"))
+        system = System(gravity=data.get("gravity"),
+                        redundant=data.get("redundant", "remove"))
         for index, entry in enumerate(data.get("bodies", [])):
             where = f"{source}: bodies[{index}]"
             kind = _field(entry, "type", where)

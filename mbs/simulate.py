@@ -109,7 +109,16 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
     if output is not None and resume is not None:
         raise ModelError("simulate: give output= for a new stream or resume= for an existing "
                          "one, not both")
-    steps = max(1, int(round((t_end - t_start) / h)))
+    ratio = (t_end - t_start) / h
+    # the states of every step are kept in memory: refuse runs that cannot fit before
+    # allocating (or that overflow the step count), with the way out
+    memory = ratio * (2 * model.n + model.n + 2 * model.m + 4) * 8.0
+    if not ratio < MAX_STEPS or memory > MAX_MEMORY_BYTES:
+        raise ModelError(f"simulate: (t_end - t_start) / h = {ratio:.3g} steps would need "
+                         f"{memory / 2**30:.3g} GiB for the states; shorten the run, enlarge h, "
+                         f"or split it into runs continued from each other's last state "
+                         f"(initial_state=)")
+    steps = max(1, int(round(ratio)))
     if abs(steps * h - (t_end - t_start)) > 1e-9 * max(1.0, t_end - t_start):
         warnings.warn(f"simulate: h = {h} does not divide the interval; {steps} steps end at "
                       f"t = {t_start + steps * h}", stacklevel=2)
@@ -357,6 +366,10 @@ class _Run:
         self.solver.restore(checkpoint)
         return None
 
+
+#: Most steps one run may have, and most memory its in-memory states may take.
+MAX_STEPS = 2**40
+MAX_MEMORY_BYTES = 64 * 2**30
 
 #: Energy change, relative to the size of the initial energy terms, above which a run of a
 #: conservative model is reported as untrustworthy. Every scheme of mbs keeps the energy of

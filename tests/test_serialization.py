@@ -89,3 +89,22 @@ def test_invalid_json_and_callables(tmp_path):
                                         energy=lambda pi: pi[0]))
     with pytest.raises(mbs.ModelError, match="cannot be saved"):
         mbs.save_system(system, tmp_path / "x.json")
+
+
+def test_json_round_trip_keeps_every_option_and_repeats_runs_bitwise(tmp_path):
+    import warnings
+
+    from tests.mechanisms import double_pendulum
+
+    system = double_pendulum()
+    system.redundant = "keep"
+    path = tmp_path / "pendulum.json"
+    mbs.save_system(system, path)
+    loaded = mbs.load_system(path)
+    assert loaded.redundant == "keep"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.1)
+        second = mbs.simulate(loaded.compile(), "em", h=0.01, t_end=0.1)
+    np.testing.assert_array_equal(first.q, second.q)
+    np.testing.assert_array_equal(first.p, second.p)
