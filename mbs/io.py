@@ -37,6 +37,7 @@ import scipy.sparse as sp
 
 from mbs.errors import ModelError
 from mbs.model import BodyInfo, ElementInfo, Model
+from mbs.safe_files import load_json, open_archive
 from mbs.solution import Solution
 
 FORMAT = "mbs-solution"
@@ -259,11 +260,12 @@ def load_solution(path, model: Model | None = None) -> Solution:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such solution file: {path}")
-    with np.load(path, allow_pickle=False) as archive:
-        try:
-            header = json.loads(str(archive["header"]))
-        except KeyError:
-            raise ModelError(f"{path} is not an mbs solution file (no header)") from None
+    with open_archive(path) as archive:
+        if "header" not in archive.files:
+            raise ModelError(f"{path} is not an mbs solution file (no header)")
+        header = load_json(str(archive["header"]), path)
+        if not isinstance(header, dict):
+            raise ModelError(f"{path} is not an mbs solution file (bad header)")
         if header.get("format") != FORMAT:
             raise ModelError(f"{path} is not an mbs solution file")
         if header.get("version", 0) > VERSION:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from mbs.bodies import PointMass, RigidBody
-from mbs.errors import ModelError
+from mbs.errors import MbsError, ModelError
 from mbs.forces import (
     CentralGravity,
     Damper,
@@ -28,9 +28,12 @@ from mbs.forces import (
     UniformGravity,
 )
 from mbs.joints import Cylindrical, Distance, Prismatic, Revolute, Rigid, Spherical, Universal
+from mbs.safe_files import load_json, read_text
 from mbs.system import System
 
 FORMAT = "mbs-model"
+#: Largest model file read (a model with 10^5 bodies takes a few MB).
+MAX_MODEL_BYTES = 256 * 2**20
 VERSION = 1
 
 _JOINT_ARGS = {
@@ -169,18 +172,19 @@ def system_from_dict(data: dict, source: str = "model description") -> System:
         for group in ("joints", "forces"):
             for index, entry in enumerate(data.get(group, [])):
                 system.add(_element(system, entry, f"{source}: {group}[{index}]"))
-    except (TypeError, KeyError) as exc:
-        raise ModelError(f"{source}: malformed entry ({exc})") from exc
+    except MbsError:
+        raise
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
+        raise ModelError(f"{source}: malformed entry ({type(exc).__name__}: {exc})") from exc
     return system
 
 
 def load_system(path: str | os.PathLike) -> System:
     """Read a System written by :func:`save_system`."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{path}: not valid JSON ({exc})") from exc
-    return system_from_dict(data, str(path))
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"no such model file: {path}")
+    return system_from_dict(load_json(read_text(path, MAX_MODEL_BYTES), path), str(path))
 
 
 def _field(entry: dict, key: str, where: str):

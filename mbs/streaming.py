@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mbs.errors import ModelError
+from mbs.safe_files import load_json, open_archive, read_text, sha256
 
 FORMAT = "mbs-stream"
 VERSION = 1
@@ -65,7 +66,8 @@ class StreamWriter:
         chunk = {k: data[k] for k in ARRAYS}
         chunk["q"], chunk["p"] = data["q"][1:], data["p"][1:]
         np.savez(self.directory / "chunk_000001.npz", **chunk)
-        manifest["chunks"] = [{"file": "chunk_000001.npz", "steps": int(chunk["q"].shape[0])}]
+        manifest["chunks"] = [{"file": "chunk_000001.npz", "steps": int(chunk["q"].shape[0]),
+                               "sha256": sha256(self.directory / "chunk_000001.npz")}]
         _write_manifest(self.directory, manifest)
 
     def append(self, q, p, velocity, multiplier, velocity_multiplier, enforced, iterations,
@@ -87,7 +89,8 @@ class StreamWriter:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self.directory / name)
-        self.manifest["chunks"].append({"file": name, "steps": count})
+        self.manifest["chunks"].append({"file": name, "steps": count,
+                                        "sha256": sha256(self.directory / name)})
         self.manifest["steps_done"] += count
         self.manifest["solver_state"] = {k: np.asarray(v).tolist()
                                          for k, v in solver_state.items()}
@@ -112,52 +115,116 @@ def read_stream(path: str | os.PathLike) -> dict:
     """Arrays of every flushed step of a stream (directory or packed .npz).
 
     Returns a dict with ``manifest`` and the arrays ``q``, ``p`` (steps + 1 rows, including the
-    initial state) and the per-step arrays (steps rows).
+    initial state) and the per-step arrays (steps rows). The manifest is checked before any
+    chunk is opened: chunk files are named ``chunk_000001.npz`` ... in order inside the
+    stream's directory, each with its recorded SHA-256 and no more bytes than its steps
+    need; a damaged, truncated or crafted stream raises :class:`~mbs.errors.ModelError`.
     """
     path = Path(path)
     if path.suffix == ".npz" and path.is_file():
-        with np.load(path, allow_pickle=False) as archive:
-            manifest = json.loads(str(archive["manifest"]))
-            _check_manifest(manifest, path)
-            out = {"manifest": manifest, **{k: archive[k] for k in archive.files
-                                            if k != "manifest"}}
+        with open_archive(path) as archive:
+            if "manifest" not in archive.files:
+                raise ModelError(f"{path}: not a packed mbs stream (no manifest)")
+            manifest = load_json(str(archive["manifest"]), path)
+            steps = _check_manifest(manifest, path)
+            out = {"manifest": manifest}
+            for name in ("q", "p", *ARRAYS[2:]):
+                if name in archive.files:
+                    out[name] = archive[name]
+                elif name != "step_work":
+                    raise ModelError(f"{path}: the array {name!r} is missing")
             out.setdefault("step_work", np.zeros(out["q"].shape[0] - 1))
+            _check_shapes(out, manifest, steps + 1, path)
             return out
     directory = stream_directory(path) if not path.is_dir() else path
     manifest = _read_manifest(directory)
-    with np.load(directory / "initial.npz") as initial:
+    n, m = manifest["n"], manifest["m"]
+    with open_archive(directory / "initial.npz", 2 * n * 8 + 4096) as initial:
         q0, p0 = initial["q"], initial["p"]
+    tails = {"q": (n,), "p": (n,), "scheme_velocities": (n,), "multipliers": (m,),
+             "velocity_multipliers": (m,), "enforced_residuals": (2,),
+             "newton_iterations": (), "step_work": ()}
     parts: dict[str, list] = {name: [] for name in ARRAYS}
     for chunk in manifest["chunks"]:
-        with np.load(directory / chunk["file"]) as archive:
+        file = directory / chunk["file"]
+        if "sha256" in chunk and sha256(file) != chunk["sha256"]:
+            raise ModelError(f"{file}: its contents do not match the checksum in the "
+                             f"manifest (damaged or replaced)")
+        with open_archive(file, _chunk_bytes(chunk["steps"], n, m)) as archive:
             for name in ARRAYS:
-                parts[name].append(archive[name] if name in archive.files
-                                   else np.zeros(chunk["steps"]))  # written without work
-    n = q0.size
+                array = (archive[name] if name in archive.files
+                         else np.zeros(chunk["steps"]))  # written without work
+                if array.shape != (chunk["steps"], *tails[name]):
+                    raise ModelError(f"{file}: {name} has shape {array.shape}, the manifest "
+                                     f"implies {(chunk['steps'], *tails[name])}; the stream "
+                                     f"is damaged")
+                parts[name].append(array)
     out = {"manifest": manifest}
     for name in ARRAYS:
-        out[name] = (np.concatenate(parts[name]) if parts[name] else np.zeros((0, n)))
-    out["q"] = np.vstack([q0[None, :], out["q"].reshape(-1, n)])
-    out["p"] = np.vstack([p0[None, :], out["p"].reshape(-1, n)])
+        out[name] = (np.concatenate(parts[name]) if parts[name]
+                     else np.zeros((0, *tails[name])))
+    out["q"] = np.vstack([np.reshape(q0, (1, -1)), out["q"].reshape(-1, n)])
+    out["p"] = np.vstack([np.reshape(p0, (1, -1)), out["p"].reshape(-1, n)])
+    _check_shapes(out, manifest, manifest["steps_done"] + 1, directory)
     return out
 
 
+def _chunk_bytes(steps: int, n: int, m: int) -> int:
+    """The most bytes a chunk of ``steps`` steps holds (its arrays and their headers)."""
+    return 8 * steps * (3 * n + 2 * m + 4) + 4096 * len(ARRAYS)
+
+
+def _check_shapes(out: dict, manifest: dict, rows: int, where) -> None:
+    n, m = manifest["n"], manifest["m"]
+    expected = {"q": (rows, n), "p": (rows, n), "scheme_velocities": (rows - 1, n),
+                "multipliers": (rows - 1, m), "velocity_multipliers": (rows - 1, m),
+                "enforced_residuals": (rows - 1, 2), "newton_iterations": (rows - 1,),
+                "step_work": (rows - 1,)}
+    for name, shape in expected.items():
+        if np.shape(out[name]) != shape:
+            raise ModelError(f"{where}: {name} has shape {np.shape(out[name])}, the manifest "
+                             f"implies {shape}; the stream is damaged")
+
+
 def _read_manifest(directory: Path) -> dict:
-    try:
-        manifest = json.loads((directory / "manifest.json").read_text())
-    except FileNotFoundError:
+    file = directory / "manifest.json"
+    if not file.is_file():
         raise ModelError(f"{directory} is not an mbs output stream (no manifest.json); nothing "
-                         f"was flushed yet or the path is wrong") from None
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{directory}/manifest.json is malformed: {exc}") from exc
+                         f"was flushed yet or the path is wrong")
+    manifest = load_json(read_text(file), file)
     _check_manifest(manifest, directory)
     return manifest
 
 
-def _check_manifest(manifest: dict, where) -> None:
+def _check_manifest(manifest, where) -> int:
+    """Validate a manifest's fields and chunk list; returns the number of steps done."""
+    if not isinstance(manifest, dict):
+        raise ModelError(f"{where}: the manifest is not a JSON object")
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise ModelError(f"{where}: not an mbs stream of version {VERSION} (format "
                          f"{manifest.get('format')!r}, version {manifest.get('version')!r})")
+    for key in ("n", "m", "steps_done"):
+        value = manifest.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ModelError(f"{where}: manifest field {key!r} must be a non-negative "
+                             f"integer, got {value!r}")
+    chunks = manifest.get("chunks")
+    if not isinstance(chunks, list):
+        raise ModelError(f"{where}: manifest field 'chunks' must be a list")
+    total = 0
+    for index, chunk in enumerate(chunks, start=1):
+        expected = f"chunk_{index:06d}.npz"  # in order, inside the directory, no repeats
+        if not isinstance(chunk, dict) or chunk.get("file") != expected:
+            raise ModelError(f"{where}: manifest chunk {index} must be {expected!r}, got "
+                             f"{chunk!r}")
+        steps = chunk.get("steps")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ModelError(f"{where}: manifest chunk {index} has steps = {steps!r}")
+        total += steps
+    if total != manifest["steps_done"]:
+        raise ModelError(f"{where}: the chunks hold {total} steps, the manifest says "
+                         f"{manifest['steps_done']}")
+    return manifest["steps_done"]
 
 
 def _write_manifest(directory: Path, manifest: dict) -> None:

@@ -1,0 +1,111 @@
+"""Reading files mbs wrote -- or files crafted to look like them -- without surprises.
+
+Every problem (not a zip archive, truncated data, a member that would decompress to far more
+than it could hold, nesting too deep for the JSON parser, a missing entry, a checksum that
+does not match) raises :class:`~mbs.errors.ModelError` naming the file; no foreign exception
+and no unbounded allocation. Arrays are loaded with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from mbs.errors import ModelError
+
+#: A member of an archive may decompress to at most this many times its stored size once it
+#: is larger than :data:`SMALL_MEMBER` (numeric data compresses by far less; a zip bomb by
+#: thousands).
+MAX_EXPANSION = 100
+SMALL_MEMBER = 16 * 2**20
+#: Deepest nesting accepted in a JSON document (mbs writes at most ~10 levels).
+MAX_JSON_DEPTH = 64
+
+
+def load_json(text: str, source) -> object:
+    """``json.loads`` with every failure (syntax, nesting beyond :data:`MAX_JSON_DEPTH`)
+    reported as a ModelError naming ``source``."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for character in text:  # the parser recurses per level: bound the depth first
+        if in_string:
+            if escaped:
+                escaped = False
+            elif character == "\\":
+                escaped = True
+            elif character == '"':
+                in_string = False
+            continue
+        if character == '"':
+            in_string, escaped = True, False
+        elif character in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif character in "]}":
+            depth -= 1
+    if deepest > MAX_JSON_DEPTH:
+        raise ModelError(f"{source}: JSON nested {deepest} levels deep (more than "
+                         f"{MAX_JSON_DEPTH}); not a file written by mbs")
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{source}: not valid JSON ({exc})") from None
+
+
+def read_text(path: Path, limit: int = SMALL_MEMBER) -> str:
+    """The text of a small file (a manifest), refusing one larger than ``limit`` bytes."""
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise ModelError(f"{path}: {size} bytes, more than the {limit} a manifest can "
+                             f"have; not a file written by mbs")
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{path}: cannot be read ({exc})") from None
+
+
+@contextmanager
+def open_archive(path: Path, limit: int | None = None):
+    """``np.load`` of an .npz file after checking its members: a ModelError names the file
+    when it is no zip archive, is truncated, or has a member that decompresses to more than
+    :data:`MAX_EXPANSION` times its stored size or to more than ``limit`` bytes in total."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+        raise ModelError(f"{path}: not a readable .npz archive ({exc})") from None
+    total = 0
+    for member in members:
+        total += member.file_size
+        if (member.file_size > SMALL_MEMBER
+                and member.file_size > MAX_EXPANSION * max(member.compress_size, 1)):
+            raise ModelError(f"{path}: member {member.filename!r} would expand from "
+                             f"{member.compress_size} to {member.file_size} bytes; refused")
+    if limit is not None and total > limit:
+        raise ModelError(f"{path}: its arrays take {total} bytes, more than the {limit} its "
+                         f"manifest allows")
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise ModelError(f"{path}: not a readable .npz archive ({exc})") from None
+    try:
+        yield archive
+    except (KeyError, ValueError, EOFError, OSError, zipfile.BadZipFile) as exc:
+        raise ModelError(f"{path}: damaged or incomplete ({type(exc).__name__}: {exc})"
+                         ) from None
+    finally:
+        archive.close()
+
+
+def sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
