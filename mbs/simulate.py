@@ -32,7 +32,7 @@ from mbs.solution import Solution
 from mbs.solvers import Solver, make_solver
 from mbs.solvers.base import StepResult
 from mbs.solvers.newton import NewtonConvergenceError
-from mbs.streaming import StreamWriter, read_stream
+from mbs.streaming import StreamWriter, read_last_state, read_stream
 from mbs.validation import as_scalar
 
 ON_FAILURE = ("raise", "refine")
@@ -110,20 +110,24 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         raise ModelError("simulate: give output= for a new stream or resume= for an existing "
                          "one, not both")
     ratio = (t_end - t_start) / h
-    # the states of every step are kept in memory: refuse runs that cannot fit before
-    # allocating (or that overflow the step count), with the way out
-    memory = ratio * (2 * model.n + model.n + 2 * model.m + 4) * 8.0
+    streamed = output is not None or resume is not None
+    # the states of every step (or of a flush window when streaming) are kept in memory:
+    # refuse runs that cannot fit before allocating (or that overflow the step count)
+    kept = min(ratio, flush_every) if streamed else ratio
+    memory = kept * (2 * model.n + model.n + 2 * model.m + 4) * 8.0
     if not ratio < MAX_STEPS or memory > MAX_MEMORY_BYTES:
         raise ModelError(f"simulate: (t_end - t_start) / h = {ratio:.3g} steps would need "
                          f"{memory / 2**30:.3g} GiB for the states; shorten the run, enlarge h, "
-                         f"or split it into runs continued from each other's last state "
-                         f"(initial_state=)")
+                         f"stream it (output=) with a smaller flush_every, or split it into "
+                         f"runs continued from each other's last state (initial_state=)")
     steps = max(1, int(round(ratio)))
     if abs(steps * h - (t_end - t_start)) > 1e-9 * max(1.0, t_end - t_start):
         warnings.warn(f"simulate: h = {h} does not divide the interval; {steps} steps end at "
                       f"t = {t_start + steps * h}", stacklevel=2)
     solver = make_solver(solver, **solver_options)
-    run = _Run(model, solver, h, t_start, steps, on_failure, max_refinements)
+    run = _Run(model, solver, h, t_start, steps, on_failure, max_refinements,
+               window=flush_every if streamed else None,
+               stream=str(output if output is not None else resume) if streamed else None)
     if resume is not None:
         run.load(resume)
         writer = StreamWriter(resume, {}, run.q[0], run.p[0], resume=True)
@@ -159,7 +163,13 @@ def _check_resume(manifest: dict, model: Model, solver: Solver, h: float, t_star
 
 @dataclass
 class _Run:
-    """State of one simulation: preallocated arrays filled step by step."""
+    """State of one simulation: preallocated arrays filled step by step.
+
+    Without a stream the arrays hold every step. With one (``stream`` its path) they hold a
+    window of ``window`` steps after step ``base`` (the last flushed one): memory stays
+    O(flush_every) however long the run, and :meth:`solution` reads the flushed steps back
+    when they fit in :data:`MAX_READBACK_BYTES`.
+    """
 
     model: Model
     solver: Solver
@@ -170,17 +180,21 @@ class _Run:
     max_refinements: int
     done: int = 0
     refined: list = field(default_factory=list)
+    window: int | None = None
+    stream: str | None = None
 
     def __post_init__(self):
-        n, m, steps = self.model.n, self.model.m, self.steps
-        self.q = np.empty((steps + 1, n))
-        self.p = np.empty((steps + 1, n))
-        self.velocities = np.empty((steps, n))
-        self.lam = np.empty((steps, m))
-        self.gam = np.empty((steps, m))
-        self.enforced = np.empty((steps, 2))
-        self.work = np.zeros(steps)
-        self.iterations = np.zeros(steps, dtype=int)
+        n, m = self.model.n, self.model.m
+        rows = self.steps if self.window is None else min(self.steps, self.window)
+        self.base = 0  # the step held in row 0
+        self.q = np.empty((rows + 1, n))
+        self.p = np.empty((rows + 1, n))
+        self.velocities = np.empty((rows, n))
+        self.lam = np.empty((rows, m))
+        self.gam = np.empty((rows, m))
+        self.enforced = np.empty((rows, 2))
+        self.work = np.zeros(rows)
+        self.iterations = np.zeros(rows, dtype=int)
         self.started = time.perf_counter()
 
     def begin(self, q0: np.ndarray, p0: np.ndarray) -> None:
@@ -188,34 +202,63 @@ class _Run:
         self.solver.start(self.model, q0, p0, self.h)
 
     def load(self, path: str) -> None:
-        data = read_stream(path)
-        done = data["q"].shape[0] - 1
+        """Continue the stream at ``path`` from its last flushed state."""
+        done, q, p, manifest = read_last_state(path)
         if done > self.steps:
             raise ModelError(f"simulate(resume=...): the stream already holds {done} steps, "
                              f"more than the {self.steps} up to t_end")
-        self.q[:done + 1], self.p[:done + 1] = data["q"], data["p"]
-        self.velocities[:done] = data["scheme_velocities"]
-        self.lam[:done] = data["multipliers"]
-        self.gam[:done] = data["velocity_multipliers"]
-        self.enforced[:done] = data["enforced_residuals"]
-        self.work[:done] = data["step_work"]
-        self.iterations[:done] = data["newton_iterations"]
-        self.done = done
-        self.solver.start(self.model, self.q[done], self.p[done], self.h)
-        state = data["manifest"].get("solver_state")
+        self.q[0], self.p[0] = q, p
+        self.base = self.done = done
+        self.solver.start(self.model, q, p, self.h)
+        state = manifest.get("solver_state")
         if state is not None:
             self.solver.restore(state)
 
+    def rotate(self) -> None:
+        """After a flush: the window restarts at the last (now flushed) step."""
+        if self.window is not None:
+            row = self.done - self.base
+            self.q[0], self.p[0] = self.q[row], self.p[row]
+            self.base = self.done
+
+    def _held(self) -> tuple[int, dict]:
+        """(first step, arrays) of the steps available: the window alone, or with the
+        flushed steps before it read back from the stream."""
+        rows = self.done - self.base
+        held = {"q": self.q[:rows + 1], "p": self.p[:rows + 1],
+                "scheme_velocities": self.velocities[:rows], "multipliers": self.lam[:rows],
+                "velocity_multipliers": self.gam[:rows], "enforced_residuals":
+                self.enforced[:rows], "step_work": self.work[:rows],
+                "newton_iterations": self.iterations[:rows]}
+        if self.base == 0:
+            return 0, {name: array.copy() for name, array in held.items()}
+        row_bytes = 8 * (3 * self.model.n + 2 * self.model.m + 4)
+        if self.done * row_bytes > MAX_READBACK_BYTES:
+            warnings.warn(f"simulate: the run's {self.done} steps are in the stream "
+                          f"{self.stream}; the solution holds the last {rows} (reading all "
+                          f"back would take {self.done * row_bytes / 2**30:.3g} GiB)",
+                          stacklevel=4)
+            return self.base, {name: array.copy() for name, array in held.items()}
+        disk = read_stream(self.stream)
+        flushed = disk["q"].shape[0] - 1
+        if flushed != self.base:
+            raise ModelError(f"{self.stream}: holds {flushed} steps, the run flushed "
+                             f"{self.base}; was it changed while the run wrote it?")
+        out = {name: np.concatenate([disk[name], held[name][1:] if name in ("q", "p")
+                                     else held[name]]) for name in held}
+        return 0, out
+
     def solution(self) -> Solution:
+        first, held = self._held()
         count = self.done
         return Solution(
-            model=self.model, t=self.t_start + self.h * np.arange(count + 1),
-            q=self.q[:count + 1].copy(), p=self.p[:count + 1].copy(),
-            scheme_velocities=self.velocities[:count].copy(),
-            multipliers=self.lam[:count].copy(), velocity_multipliers=self.gam[:count].copy(),
-            enforced_residuals=self.enforced[:count].copy(), step_work=self.work[:count].copy(),
+            model=self.model, t=self.t_start + self.h * np.arange(first, count + 1),
+            q=held["q"], p=held["p"], scheme_velocities=held["scheme_velocities"],
+            multipliers=held["multipliers"], velocity_multipliers=held["velocity_multipliers"],
+            enforced_residuals=held["enforced_residuals"], step_work=held["step_work"],
             stats={"solver": self.solver.name, "h": self.h, "steps": count,
-                   "newton_iterations": self.iterations[:count].copy(),
+                   "first_step": first,
+                   "newton_iterations": held["newton_iterations"],
                    "wall_time": time.perf_counter() - self.started,
                    "completed": count == self.steps, "refined_steps": list(self.refined),
                    "guess_retries": getattr(self.solver, "guess_retries", 0),
@@ -253,6 +296,7 @@ class _Run:
                                   result.iterations, result.work)
                     if self.done % flush_every == 0:
                         writer.flush(self.solver.checkpoint())
+                        self.rotate()
                 if bar is not None:
                     bar.update(1)
         except KeyboardInterrupt:
@@ -281,6 +325,7 @@ class _Run:
         if writer is not None:
             try:
                 writer.flush(self.solver.checkpoint())
+                self.rotate()
                 writer.finish()
             except Exception as exc:  # every step is done: hand them over with the error
                 raise SimulationError(
@@ -311,16 +356,17 @@ class _Run:
                 f"{self.solver.name}: step {k} produced non-finite values; reduce the step "
                 f"size", solution=self.solution(), step=k, time=self.t_start + k * self.h,
                 hint="reduce the step size")
-        self.q[k + 1], self.p[k + 1] = result.q, result.p
-        self.velocities[k], self.lam[k], self.gam[k] = (
+        row = k - self.base
+        self.q[row + 1], self.p[row + 1] = result.q, result.p
+        self.velocities[row], self.lam[row], self.gam[row] = (
             result.velocity, result.multiplier, result.velocity_multiplier)
-        self.enforced[k] = result.enforced
-        self.work[k] = result.work
-        self.iterations[k] = result.iterations
+        self.enforced[row] = result.enforced
+        self.work[row] = result.work
+        self.iterations[row] = result.iterations
         self.done = k + 1
 
     def _advance(self, k: int) -> StepResult:
-        q, p = self.q[k], self.p[k]
+        q, p = self.q[k - self.base], self.p[k - self.base]
         try:
             return self.solver.step(self.t_start + k * self.h, q, p)
         except ForceFunctionError as failure:
@@ -370,6 +416,9 @@ class _Run:
 #: Most steps one run may have, and most memory its in-memory states may take.
 MAX_STEPS = 2**40
 MAX_MEMORY_BYTES = 64 * 2**30
+#: A streamed run's solution holds every step when they take at most this many bytes, else
+#: the last flush window (the stream holds them all).
+MAX_READBACK_BYTES = 2 * 2**30
 
 #: Energy change, relative to the size of the initial energy terms, above which a run of a
 #: conservative model is reported as untrustworthy. Every scheme of mbs keeps the energy of

@@ -1,9 +1,11 @@
 """Incremental output of long runs, and resuming them.
 
-A stream is a directory holding ``manifest.json`` and chunk files ``chunk_000001.npz`` ...
-Each flush writes the new chunk to a temporary name, renames it into place and then rewrites the
-manifest atomically (``os.replace``), so a crash or SIGKILL loses at most the steps since the
-last flush and never leaves a half-written file that the manifest refers to. The manifest also
+A stream is a directory holding ``manifest.json``, chunk files ``chunk_000001.npz`` ... and the
+chunk log ``chunks.jsonl`` (one line per chunk: file, steps, SHA-256). Each flush writes the new
+chunk to a temporary name, renames it into place, appends its line to the log (fsync) and then
+replaces the manifest atomically (``os.replace``); the manifest counts the chunks, so a crash or
+SIGKILL loses at most the steps since the last flush and never leaves a file that the manifest
+refers to half-written, and every flush writes O(1) bytes besides its chunk. The manifest also
 keeps the solver's warm-start state (previous multipliers), so that a resumed run performs the
 same floating-point operations as an uninterrupted one and reproduces it bitwise.
 
@@ -24,7 +26,10 @@ from mbs.errors import ModelError
 from mbs.safe_files import load_json, open_archive, read_text, sha256
 
 FORMAT = "mbs-stream"
-VERSION = 1
+VERSION = 2
+#: Versions read: 1 kept the chunk list in the manifest.
+READABLE_VERSIONS = (1, 2)
+CHUNK_LOG = "chunks.jsonl"
 ARRAYS = ("q", "p", "scheme_velocities", "multipliers", "velocity_multipliers",
           "enforced_residuals", "newton_iterations", "step_work")
 
@@ -47,14 +52,18 @@ class StreamWriter:
                 self._unpack()
             self.manifest = _read_manifest(self.directory)
             self.manifest["completed"] = False
+            self._records = _chunk_records(self.directory, self.manifest)
+            _upgrade(self.directory, self.manifest, self._records)
         else:
             if self.directory.exists() and any(self.directory.iterdir()):
                 raise ModelError(f"output directory {self.directory} is not empty; remove it, "
                                  f"choose another name, or pass resume=")
             self.directory.mkdir(parents=True, exist_ok=True)
-            self.manifest = {"format": FORMAT, "version": VERSION, **metadata, "chunks": [],
-                             "steps_done": 0}
+            self.manifest = {"format": FORMAT, "version": VERSION, **metadata,
+                             "chunk_count": 0, "steps_done": 0}
+            self._records = []
             np.savez(self.directory / "initial.npz", q=q0, p=p0)
+            (self.directory / CHUNK_LOG).write_text("")
         self._buffer: dict[str, list] = {name: [] for name in ARRAYS}
 
     def _unpack(self) -> None:
@@ -66,8 +75,11 @@ class StreamWriter:
         chunk = {k: data[k] for k in ARRAYS}
         chunk["q"], chunk["p"] = data["q"][1:], data["p"][1:]
         np.savez(self.directory / "chunk_000001.npz", **chunk)
-        manifest["chunks"] = [{"file": "chunk_000001.npz", "steps": int(chunk["q"].shape[0]),
-                               "sha256": sha256(self.directory / "chunk_000001.npz")}]
+        record = {"file": "chunk_000001.npz", "steps": int(chunk["q"].shape[0]),
+                  "sha256": sha256(self.directory / "chunk_000001.npz")}
+        (self.directory / CHUNK_LOG).write_text(json.dumps(record) + "\n")
+        manifest.pop("chunks", None)
+        manifest.update(version=VERSION, chunk_count=1)
         _write_manifest(self.directory, manifest)
 
     def append(self, q, p, velocity, multiplier, velocity_multiplier, enforced, iterations,
@@ -81,7 +93,7 @@ class StreamWriter:
         count = len(self._buffer["q"])
         if count == 0:
             return
-        index = len(self.manifest["chunks"]) + 1
+        index = self.manifest["chunk_count"] + 1
         name = f"chunk_{index:06d}.npz"
         temporary = self.directory / (name + ".tmp")
         with open(temporary, "wb") as handle:
@@ -89,8 +101,12 @@ class StreamWriter:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self.directory / name)
-        self.manifest["chunks"].append({"file": name, "steps": count,
-                                        "sha256": sha256(self.directory / name)})
+        record = {"file": name, "steps": count, "sha256": sha256(self.directory / name)}
+        with open(self.directory / CHUNK_LOG, "a") as log:  # the manifest counts it next
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
+        self.manifest["chunk_count"] = index
         self.manifest["steps_done"] += count
         self.manifest["solver_state"] = {k: np.asarray(v).tolist()
                                          for k, v in solver_state.items()}
@@ -138,6 +154,7 @@ def read_stream(path: str | os.PathLike) -> dict:
             return out
     directory = stream_directory(path) if not path.is_dir() else path
     manifest = _read_manifest(directory)
+    records = _chunk_records(directory, manifest)
     n, m = manifest["n"], manifest["m"]
     with open_archive(directory / "initial.npz", 2 * n * 8 + 4096) as initial:
         q0, p0 = initial["q"], initial["p"]
@@ -145,7 +162,7 @@ def read_stream(path: str | os.PathLike) -> dict:
              "velocity_multipliers": (m,), "enforced_residuals": (2,),
              "newton_iterations": (), "step_work": ()}
     parts: dict[str, list] = {name: [] for name in ARRAYS}
-    for chunk in manifest["chunks"]:
+    for chunk in records:
         file = directory / chunk["file"]
         if "sha256" in chunk and sha256(file) != chunk["sha256"]:
             raise ModelError(f"{file}: its contents do not match the checksum in the "
@@ -167,6 +184,35 @@ def read_stream(path: str | os.PathLike) -> dict:
     out["p"] = np.vstack([np.reshape(p0, (1, -1)), out["p"].reshape(-1, n)])
     _check_shapes(out, manifest, manifest["steps_done"] + 1, directory)
     return out
+
+
+def read_last_state(path: str | os.PathLike) -> tuple[int, np.ndarray, np.ndarray, dict]:
+    """(steps done, q, p, manifest) of a stream's last flushed state, reading only the
+    manifest, the chunk log and the last chunk (or the initial state): what resuming needs,
+    whatever the stream's length."""
+    path = Path(path)
+    if path.suffix == ".npz" and path.is_file():
+        data = read_stream(path)
+        return data["q"].shape[0] - 1, data["q"][-1], data["p"][-1], data["manifest"]
+    directory = stream_directory(path) if not path.is_dir() else path
+    manifest = _read_manifest(directory)
+    records = _chunk_records(directory, manifest)
+    n, m = manifest["n"], manifest["m"]
+    if not records or records[-1]["steps"] == 0:
+        with open_archive(directory / "initial.npz", 2 * n * 8 + 4096) as initial:
+            q, p = initial["q"], initial["p"]
+    else:
+        last = records[-1]
+        file = directory / last["file"]
+        if "sha256" in last and sha256(file) != last["sha256"]:
+            raise ModelError(f"{file}: its contents do not match the checksum in the "
+                             f"manifest (damaged or replaced)")
+        with open_archive(file, _chunk_bytes(last["steps"], n, m)) as archive:
+            q, p = archive["q"][-1], archive["p"][-1]
+    if np.shape(q) != (n,) or np.shape(p) != (n,):
+        raise ModelError(f"{directory}: the last state has shapes {np.shape(q)}, "
+                         f"{np.shape(p)}, the manifest implies ({n},)")
+    return manifest["steps_done"], q, p, manifest
 
 
 def _chunk_bytes(steps: int, n: int, m: int) -> int:
@@ -197,34 +243,72 @@ def _read_manifest(directory: Path) -> dict:
 
 
 def _check_manifest(manifest, where) -> int:
-    """Validate a manifest's fields and chunk list; returns the number of steps done."""
+    """Validate a manifest's fields; returns the number of steps done."""
     if not isinstance(manifest, dict):
         raise ModelError(f"{where}: the manifest is not a JSON object")
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise ModelError(f"{where}: not an mbs stream of version {VERSION} (format "
-                         f"{manifest.get('format')!r}, version {manifest.get('version')!r})")
+    if (manifest.get("format") != FORMAT
+            or manifest.get("version") not in READABLE_VERSIONS):
+        raise ModelError(f"{where}: not an mbs stream of a version this mbs reads "
+                         f"{READABLE_VERSIONS} (format {manifest.get('format')!r}, version "
+                         f"{manifest.get('version')!r})")
     for key in ("n", "m", "steps_done"):
         value = manifest.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ModelError(f"{where}: manifest field {key!r} must be a non-negative "
                              f"integer, got {value!r}")
-    chunks = manifest.get("chunks")
-    if not isinstance(chunks, list):
-        raise ModelError(f"{where}: manifest field 'chunks' must be a list")
+    return manifest["steps_done"]
+
+
+def _chunk_records(directory: Path, manifest: dict) -> list:
+    """The manifest's chunks (version 1: its list; version 2: the first ``chunk_count``
+    lines of the chunk log, a line written before a crash beyond them ignored), checked to
+    be ``chunk_000001.npz`` ... in order, with step counts adding up to ``steps_done``."""
+    if manifest["version"] == 1:
+        chunks = manifest.get("chunks")
+        if not isinstance(chunks, list):
+            raise ModelError(f"{directory}: manifest field 'chunks' must be a list")
+    else:
+        count = manifest.get("chunk_count")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ModelError(f"{directory}: manifest field 'chunk_count' must be a "
+                             f"non-negative integer, got {count!r}")
+        log = directory / CHUNK_LOG
+        if count and not log.is_file():
+            raise ModelError(f"{directory}: the chunk log {CHUNK_LOG} is missing")
+        chunks = []
+        if count:
+            with open(log) as handle:
+                for line in handle:
+                    if len(chunks) == count:
+                        break
+                    if len(line) > 4096:
+                        raise ModelError(f"{log}: line {len(chunks) + 1} is too long")
+                    chunks.append(load_json(line, log))
+        if len(chunks) != count:
+            raise ModelError(f"{log}: {len(chunks)} chunks listed, the manifest counts "
+                             f"{count}")
     total = 0
     for index, chunk in enumerate(chunks, start=1):
         expected = f"chunk_{index:06d}.npz"  # in order, inside the directory, no repeats
         if not isinstance(chunk, dict) or chunk.get("file") != expected:
-            raise ModelError(f"{where}: manifest chunk {index} must be {expected!r}, got "
+            raise ModelError(f"{directory}: manifest chunk {index} must be {expected!r}, got "
                              f"{chunk!r}")
         steps = chunk.get("steps")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ModelError(f"{where}: manifest chunk {index} has steps = {steps!r}")
+            raise ModelError(f"{directory}: manifest chunk {index} has steps = {steps!r}")
         total += steps
     if total != manifest["steps_done"]:
-        raise ModelError(f"{where}: the chunks hold {total} steps, the manifest says "
+        raise ModelError(f"{directory}: the chunks hold {total} steps, the manifest says "
                          f"{manifest['steps_done']}")
-    return manifest["steps_done"]
+    return chunks
+
+
+def _upgrade(directory: Path, manifest: dict, records: list) -> None:
+    """Bring a stream being resumed to the current layout: the chunk log holds exactly the
+    counted chunks (a line of a crashed flush dropped), version 1's list moves to the log."""
+    (directory / CHUNK_LOG).write_text("".join(json.dumps(r) + "\n" for r in records))
+    manifest.pop("chunks", None)
+    manifest.update(version=VERSION, chunk_count=len(records))
 
 
 def _write_manifest(directory: Path, manifest: dict) -> None:

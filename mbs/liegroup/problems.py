@@ -224,7 +224,7 @@ class RigidBodyProblem:
 
     def body_angular_velocity(self, g: np.ndarray, mu: np.ndarray) -> np.ndarray:
         """Body angular velocity Omega = J^{-1} g^T mu."""
-        return np.einsum("ij,...kj,...k->...i", self.inverse_inertia, g, mu)
+        return self.body_momentum(g, mu) @ self.inverse_inertia.T
 
     def body_momentum(self, g: np.ndarray, mu: np.ndarray) -> np.ndarray:
         """Body angular momentum Pi = g^T mu."""
@@ -236,7 +236,7 @@ class RigidBodyProblem:
 
     def vector_field(self, g: np.ndarray, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         xi = self.angular_velocity(g, mu)
-        return xi, np.cross(mu, xi) + self.spatial_torque(g)
+        return xi, so3.cross(mu, xi) + self.spatial_torque(g)
 
     def energy(self, g: np.ndarray, mu: np.ndarray) -> np.ndarray:
         xi = self.angular_velocity(g, mu)
@@ -246,11 +246,14 @@ class RigidBodyProblem:
         return np.asarray(mu, dtype=float).copy()
 
 
+_E3 = np.array([0.0, 0.0, 1.0])
+
+
 def _point_potential_gradient(g: np.ndarray, points: np.ndarray,
                               spatial_gradients: np.ndarray) -> np.ndarray:
     """sum_k Y_k x (g^T grad phi_k): points (k, 3) body frame, spatial_gradients (..., k, 3)."""
-    body_gradients = np.einsum("...ji,...kj->...ki", g, spatial_gradients)
-    return np.cross(points, body_gradients).sum(axis=-2)
+    body_gradients = spatial_gradients @ g
+    return so3.cross(points, body_gradients).sum(axis=-2)
 
 
 class DipoleOnStick(RigidBodyProblem):
@@ -285,25 +288,22 @@ class DipoleOnStick(RigidBodyProblem):
         self.charge_signs = np.array([1.0, -1.0])
         self.fixed_charge = np.array([0.0, 0.0, -1.5])
 
-    def _charge_offsets(self, g: np.ndarray) -> np.ndarray:
-        return np.einsum("...ij,kj->...ki", g, self.charges) - self.fixed_charge
-
     def potential(self, g: np.ndarray) -> np.ndarray:
         g = np.asarray(g, dtype=float)
-        distances = np.linalg.norm(self._charge_offsets(g), axis=-1)
+        offsets = np.swapaxes(g @ self.charges.T, -1, -2) - self.fixed_charge
+        distances = np.sqrt(np.sum(offsets * offsets, axis=-1))
         coulomb = self.charge_strength * np.sum(self.charge_signs / distances, axis=-1)
         return self.gravity_sign * self.m * g[..., 2, 2] + coulomb
 
     def potential_gradient(self, g: np.ndarray) -> np.ndarray:
         g = np.asarray(g, dtype=float)
-        offsets = self._charge_offsets(g)
-        distances = np.linalg.norm(offsets, axis=-1)
+        offsets = np.swapaxes(g @ self.charges.T, -1, -2) - self.fixed_charge
+        distances = np.sqrt(np.sum(offsets * offsets, axis=-1))
         # grad of +-q beta/|y - z| is -+q beta (y - z)/|y - z|^3.
         coulomb = -(self.charge_strength * self.charge_signs / distances**3)[..., None] * offsets
-        gravity_point = np.array([[0.0, 0.0, self.gravity_sign]])
-        gravity = np.broadcast_to(self.m * np.array([0.0, 0.0, 1.0]), g.shape[:-2] + (1, 3))
-        return (_point_potential_gradient(g, self.charges, coulomb)
-                + _point_potential_gradient(g, gravity_point, gravity))
+        # Gravity s m e3^T g e3 is the point potential m e3 . y at the material point Y = s e3.
+        gravity = self.gravity_sign * self.m * so3.cross(_E3, g[..., 2, :])
+        return _point_potential_gradient(g, self.charges, coulomb) + gravity
 
 
 class FreeRigidBody(RigidBodyProblem):
@@ -350,8 +350,8 @@ class HeavyTop(RigidBodyProblem):
         return self.mgl * np.einsum("...j,j->...", np.asarray(g)[..., 2, :], self.chi)
 
     def potential_gradient(self, g: np.ndarray) -> np.ndarray:
-        field = np.broadcast_to(self.mgl * np.array([0.0, 0.0, 1.0]), np.shape(g)[:-2] + (1, 3))
-        return _point_potential_gradient(np.asarray(g), self.chi[None, :], field)
+        # Point potential mgl e3 . y at Y = chi: chi x (g^T mgl e3), and g^T e3 is row 3 of g.
+        return self.mgl * so3.cross(self.chi, np.asarray(g, dtype=float)[..., 2, :])
 
 
 class PointMassProblem:

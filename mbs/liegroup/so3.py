@@ -39,7 +39,10 @@ machine-precise, which the variational integrators need for symplecticity (paper
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Callable
 from fractions import Fraction
+from functools import cache
 from math import factorial
 from typing import Literal
 
@@ -90,17 +93,46 @@ _D_SERIES = np.array([float(abs(_BERNOULLI[2 * n]) / factorial(2 * n)) for n in 
 
 def _polynomial_in_square(coefficients: np.ndarray, theta_squared: np.ndarray) -> np.ndarray:
     """Horner evaluation of sum_k coefficients[k] * theta_squared**k."""
-    result = np.full_like(theta_squared, coefficients[-1])
-    for coefficient in coefficients[-2::-1]:
+    if len(coefficients) == 1:
+        return np.full(np.shape(theta_squared), float(coefficients[0]))
+    result = coefficients[-1] * theta_squared + coefficients[-2]
+    for coefficient in coefficients[-3::-1]:
         result = result * theta_squared + coefficient
     return result
 
 
+def _series_radii(coefficients: np.ndarray) -> list[float]:
+    """radii[N - 1]: the largest theta for which the first N terms leave a remainder below
+    1e-19 relative, estimated by the first omitted term |c_N| theta^(2N). (The series used here
+    decrease at least geometrically with ratio below 1/4 where they are used, so the omitted
+    tail is at most 4/3 of that term.)"""
+    radii = [(1e-19 * abs(coefficients[0]) / abs(coefficients[n])) ** (1.0 / (2 * n))
+             for n in range(1, len(coefficients))]
+    return radii + [np.inf]
+
+
+_SINC_RADII = _series_radii(_SINC_SERIES)
+_C_RADII = _series_radii(_C_SERIES)
+_D_RADII = _series_radii(_D_SERIES)
+
+
+def _branched(theta: np.ndarray, threshold: float, series: np.ndarray, radii: list[float],
+              direct: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """series(theta^2) below ``threshold``, direct(theta) above; each evaluated only if used."""
+    theta_max = float(theta.max(initial=0.0))
+    if theta_max < threshold:
+        # The common case inside the integrators (theta ~ h |xi|): sum only the terms needed.
+        return _polynomial_in_square(series[:bisect_left(radii, theta_max) + 1], theta * theta)
+    if theta.min() >= threshold:
+        return direct(theta)
+    small = theta < threshold
+    safe = np.where(small, threshold, theta)
+    return np.where(small, _polynomial_in_square(series, theta * theta), direct(safe))
+
+
 def _sinc(theta: np.ndarray) -> np.ndarray:
     """sin(theta)/theta."""
-    small = theta < SINC_TAYLOR_BELOW
-    safe = np.where(small, 1.0, theta)
-    return np.where(small, _polynomial_in_square(_SINC_SERIES, theta * theta), np.sin(safe) / safe)
+    return _branched(theta, SINC_TAYLOR_BELOW, _SINC_SERIES, _SINC_RADII, lambda t: np.sin(t) / t)
 
 
 def _one_minus_cos_over_square(theta: np.ndarray) -> np.ndarray:
@@ -111,32 +143,30 @@ def _one_minus_cos_over_square(theta: np.ndarray) -> np.ndarray:
 
 def _theta_minus_sin_over_cube(theta: np.ndarray) -> np.ndarray:
     """(theta - sin theta)/theta^3."""
-    small = theta < C_TAYLOR_BELOW
-    safe = np.where(small, 1.0, theta)
-    direct = (safe - np.sin(safe)) / (safe * safe * safe)
-    return np.where(small, _polynomial_in_square(_C_SERIES, theta * theta), direct)
+    return _branched(theta, C_TAYLOR_BELOW, _C_SERIES, _C_RADII,
+                     lambda t: (t - np.sin(t)) / (t * t * t))
 
 
 def _dexp_inv_coefficient(theta: np.ndarray) -> np.ndarray:
     """(1 - (theta/2) cot(theta/2))/theta^2, finite for theta < 2 pi."""
-    small = theta < D_TAYLOR_BELOW
-    safe = np.where(small, 1.0, theta)
-    half = 0.5 * safe
-    direct = (1.0 - half * np.cos(half) / np.sin(half)) / (safe * safe)
-    return np.where(small, _polynomial_in_square(_D_SERIES, theta * theta), direct)
+    return _branched(theta, D_TAYLOR_BELOW, _D_SERIES, _D_RADII,
+                     lambda t: (1.0 - 0.5 * t / np.tan(0.5 * t)) / (t * t))
+
+
+_EYE = np.eye(3)
+# hat(w) = w @ _HAT reshaped: the linear map R^3 -> R^9 of the skew matrix entries.
+_HAT = np.zeros((3, 9))
+_HAT[0, 5], _HAT[0, 7] = -1.0, 1.0
+_HAT[1, 2], _HAT[1, 6] = 1.0, -1.0
+_HAT[2, 1], _HAT[2, 3] = -1.0, 1.0
+_CYCLE_1 = np.array([1, 2, 0])
+_CYCLE_2 = np.array([2, 0, 1])
 
 
 def hat(w: np.ndarray) -> np.ndarray:
     """Skew matrix of ``w``: ``hat(w) @ v == np.cross(w, v)``; shape (..., 3) -> (..., 3, 3)."""
     w = np.asarray(w, dtype=float)
-    matrix = np.zeros(w.shape + (3,))
-    matrix[..., 0, 1] = -w[..., 2]
-    matrix[..., 0, 2] = w[..., 1]
-    matrix[..., 1, 0] = w[..., 2]
-    matrix[..., 1, 2] = -w[..., 0]
-    matrix[..., 2, 0] = -w[..., 1]
-    matrix[..., 2, 1] = w[..., 0]
-    return matrix
+    return (w @ _HAT).reshape(w.shape + (3,))
 
 
 def vee(matrix: np.ndarray) -> np.ndarray:
@@ -147,14 +177,19 @@ def vee(matrix: np.ndarray) -> np.ndarray:
                            matrix[..., 1, 0] - matrix[..., 0, 1]], axis=-1)
 
 
+def cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a x b for stacked vectors (..., 3); the same as ``np.cross`` at a fraction of its cost
+    on small arrays."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    return (np.take(a, _CYCLE_1, -1) * np.take(b, _CYCLE_2, -1)
+            - np.take(a, _CYCLE_2, -1) * np.take(b, _CYCLE_1, -1))
+
+
 def _hat_and_angle(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     w = np.asarray(w, dtype=float)
     skew = hat(w)
     return skew, skew @ skew, np.sqrt(np.einsum("...i,...i->...", w, w))
-
-
-def _identity_like(w: np.ndarray) -> np.ndarray:
-    return np.broadcast_to(np.eye(3), np.shape(w)[:-1] + (3, 3))
 
 
 def exp(w: np.ndarray) -> np.ndarray:
@@ -162,7 +197,7 @@ def exp(w: np.ndarray) -> np.ndarray:
     skew, square, theta = _hat_and_angle(w)
     a = _sinc(theta)[..., None, None]
     b = _one_minus_cos_over_square(theta)[..., None, None]
-    return _identity_like(w) + a * skew + b * square
+    return _EYE + a * skew + b * square
 
 
 def log(g: np.ndarray) -> np.ndarray:
@@ -181,7 +216,7 @@ def log(g: np.ndarray) -> np.ndarray:
     theta = np.arctan2(sine, cosine)
     regular = skew_axis / _sinc(theta)[..., None]
 
-    symmetric = 0.5 * (g + np.swapaxes(g, -1, -2)) - cosine[..., None, None] * np.eye(3)
+    symmetric = 0.5 * (g + np.swapaxes(g, -1, -2)) - cosine[..., None, None] * _EYE
     symmetric = symmetric / np.maximum(1.0 - cosine, 1.0)[..., None, None]
     diagonal = np.diagonal(symmetric, axis1=-2, axis2=-1)
     column = np.argmax(diagonal, axis=-1)
@@ -202,16 +237,14 @@ def dexp(w: np.ndarray, trivialization: Trivialization = "right") -> np.ndarray:
     skew, square, theta = _hat_and_angle(w)
     b = _one_minus_cos_over_square(theta)[..., None, None]
     c = _theta_minus_sin_over_cube(theta)[..., None, None]
-    sign = _side_sign(trivialization)
-    return _identity_like(w) + sign * b * skew + c * square
+    return _EYE + _side_sign(trivialization) * b * skew + c * square
 
 
 def dexp_inv(w: np.ndarray, trivialization: Trivialization = "right") -> np.ndarray:
     """Inverse of :func:`dexp`: I - W/2 + d W^2 (right), I + W/2 + d W^2 (left); |w| < 2 pi."""
     skew, square, theta = _hat_and_angle(w)
     d = _dexp_inv_coefficient(theta)[..., None, None]
-    sign = _side_sign(trivialization)
-    return _identity_like(w) - sign * 0.5 * skew + d * square
+    return _EYE - _side_sign(trivialization) * 0.5 * skew + d * square
 
 
 def _side_sign(trivialization: Trivialization) -> float:
@@ -228,23 +261,18 @@ def _check_truncation(r: int) -> int:
     return int(r)
 
 
-def _even_series_coefficient(r: int, theta_squared: np.ndarray, inverse: bool
-                             ) -> tuple[np.ndarray, np.ndarray]:
-    """Coefficient p of W^2 (and its derivative in theta^2) in a series truncated at order r.
+@cache
+def _square_coefficients(r: int, inverse: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Coefficients (in powers of theta^2) of p and p' with sum_{k=2}^{r} c_k W^k = p W^2 + ...
 
-    Powers reduce by W^3 = -theta^2 W: W^(2m) = (-theta^2)^(m-1) W^2, W^(2m+1) =
-    (-theta^2)^m W, so sum_{k=2}^{r} c_k W^k = p(theta^2) W^2 + q(theta^2) W. For dexp^{-1} the
-    odd Bernoulli numbers beyond B_1 vanish and q = 0; for dexp they do not (handled by caller).
+    Powers reduce by W^3 = -theta^2 W: W^(2m) = (-theta^2)^(m-1) W^2. For dexp^{-1}
+    (c_k = B_k/k!) the odd terms beyond k = 1 vanish (B_3 = B_5 = ... = 0); for dexp
+    (c_k = 1/(k+1)!) the odd terms are collected separately by the caller.
     """
-    p = np.zeros_like(theta_squared)
-    dp = np.zeros_like(theta_squared)
-    for m in range(1, r // 2 + 1):
-        coefficient = (float(_BERNOULLI[2 * m] / factorial(2 * m)) if inverse
-                       else 1.0 / factorial(2 * m + 1))
-        power = (-1.0) ** (m - 1)
-        p = p + coefficient * power * theta_squared ** (m - 1)
-        if m >= 2:
-            dp = dp + coefficient * power * (m - 1) * theta_squared ** (m - 2)
+    p = np.array([(float(_BERNOULLI[2 * m] / factorial(2 * m)) if inverse
+                   else 1.0 / factorial(2 * m + 1)) * (-1.0) ** (m - 1)
+                  for m in range(1, r // 2 + 1)] or [0.0])
+    dp = p[1:] * np.arange(1, p.size) if p.size > 1 else np.array([0.0])
     return p, dp
 
 
@@ -257,9 +285,10 @@ def dexp_inv_series(w: np.ndarray, r: int, trivialization: Trivialization = "rig
     """
     r = _check_truncation(r)
     skew, square, theta = _hat_and_angle(w)
-    p, _ = _even_series_coefficient(r, theta * theta, inverse=True)
+    p, _ = _square_coefficients(r, True)
     first = 0.0 if r == 0 else -0.5 * _side_sign(trivialization)
-    return _identity_like(w) + first * skew + p[..., None, None] * square
+    p_value = _polynomial_in_square(p, theta * theta)[..., None, None]
+    return _EYE + first * skew + p_value * square
 
 
 def dexp_series(w: np.ndarray, r: int, trivialization: Trivialization = "right") -> np.ndarray:
@@ -267,12 +296,13 @@ def dexp_series(w: np.ndarray, r: int, trivialization: Trivialization = "right")
     r = _check_truncation(r)
     skew, square, theta = _hat_and_angle(w)
     theta_squared = theta * theta
-    odd = np.zeros_like(theta_squared)
-    for m in range(0, (r - 1) // 2 + 1):
-        odd = odd + (-theta_squared) ** m / factorial(2 * m + 2)
-    even, _ = _even_series_coefficient(r, theta_squared, inverse=False)
-    sign = _side_sign(trivialization)
-    return _identity_like(w) + sign * odd[..., None, None] * skew + even[..., None, None] * square
+    # W^(2m+1) = (-theta^2)^m W carries 1/(2m+2)!.
+    odd = np.array([(-1.0) ** m / factorial(2 * m + 2) for m in range((r - 1) // 2 + 1)]
+                   or [0.0])
+    even, _ = _square_coefficients(r, False)
+    odd_value = _polynomial_in_square(odd, theta_squared)[..., None, None]
+    even_value = _polynomial_in_square(even, theta_squared)[..., None, None]
+    return _EYE + _side_sign(trivialization) * odd_value * skew + even_value * square
 
 
 def dexp_inv_series_derivative(x: np.ndarray, xi: np.ndarray, r: int) -> np.ndarray:
@@ -294,14 +324,21 @@ def dexp_inv_series_derivative(x: np.ndarray, xi: np.ndarray, r: int) -> np.ndar
         return np.zeros(shape + (3,))
     x = np.broadcast_to(x, shape)
     xi = np.broadcast_to(xi, shape)
+    result = 0.5 * hat(xi)
+    if r == 1:
+        return result
     theta_squared = np.einsum("...i,...i->...", x, x)
-    p, dp = _even_series_coefficient(r, theta_squared, inverse=True)
-    x_dot_xi = np.einsum("...i,...i->...", x, xi)
-    double_cross = x * x_dot_xi[..., None] - xi * theta_squared[..., None]
-    bracket = (x_dot_xi[..., None, None] * np.eye(3) + x[..., :, None] * xi[..., None, :]
-               - 2.0 * xi[..., :, None] * x[..., None, :])
-    return (0.5 * hat(xi) + p[..., None, None] * bracket
-            + 2.0 * dp[..., None, None] * double_cross[..., :, None] * x[..., None, :])
+    p_coefficients, dp_coefficients = _square_coefficients(r, True)
+    p = _polynomial_in_square(p_coefficients, theta_squared)[..., None, None]
+    x_dot_xi = np.einsum("...i,...i->...", x, xi)[..., None]
+    outer_x_xi = x[..., :, None] * xi[..., None, :]
+    result = result + p * (x_dot_xi[..., None] * _EYE + outer_x_xi
+                           - 2.0 * np.swapaxes(outer_x_xi, -1, -2))
+    if r >= 4:
+        dp = _polynomial_in_square(dp_coefficients, theta_squared)[..., None, None]
+        double_cross = x * x_dot_xi - xi * theta_squared[..., None]
+        result = result + 2.0 * dp * double_cross[..., :, None] * x[..., None, :]
+    return result
 
 
 def cay(w: np.ndarray) -> np.ndarray:
@@ -309,7 +346,7 @@ def cay(w: np.ndarray) -> np.ndarray:
     branch is needed (rational in w)."""
     skew, square, theta = _hat_and_angle(w)
     scale = (1.0 / (1.0 + 0.25 * theta * theta))[..., None, None]
-    return _identity_like(w) + scale * (skew + 0.5 * square)
+    return _EYE + scale * (skew + 0.5 * square)
 
 
 def cay_inv(g: np.ndarray) -> np.ndarray:
@@ -325,12 +362,12 @@ def dcay(w: np.ndarray, trivialization: Trivialization = "right") -> np.ndarray:
     """Trivialised tangent of cay: (I + W/2)/(1 + theta^2/4) (right), (I - W/2)/(...) (left)."""
     skew, _, theta = _hat_and_angle(w)
     scale = (1.0 / (1.0 + 0.25 * theta * theta))[..., None, None]
-    return scale * (_identity_like(w) + 0.5 * _side_sign(trivialization) * skew)
+    return scale * (_EYE + 0.5 * _side_sign(trivialization) * skew)
 
 
 def dcay_inv(w: np.ndarray, trivialization: Trivialization = "right") -> np.ndarray:
     """Inverse of :func:`dcay`: I - W/2 + w w^T/4 (right), I + W/2 + w w^T/4 (left)."""
     w = np.asarray(w, dtype=float)
     skew = hat(w)
-    return (_identity_like(w) - 0.5 * _side_sign(trivialization) * skew
+    return (_EYE - 0.5 * _side_sign(trivialization) * skew
             + 0.25 * w[..., :, None] * w[..., None, :])
