@@ -32,7 +32,7 @@ from mbs.solution import Solution
 from mbs.solvers import Solver, make_solver
 from mbs.solvers.base import StepResult
 from mbs.solvers.newton import NewtonConvergenceError
-from mbs.streaming import StreamWriter, read_last_state, read_stream
+from mbs.streaming import StreamWriter, read_last_state, read_solver_state, read_stream
 from mbs.validation import as_scalar
 
 ON_FAILURE = ("raise", "refine")
@@ -210,8 +210,8 @@ class _Run:
         self.q[0], self.p[0] = q, p
         self.base = self.done = done
         self.solver.start(self.model, q, p, self.h)
-        state = manifest.get("solver_state")
-        if state is not None:
+        state = read_solver_state(path, manifest)
+        if state:
             self.solver.restore(state)
 
     def rotate(self) -> None:

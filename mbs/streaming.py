@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -30,6 +31,8 @@ VERSION = 2
 #: Versions read: 1 kept the chunk list in the manifest.
 READABLE_VERSIONS = (1, 2)
 CHUNK_LOG = "chunks.jsonl"
+#: Member prefix of the solver state in a packed stream.
+CHECKPOINT_PREFIX = "checkpoint."
 ARRAYS = ("q", "p", "scheme_velocities", "multipliers", "velocity_multipliers",
           "enforced_residuals", "newton_iterations", "step_work")
 
@@ -70,7 +73,10 @@ class StreamWriter:
         """Turn a packed .npz back into a stream directory (to resume a finished run)."""
         data = read_stream(self.path)
         manifest = data.pop("manifest")
+        state = read_solver_state(self.path, manifest)
         self.directory.mkdir(parents=True)
+        if manifest.get("checkpoint"):
+            np.savez(self.directory / manifest["checkpoint"], **state)
         np.savez(self.directory / "initial.npz", q=data["q"][0], p=data["p"][0])
         chunk = {k: data[k] for k in ARRAYS}
         chunk["q"], chunk["p"] = data["q"][1:], data["p"][1:]
@@ -106,11 +112,22 @@ class StreamWriter:
             log.write(json.dumps(record) + "\n")
             log.flush()
             os.fsync(log.fileno())
-        self.manifest["chunk_count"] = index
+        # the solver's state after this chunk, in its own file (it may hold a Newton matrix):
+        # written before the manifest names it, the previous one removed after
+        checkpoint = f"checkpoint_{index:06d}.npz"
+        temporary = self.directory / (checkpoint + ".tmp")
+        with open(temporary, "wb") as handle:
+            np.savez(handle, **{k: np.asarray(v) for k, v in solver_state.items()})
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.directory / checkpoint)
+        previous = self.manifest.get("checkpoint")
+        self.manifest.pop("solver_state", None)
+        self.manifest.update(chunk_count=index, checkpoint=checkpoint)
         self.manifest["steps_done"] += count
-        self.manifest["solver_state"] = {k: np.asarray(v).tolist()
-                                         for k, v in solver_state.items()}
         _write_manifest(self.directory, self.manifest)
+        if previous and previous != checkpoint:
+            (self.directory / previous).unlink(missing_ok=True)
         self._buffer = {name: [] for name in ARRAYS}
 
     def finish(self) -> None:
@@ -119,10 +136,12 @@ class StreamWriter:
         _write_manifest(self.directory, self.manifest)
         if self.path.suffix == ".npz":
             data = read_stream(self.directory)
+            state = read_solver_state(self.directory, self.manifest)
             temporary = self.path.with_name(self.path.name + ".tmp")
             with open(temporary, "wb") as handle:
                 np.savez(handle, manifest=json.dumps(self.manifest),
-                         **{k: v for k, v in data.items() if isinstance(v, np.ndarray)})
+                         **{k: v for k, v in data.items() if isinstance(v, np.ndarray)},
+                         **{CHECKPOINT_PREFIX + k: np.asarray(v) for k, v in state.items()})
             os.replace(temporary, self.path)
             shutil.rmtree(self.directory)
 
@@ -213,6 +232,31 @@ def read_last_state(path: str | os.PathLike) -> tuple[int, np.ndarray, np.ndarra
         raise ModelError(f"{directory}: the last state has shapes {np.shape(q)}, "
                          f"{np.shape(p)}, the manifest implies ({n},)")
     return manifest["steps_done"], q, p, manifest
+
+
+def read_solver_state(path: str | os.PathLike, manifest: dict) -> dict:
+    """The solver's state after the last flushed step (see :meth:`mbs.solvers.Solver.
+    checkpoint`): from the manifest (version 1), the checkpoint file it names, or the
+    members of a packed stream."""
+    path = Path(path)
+    if "solver_state" in manifest:
+        state = manifest["solver_state"]
+        if not isinstance(state, dict):
+            raise ModelError(f"{path}: manifest field 'solver_state' must be an object")
+        return state
+    name = manifest.get("checkpoint")
+    if name is None:
+        return {}
+    if not isinstance(name, str) or not re.fullmatch(r"checkpoint_\d{6,}\.npz", name):
+        raise ModelError(f"{path}: manifest field 'checkpoint' must name a checkpoint file "
+                         f"of the stream, got {name!r}")
+    if path.suffix == ".npz" and path.is_file():
+        with open_archive(path) as archive:
+            return {k[len(CHECKPOINT_PREFIX):]: archive[k] for k in archive.files
+                    if k.startswith(CHECKPOINT_PREFIX)}
+    directory = stream_directory(path) if not path.is_dir() else path
+    with open_archive(directory / name) as archive:
+        return {k: archive[k] for k in archive.files}
 
 
 def _chunk_bytes(steps: int, n: int, m: int) -> int:

@@ -17,7 +17,9 @@ from mbs.solvers.newton import (
     NewtonOptions,
     NewtonState,
     _segments,
+    matrix_state,
     newton,
+    state_factorization,
 )
 from mbs.solvers.polynomial import QuadraticSystemBuilder
 
@@ -467,6 +469,7 @@ class Solver:
         if h == self.h:
             return
         self._warm.defects.clear()  # they scale with h
+        self._newton_state.factorization = None  # the Newton matrix depends on h
         if self._polynomial is not None:
             cache = self.__dict__.setdefault("_polynomial_by_h", {})
             cache[self.h] = self._polynomial
@@ -479,15 +482,20 @@ class Solver:
         self._update_floor_minimum()
 
     def checkpoint(self) -> dict:
-        """Warm-start state carried between steps (restored by :meth:`restore` on resume,
-        so that a resumed run repeats the uninterrupted one bitwise). A Jacobian kept by
-        simplified Newton is dropped here, so a resumed run refactors at the same step."""
-        self._newton_state.factorization = None
-        return self._warm.checkpoint()
+        """Everything the next step depends on, as plain arrays (restored by :meth:`restore`
+        on resume, so that a resumed run repeats the uninterrupted one bitwise): the warm
+        start and, with simplified Newton, the Jacobian its factorisation was made from (the
+        resumed run factorises the same matrix and gets the same factors)."""
+        state = self._warm.checkpoint()
+        factorization = self._newton_state.factorization
+        if factorization is not None:
+            state.update(matrix_state(factorization))
+        return state
 
     def restore(self, state: dict) -> None:
         """Inverse of :meth:`checkpoint`."""
         self._warm.restore(state)
+        self._newton_state.factorization = state_factorization(state, self._identity_block())
 
     # helpers ------------------------------------------------------------------------------
     def _solve(self, evaluate, x0: np.ndarray, q0: np.ndarray, p0: np.ndarray):

@@ -204,8 +204,10 @@ class _SchurPattern:
         starts = np.flatnonzero(np.r_[True, pair_target[1:] != pair_target[:-1]])
         self.pair_starts = _kernel_index(starts[:pair_target.size])  # none without products
         self.pair_target = _kernel_index(pair_target[self.pair_starts])
-        #: the pivot order and factor patterns of S (:class:`_StaticLU`), once factorised
+        #: the pivot order and factor patterns of S (:class:`_StaticLU`), once factorised,
+        #: and the values of S they were made from (kept for checkpoints)
         self.symbolic: _StaticLU | None = None
+        self.symbolic_values: np.ndarray | None = None
 
     def matches(self, matrix: sp.csr_matrix) -> bool:
         """Whether ``matrix`` has the pattern these index arrays were built for (compared
@@ -506,7 +508,12 @@ class Factorization:
     against 2.5 ms through ``SuperLU.solve`` and sparse products).
     """
 
-    def __init__(self, matrix, identity_block: tuple[slice, slice, float] | None = None):
+    def __init__(self, matrix, identity_block: tuple[slice, slice, float] | None = None,
+                 symbolic_values: np.ndarray | None = None):
+        # kept (a copy: systems reuse their Jacobian buffers) for checkpoints to refactorise
+        self.matrix = matrix.copy()
+        #: values of S whose pivot order the factors use (sparse condensed path with numba)
+        self.symbolic_values = None
         self._block = None
         if isinstance(matrix, np.ndarray):  # hot path of small models: straight to LAPACK
             self._sparse = None
@@ -516,7 +523,8 @@ class Factorization:
             return
         if sp.issparse(matrix) and matrix.shape[0] > SPARSE_THRESHOLD:
             if identity_block is not None:
-                self._factor_condensed(sp.csr_matrix(matrix), *identity_block)
+                self._factor_condensed(sp.csr_matrix(matrix), *identity_block,
+                                       symbolic_values)
                 return
             self._sparse = spla.splu(matrix.tocsc(), permc_spec="COLAMD")
             return
@@ -529,7 +537,7 @@ class Factorization:
             raise np.linalg.LinAlgError(f"singular matrix (getrf info = {info})")
 
     def _factor_condensed(self, matrix: sp.csr_matrix, rows: slice, cols: slice,
-                          alpha: float) -> None:
+                          alpha: float, symbolic_values: np.ndarray | None = None) -> None:
         self.pattern = pattern = _schur_pattern(matrix, rows, cols)
         data = matrix.data
         coupling = (data[pattern.in_source], data[pattern.out_source])
@@ -549,16 +557,23 @@ class Factorization:
                                pattern.out_indptr.astype(np.int32)), shape=(block, pattern.size)))
             return
         # With numba: SuperLU once per pattern (and whenever its pivots or patterns stop
-        # fitting), then refactorisations with its pivot order (see _StaticLU).
+        # fitting), then refactorisations with its pivot order (see _StaticLU). The factors
+        # always come from the refactorisation, so that they depend only on the matrix and
+        # the pivot order, which a checkpoint keeps (``symbolic_values``), not on which runs
+        # used the pattern before.
         self._sparse = None
         values = pattern.values(data, alpha)
+        if symbolic_values is not None and not np.array_equal(symbolic_values,
+                                                              pattern.symbolic_values):
+            self._new_symbolic(pattern, symbolic_values)
         symbolic = pattern.symbolic
         factors = (symbolic.refactor(values, pattern, kernels["refactor"])
                    if symbolic is not None else None)
         if factors is None:
-            lu = spla.splu(pattern.schur(values), permc_spec="COLAMD", panel_size=_PANEL_SIZE)
-            pattern.symbolic = symbolic = _StaticLU(lu, pattern.size)
-            factors = symbolic.factors
+            symbolic = self._new_symbolic(pattern, values)
+            factors = symbolic.refactor(values, pattern, kernels["refactor"]) or \
+                symbolic.factors
+        self.symbolic_values = pattern.symbolic_values
         lower, upper, diagonal = factors
         self._compiled = (
             kernels["condensed_solve"],
@@ -568,6 +583,13 @@ class Factorization:
              symbolic.lower_indptr, symbolic.lower_indices, lower,
              symbolic.upper_indptr, symbolic.upper_indices, upper, diagonal,
              symbolic.perm_r, symbolic.perm_c))
+
+    @staticmethod
+    def _new_symbolic(pattern: _SchurPattern, values: np.ndarray) -> _StaticLU:
+        lu = spla.splu(pattern.schur(values), permc_spec="COLAMD", panel_size=_PANEL_SIZE)
+        pattern.symbolic = _StaticLU(lu, pattern.size)
+        pattern.symbolic_values = values.copy()
+        return pattern.symbolic
 
     def solve(self, rhs: np.ndarray) -> np.ndarray:
         """``matrix^-1 rhs``."""
@@ -656,6 +678,48 @@ def _segments(blocks: list[slice], scales: list[float]) -> tuple[np.ndarray, np.
     starts, lead = cached
     floors = np.array([sc for b, sc in zip(blocks, scales) if b.stop > b.start], dtype=float)
     return starts, floors, lead
+
+
+def matrix_state(factorization: Factorization) -> dict:
+    """A factorisation's Newton matrix as plain arrays (dense, or the CSR/CSC arrays exactly
+    as stored: the same index order gives the same factorisation path and bits), with the
+    values whose pivot order its sparse factors use."""
+    matrix = factorization.matrix
+    state = ({} if factorization.symbolic_values is None else
+             {"newton_symbolic_values": factorization.symbolic_values.copy()})
+    if isinstance(matrix, np.ndarray):
+        return {**state, "newton_matrix": matrix.copy()}
+    if matrix.format not in ("csr", "csc"):
+        matrix = matrix.tocsr()
+    return {**state, "newton_matrix_data": matrix.data.copy(),
+            "newton_matrix_indices": matrix.indices.copy(),
+            "newton_matrix_indptr": matrix.indptr.copy(),
+            "newton_matrix_shape": np.array(matrix.shape),
+            "newton_matrix_format": np.array(0 if matrix.format == "csr" else 1)}
+
+
+def state_factorization(state: dict, identity_block) -> Factorization | None:
+    """Inverse of :func:`matrix_state`: the same factorisation (None when ``state`` holds no
+    matrix)."""
+    matrix = _state_matrix(state)
+    if matrix is None:
+        return None
+    symbolic = state.get("newton_symbolic_values")
+    return Factorization(matrix, identity_block,
+                         None if symbolic is None else np.asarray(symbolic, dtype=float))
+
+
+def _state_matrix(state: dict):
+    if "newton_matrix" in state:
+        return np.asarray(state["newton_matrix"], dtype=float)
+    if "newton_matrix_data" not in state:
+        return None
+    shape = tuple(int(v) for v in np.asarray(state["newton_matrix_shape"]))
+    kind = sp.csc_matrix if int(np.asarray(state["newton_matrix_format"])) else sp.csr_matrix
+    arrays = (np.asarray(state["newton_matrix_data"], dtype=float),
+              np.asarray(state["newton_matrix_indices"]),
+              np.asarray(state["newton_matrix_indptr"]))
+    return kind(arrays, shape=shape)
 
 
 class NewtonState:
