@@ -24,6 +24,7 @@ from mbs.liegroup.integrator import (
 )
 from mbs.liegroup.problems import (
     DipoleOnStick,
+    DirectorPotentialBody,
     FreeRigidBody,
     HeavyTop,
     LieGroup,
@@ -32,12 +33,16 @@ from mbs.liegroup.problems import (
     RigidBodyProblem,
     SO3Group,
     TranslationGroup,
+    director_state,
+    euler_tensor,
+    lie_state,
 )
 from mbs.liegroup.vcg import COMPOSITIONS, VCG, VCGTableauStep, composition_tableau
 from mbs.liegroup.vrkmk import TABLEAUX, VRKMK, Tableau, adjoint_weights
 
 __all__ = [
-    "COMPOSITIONS", "TABLEAUX", "VCG", "VRKMK", "DipoleOnStick", "FreeRigidBody", "HeavyTop",
+    "COMPOSITIONS", "TABLEAUX", "VCG", "VRKMK", "DipoleOnStick", "DirectorPotentialBody",
+    "FreeRigidBody", "HeavyTop", "director_state", "euler_tensor", "lie_state",
     "LieGroup", "PointMassProblem", "Problem", "RigidBodyProblem", "SO3Group", "SolverSettings",
     "StepResult", "Tableau", "Trajectory", "TranslationGroup", "VCGTableauStep",
     "adjoint_weights", "composition_tableau", "finite_difference_jacobian", "integrate",

@@ -22,6 +22,14 @@ of point potentials phi_k acting at material points Y_k (body frame),
 V(g) = sum_k phi_k(g Y_k), the left-trivialised gradient is
 grad^L V(g) = sum_k Y_k x (g^T grad phi_k(g Y_k)).
 
+Link to the director formulation. With the directors d_k as the columns of g (body axes =
+principal axes), a potential V(d_1, d_2, d_3) with Euclidean gradients dV/dd_k, as a compiled
+director model evaluates it, has grad^R V = sum_k d_k x dV/dd_k (because
+g exp(e eta) e_k = d_k + e (g eta) x d_k), hence grad^L V = g^T sum_k d_k x dV/dd_k
+(:class:`DirectorPotentialBody`). The momenta map as mu = sum_k d_k x p_k with p_k = E_kl d_l'
+(Euler tensor E = tr(J)/2 I - J), which equals g J g^T omega for consistent states; conversely
+omega = g J^{-1} g^T mu and d_k' = omega x d_k (:func:`director_state`, :func:`lie_state`).
+
 All functions accept stacked states (leading axes), which the stage-equation solvers use to
 evaluate all stages and all finite-difference columns of a Jacobian in one call.
 """
@@ -354,11 +362,78 @@ class HeavyTop(RigidBodyProblem):
         return self.mgl * so3.cross(self.chi, np.asarray(g, dtype=float)[..., 2, :])
 
 
+class DirectorPotentialBody(RigidBodyProblem):
+    """A rigid body whose potential is given on the directors, as a director model provides it.
+
+    Parameters
+    ----------
+    inertia : array_like
+        Body inertia J (3 principal moments or a 3x3 matrix) about the fixed point.
+    potential : callable
+        V(directors) for stacked director matrices (..., 3, 3) whose columns are d_1, d_2, d_3.
+    director_gradient : callable
+        The Euclidean gradient, (..., 3, 3) with column k = dV/dd_k.
+    g0, mu0 : array_like
+        Initial rotation and spatial angular momentum.
+    conserved_components : tuple of int, optional
+        Components of mu conserved by the symmetry of V (metadata only).
+    """
+
+    def __init__(self, inertia, potential: Callable[[np.ndarray], np.ndarray],
+                 director_gradient: Callable[[np.ndarray], np.ndarray], g0, mu0,
+                 conserved_components: tuple[int, ...] = ()):
+        super().__init__(inertia, g0, mu0)
+        self._potential = potential
+        self._director_gradient = director_gradient
+        self.conserved_components = conserved_components
+
+    def potential(self, g: np.ndarray) -> np.ndarray:
+        return self._potential(np.asarray(g, dtype=float))
+
+    def potential_gradient(self, g: np.ndarray) -> np.ndarray:
+        g = np.asarray(g, dtype=float)
+        gradient = np.swapaxes(self._director_gradient(g), -1, -2)      # rows dV/dd_k
+        spatial = so3.cross(np.swapaxes(g, -1, -2), gradient).sum(axis=-2)
+        return np.einsum("...ji,...j->...i", g, spatial)
+
+
+def euler_tensor(inertia: np.ndarray) -> np.ndarray:
+    """Euler tensor E = tr(J)/2 I - J of the director formulation (J = E_2 + E_3, cyclic)."""
+    inertia = np.asarray(inertia, dtype=float)
+    inertia = np.diag(inertia) if inertia.shape == (3,) else inertia
+    return 0.5 * np.trace(inertia) * np.eye(3) - inertia
+
+
+def director_state(g: np.ndarray, mu: np.ndarray, inertia: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Director velocities and momenta of the state (g, mu).
+
+    Returns ``(velocities, momenta)``, both (..., 3, 3) with column k = d_k' = omega x d_k and
+    p_k = sum_l E_kl d_l' respectively, where omega = g J^{-1} g^T mu; the directors are g.
+    """
+    inertia = np.asarray(inertia, dtype=float)
+    inertia = np.diag(inertia) if inertia.shape == (3,) else inertia
+    g = np.asarray(g, dtype=float)
+    omega = g @ np.linalg.solve(inertia, np.swapaxes(g, -1, -2) @ np.asarray(mu)[..., None])
+    velocities = so3.hat(omega[..., 0]) @ g
+    return velocities, velocities @ euler_tensor(inertia).T
+
+
+def lie_state(directors: np.ndarray, momenta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(g, mu) from directors (columns d_k) and director momenta (columns p_k):
+    g = [d_1 d_2 d_3] and mu = sum_k d_k x p_k."""
+    directors = np.asarray(directors, dtype=float)
+    momenta = np.asarray(momenta, dtype=float)
+    mu = so3.cross(np.swapaxes(directors, -1, -2), np.swapaxes(momenta, -1, -2)).sum(axis=-2)
+    return directors.copy(), mu
+
+
 class PointMassProblem:
     """A point mass on the abelian group R^3: H(x, p) = |p|^2/(2 m) + V(x), f = (p/m, -grad V).
 
-    Used as the R^3 factor of digest-style product groups and as an exact check: VRKMK and VCG
-    on an abelian group are symplectic partitioned Runge-Kutta methods (paper, section 4).
+    It is the R^3 factor of a rigid body with translation (G = SO(3) x R^3), and an exact check:
+    VRKMK and VCG on an abelian group are symplectic partitioned Runge-Kutta methods (paper,
+    section 4).
 
     Parameters
     ----------
