@@ -496,59 +496,10 @@ class _DistanceTerm(_EffortTerm):
                 + rate_slope[:, None, None] * row[:, :, None] * d_rate[:, None, :])
 
 
-class Damper(Force):
-    """Linear viscous damper along the line of two body points: f = -c s' e.
-
-    Parameters
-    ----------
-    body_a, body_b : Body
-        Either may be ``system.ground``.
-    damping : float
-        c > 0 (force per velocity).
-    point_a, point_b : array_like (3,), optional
-        Attachment points (world, initial pose); default to the bodies' reference points.
-        They must not coincide.
-    """
-
-    def __init__(self, body_a: Body, body_b: Body, damping: float, point_a=None, point_b=None,
-                 name: str | None = None):
-        super().__init__(name)
-        owner = f"Damper {self.name!r}"
-        for label, body in (("body_a", body_a), ("body_b", body_b)):
-            if not isinstance(body, Body):
-                raise ModelTypeError(f"{owner}: {label} must be a body, got {body!r}")
-        if body_a is body_b:
-            raise ModelError(f"{owner} connects body {body_a.name!r} to itself; give two "
-                             f"different bodies")
-        self.body_a, self.body_b = body_a, body_b
-        self.damping = as_scalar(damping, "damping", owner, positive=True)
-        self.point_a = None if point_a is None else as_vector(point_a, 3, "point_a", owner)
-        self.point_b = None if point_b is None else as_vector(point_b, 3, "point_b", owner)
-        a, b = self.attachment_points()
-        if np.allclose(a, b, rtol=0.0, atol=1e-300):
-            raise ModelError(f"{owner}: its two points coincide at the initial pose; the "
-                             f"damping direction is undefined (give distinct points)")
-
-    def bodies_acted_on(self):
-        return [self.body_a, self.body_b]
-
-    def attachment_points(self) -> tuple[np.ndarray, np.ndarray]:
-        a = self.body_a.reference_point() if self.point_a is None else self.point_a
-        b = self.body_b.reference_point() if self.point_b is None else self.point_b
-        return a, b
-
-    def terms(self, context):
-        return []
-
-    def applied_terms(self, context) -> list[AppliedTerm]:
-        return [two_point_damper(self.name, context, self.body_a, self.body_b,
-                                 *self.attachment_points(), self.damping)]
-
-
 def two_point_damper(name: str, context, body_a: Body, body_b: Body, point_a, point_b,
                      damping: float) -> AppliedTerm:
-    """The applied term of a viscous damper between two body points (also used by
-    ``Spring(damping=...)``)."""
+    """The applied term of a viscous damper between two body points
+    (:class:`mbs.forces.Damper`, ``Spring(damping=...)``)."""
     local = LocalCoordinates(_coordinates(context, body_a, body_b))
     relative = (context.point(body_b, point_b) - context.point(body_a, point_a))
     return _DistanceTerm(name, local, local.affine(relative), _damping_law(damping))

@@ -1,4 +1,4 @@
-"""Springs between body points."""
+"""Springs and dampers between body points."""
 
 from __future__ import annotations
 
@@ -140,3 +140,37 @@ class QuarticSpring(_TwoPointForce):
     def terms(self, context):
         return [TermInstance(QuarticSpringTerm, [squared_distance(self._relative(context))],
                              {"stiffness": self.stiffness, "length": self.length})]
+
+
+class Damper(_TwoPointForce):
+    """Linear viscous damper along the line of two body points: f = -c l' e (l the distance
+    of the points, e the unit vector from a to b); it does work, see
+    :mod:`mbs.forces.applied`.
+
+    Parameters
+    ----------
+    body_a, body_b : Body
+        Either may be ``system.ground``.
+    damping : float
+        c > 0 (force per velocity).
+    point_a, point_b : array_like (3,), optional
+        Attachment points (world, initial pose); default to the bodies' reference points.
+        They must not coincide.
+    """
+
+    def __init__(self, body_a: Body, body_b: Body, damping: float, point_a=None, point_b=None,
+                 name: str | None = None):
+        super().__init__(body_a, body_b, point_a, point_b, name)
+        owner = f"Damper {self.name!r}"
+        self.damping = as_scalar(damping, "damping", owner, positive=True)
+        if self.initial_length() == 0.0:
+            raise ModelError(f"{owner}: its two points coincide at the initial pose; the "
+                             f"damping direction is undefined (give distinct points)")
+
+    def terms(self, context):
+        return []
+
+    def applied_terms(self, context):
+        return [two_point_damper(self.name, context, self.body_a, self.body_b,
+                                 *self.attachment_points(), self.damping)]
+

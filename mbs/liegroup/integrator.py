@@ -250,3 +250,22 @@ def integrate(problem: Problem, method: Method, h: float, steps: int,
         iterations[k] = result.iterations
     return Trajectory(t=h * np.arange(steps + 1), g=q, mu=mu, energy=problem.energy(q, mu),
                       momentum=problem.momentum(q, mu), iterations=iterations)
+
+
+class StageMethod:
+    """A one-step method whose step solves stage equations z = Phi(z) for unknowns z (VRKMK,
+    VCG): subclasses give ``_fixed_point_map``, ``scales``, ``initial_guess`` and ``finish``."""
+
+    solver: SolverSettings
+
+    def step(self, problem, q0: np.ndarray, mu0: np.ndarray, h: float,
+             guess=None) -> StepResult:
+        """One step from (q0, mu0); ``guess`` is the previous step's unknowns (or None)."""
+        q0 = np.asarray(q0, dtype=float)
+        mu0 = np.asarray(mu0, dtype=float)
+        z0 = self.initial_guess(problem, q0, mu0, h) if guess is None else guess
+        solution = solve_stage_equations(self._fixed_point_map(problem, q0, mu0, h), z0,
+                                         self.scales(problem, q0, mu0, h), self.solver)
+        q1, mu1 = self.finish(problem, q0, mu0, h, solution.z)
+        return StepResult(q1, mu1, solution.z, solution.iterations)
+

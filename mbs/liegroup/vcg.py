@@ -39,9 +39,9 @@ import numpy as np
 
 from mbs.liegroup.integrator import (
     SolverSettings,
+    StageMethod,
     StepResult,
     block_scales,
-    solve_stage_equations,
 )
 from mbs.liegroup.problems import Problem
 
@@ -73,7 +73,7 @@ def composition_tableau(gammas: tuple[float, ...] | np.ndarray) -> tuple[np.ndar
 
 
 @dataclass
-class VCGTableauStep:
+class VCGTableauStep(StageMethod):
     """One VCG step of eq. (18) for a general tableau (A, b), all b_i != 0."""
 
     A: np.ndarray
@@ -139,7 +139,8 @@ class VCGTableauStep:
 
         return fixed_point_map
 
-    def initial_guess(self, problem: Problem, q0: np.ndarray, mu0: np.ndarray) -> np.ndarray:
+    def initial_guess(self, problem: Problem, q0: np.ndarray, mu0: np.ndarray,
+                      h: float = 0.0) -> np.ndarray:
         """xi_i = xi0 and M_i = mu0 with xi0 from f(q0, mu0)."""
         xi0, _ = problem.vector_field(q0, mu0)
         s = self.b.size
@@ -153,16 +154,6 @@ class VCGTableauStep:
         return block_scales([float(np.linalg.norm(xi0)),
                              float(np.linalg.norm(mu0)) + abs(h) * float(np.linalg.norm(n0))],
                             [block, block])
-
-    def step(self, problem: Problem, q0: np.ndarray, mu0: np.ndarray, h: float,
-             guess: Any = None) -> StepResult:
-        q0 = np.asarray(q0, dtype=float)
-        mu0 = np.asarray(mu0, dtype=float)
-        z0 = self.initial_guess(problem, q0, mu0) if guess is None else guess
-        solution = solve_stage_equations(self._fixed_point_map(problem, q0, mu0, h), z0,
-                                         self.scales(problem, q0, mu0, h), self.solver)
-        q1, mu1 = self.finish(problem, q0, mu0, h, solution.z)
-        return StepResult(q1, mu1, solution.z, solution.iterations)
 
     def finish(self, problem: Problem, q0: np.ndarray, mu0: np.ndarray, h: float,
                z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -24,15 +24,13 @@ abelian group it is the partitioned RK method above.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from mbs.liegroup.integrator import (
     SolverSettings,
-    StepResult,
+    StageMethod,
     block_scales,
-    solve_stage_equations,
 )
 from mbs.liegroup.problems import Problem
 
@@ -84,7 +82,7 @@ def adjoint_weights(A: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class VRKMK:
+class VRKMK(StageMethod):
     """VRKMK method of eq. (16) for a tableau of :data:`TABLEAUX` (or a :class:`Tableau`).
 
     Parameters
@@ -181,17 +179,6 @@ class VRKMK:
         block = self.tableau.stages * problem.group.dim
         return block_scales([abs(h) * size_xi, size_mu + abs(h) * size_n,
                              abs(h) * (size_n + size_xi * size_mu)], [block] * 3)
-
-    def step(self, problem: Problem, q0: np.ndarray, mu0: np.ndarray, h: float,
-             guess: Any = None) -> StepResult:
-        """One step of eq. (16); ``guess`` is the previous step's unknowns (or None)."""
-        q0 = np.asarray(q0, dtype=float)
-        mu0 = np.asarray(mu0, dtype=float)
-        z0 = self.initial_guess(problem, q0, mu0, h) if guess is None else guess
-        solution = solve_stage_equations(self._fixed_point_map(problem, q0, mu0, h), z0,
-                                         self.scales(problem, q0, mu0, h), self.solver)
-        q1, mu1 = self.finish(problem, q0, mu0, h, solution.z)
-        return StepResult(q1, mu1, solution.z, solution.iterations)
 
     def finish(self, problem: Problem, q0: np.ndarray, mu0: np.ndarray, h: float,
                z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
