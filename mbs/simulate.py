@@ -125,6 +125,7 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         warnings.warn(f"simulate: h = {h} does not divide the interval; {steps} steps end at "
                       f"t = {t_start + steps * h}", stacklevel=2)
     solver = make_solver(solver, **solver_options)
+    _warn_if_springs_are_too_stiff(model, h, solver.name)
     run = _Run(model, solver, h, t_start, steps, on_failure, max_refinements,
                window=flush_every if streamed else None,
                stream=str(output if output is not None else resume) if streamed else None)
@@ -425,6 +426,37 @@ MAX_READBACK_BYTES = 2 * 2**30
 #: a conservative model within a band of size O(h^2) at stable step sizes; a change of this
 #: size means the step is beyond the scheme's stability or accuracy limit.
 ENERGY_WARNING_LEVEL = 0.1
+
+
+#: h omega of a spring (omega its frequency with the masses of the bodies it connects) above
+#: which a run is warned: the step then samples an oscillation less than ~6 times per period.
+STIFF_STEP_RATIO = 1.0
+
+
+def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
+    """Warn, naming the spring, when h sqrt(k / m) exceeds :data:`STIFF_STEP_RATIO` (m the
+    reduced mass of its bodies, k its stiffness at the rest length): the step is beyond the
+    accuracy (and for explicit kicks, rattle, beyond the stability limit 2) of every scheme."""
+    masses = {body.name: body.mass for body in model.bodies}
+    for force in model.forces:
+        if force.type not in ("Spring", "QuarticSpring"):
+            continue
+        stiffness = float(force.data.get("stiffness", 0.0))
+        if force.type == "QuarticSpring":  # V = k/2 (l^2 - L^2)^2: k 4 L^2 along the line
+            stiffness *= 4.0 * float(force.data.get("length", 0.0)) ** 2
+        moving = [masses[name] for name in force.bodies if name in masses]
+        if not moving or stiffness <= 0.0:
+            continue
+        reduced = 1.0 / sum(1.0 / mass for mass in moving)
+        omega = math.sqrt(stiffness / reduced)
+        if h * omega > STIFF_STEP_RATIO:
+            unstable = " and beyond rattle's stability limit h omega = 2" if (
+                solver.startswith("rattle") and h * omega > 2.0) else ""
+            warnings.warn(f"simulate: {force.type} {force.name!r} oscillates at omega = "
+                          f"sqrt(k/m) = {omega:.3g} rad/s (period {2 * math.pi / omega:.3g} s); "
+                          f"h omega = {h * omega:.3g} is beyond the accuracy of every "
+                          f"scheme{unstable}: choose h <= {0.2 / omega:.2g} to resolve it, or "
+                          f"a softer spring", RuntimeWarning, stacklevel=3)
 
 
 def _warn_if_energy_is_lost(solution: Solution) -> None:

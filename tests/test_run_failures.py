@@ -55,3 +55,19 @@ def test_a_failing_stream_write_reports_it_and_keeps_the_steps(tmp_path, monkeyp
     assert solution.t.size == error.value.step + 1 >= 11
     flushed = load_stream(str(tmp_path / "run"), model)  # the first chunk is on disk
     np.testing.assert_array_equal(flushed.q, solution.q[:flushed.q.shape[0]])
+
+
+def test_a_spring_too_stiff_for_the_step_is_named():
+    system = mbs.System()
+    body = system.add(mbs.PointMass(0.01, name="bead"))
+    body.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.forces.Spring(system.ground, body, 1e6, point_a=(0, 0, 0), name="stiff"))
+    model = system.compile()
+    # omega = sqrt(1e6 / 0.01) = 1e4 rad/s: h = 1e-3 gives h omega = 10
+    with pytest.warns(RuntimeWarning, match=r"Spring 'stiff'.*h omega = 10.*rattle's stability"):
+        mbs.simulate(model, "rattle", h=1e-3, t_end=2e-3)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mbs.simulate(model, "em", h=1e-5, t_end=2e-5)  # h omega = 0.1: no warning
