@@ -671,7 +671,22 @@ class _JointEffort(Force):
         return []
 
 
-class JointTorque(_JointEffort):
+class _JointActuator(_JointEffort):
+    """An effort given by the user (number or function) about or along a joint's axis; the
+    value is kept under the attribute named ``what`` ("torque" or "force")."""
+
+    state_names = ""
+
+    def __init__(self, joint, value, name: str | None):
+        super().__init__(joint, name)
+        setattr(self, self.what, _Value(value, 1, self.what, self.owner, self.state_names))
+
+    def applied_terms(self, context):
+        law = _user_law(getattr(self, self.what))
+        return [joint_effort_term(self.joint, context, law, self.name, self.kind)]
+
+
+class JointTorque(_JointActuator):
     """A torque tau about the axis of a revolute (or cylindrical) joint, on body_b (and -tau
     on body_a): a motor. ``torque`` is a number, f(t), f(t, angle, rate) with the joint
     angle (0 at the initial pose, in (-pi, pi]) and its rate -- PD laws and motor curves --
@@ -680,32 +695,22 @@ class JointTorque(_JointEffort):
     attitude (a reaction wheel's torque from the satellite's rotation)."""
 
     kinds = {"Revolute": "angle", "Cylindrical": "angle"}
-    what = "torque"
+    what, state_names = "torque", "angle, rate | bodies"
 
     def __init__(self, joint, torque, name: str | None = None):
-        super().__init__(joint, name)
-        self.torque = _Value(torque, 1, "torque", self.owner, "angle, rate | bodies")
-
-    def applied_terms(self, context):
-        return [joint_effort_term(self.joint, context, _user_law(self.torque), self.name,
-                                  self.kind)]
+        super().__init__(joint, torque, name)
 
 
-class JointForce(_JointEffort):
+class JointForce(_JointActuator):
     """A force along the axis of a prismatic (or cylindrical) joint, on body_b (and its
     opposite on body_a). ``force`` is a number, f(t), f(t, displacement, rate) or
     f(t, displacement, rate, bodies) (see :class:`JointTorque`)."""
 
     kinds = {"Prismatic": "slide", "Cylindrical": "slide"}
-    what = "force"
+    what, state_names = "force", "displacement, rate | bodies"
 
     def __init__(self, joint, force, name: str | None = None):
-        super().__init__(joint, name)
-        self.force = _Value(force, 1, "force", self.owner, "displacement, rate | bodies")
-
-    def applied_terms(self, context):
-        return [joint_effort_term(self.joint, context, _user_law(self.force), self.name,
-                                  self.kind)]
+        super().__init__(joint, force, name)
 
 
 class JointDamper(_JointEffort):
