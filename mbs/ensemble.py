@@ -101,7 +101,9 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
         and p of every member).
     backend : {"auto", "numba", "numpy"}
         Compiled kernels (parallel over the members; needs numba) or batched numpy; "auto"
-        takes numba when it can be imported. Both compute the same iteration.
+        takes numba when it can be imported. Both compute the same iteration. Members run
+        one by one take "numba" as the solver's ``backend="compiled"`` (unless
+        ``solver_options`` set a backend); "compiled" is accepted for "numba".
     predictor_correction : int or None
         Degree of the extrapolated predictor defect added to each member's guess, as
         ``Solver.predictor_correction`` of a single run (default 2; None turns it off).
@@ -120,10 +122,16 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     h = as_scalar(h, "h", "simulate_ensemble", positive=True)
     t_end = as_scalar(t_end, "t_end", "simulate_ensemble", positive=True)
     q0, p0 = _initial_arrays(model, initial_states)
+    if backend not in ("auto", "numba", "numpy", "compiled"):
+        raise ModelError(f"simulate_ensemble: backend must be 'auto', 'numba' or 'numpy', "
+                         f"got {backend!r}")
+    backend = "numba" if backend == "compiled" else backend
     batched = (isinstance(solver, str) and solver.lower() == "em" and not solver_options
                and model.dense and model.constraints_are_quadratic
                and not model.has_applied_forces)
     if not batched:
+        if backend == "numba" and isinstance(solver, str):
+            solver_options.setdefault("backend", "compiled")
         return _member_by_member(model, q0, p0, h, t_end, solver, solver_options)
     steps = max(1, int(round(t_end / h)))
     count, n = q0.shape

@@ -17,6 +17,7 @@ import pytest
 import mbs
 from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
 from mbs.forces import Damper, JointDamper, JointForce, JointTorque, Load, Spring
+from mbs.solvers import compiled
 from mbs.streaming import load_stream
 from tests.mechanisms import (
     assert_stream_resume_and_ensemble_repeat_the_run,
@@ -29,6 +30,8 @@ Z = (0.0, 0.0, 1.0)
 SECOND_ORDER = ["em", "ggl-vi-a", "rattle", "hbvm"]
 EVERY_SCHEME = [("em", {}), ("ggl-vi-a", {}), ("ggl-vi-s", {}), ("ggl-vi-b", {}),
                 ("rattle", {}), ("hbvm", {}), ("lobatto", {"stages": 3}), ("em", {"order": 4})]
+
+needs_numba = pytest.mark.skipif(not compiled.available(), reason="numba not installed")
 
 
 # -- damped oscillator ---------------------------------------------------------------------------
@@ -269,7 +272,10 @@ def test_joint_actuator_rate_derivative_matches_finite_differences():
 
 
 # -- driver features --------------------------------------------------------------------------
-@pytest.mark.parametrize("solver, options", [("em", {}), ("lobatto", {"stages": 3})])
+@pytest.mark.parametrize("solver, options", [
+    ("em", {}), ("lobatto", {"stages": 3}),
+    pytest.param("em", {"backend": "compiled"}, marks=needs_numba),
+    pytest.param("lobatto", {"stages": 3, "backend": "compiled"}, marks=needs_numba)])
 def test_stream_resume_and_ensembles_keep_the_work(solver, options, tmp_path):
     model = damped_oscillator()
     assert_stream_resume_and_ensemble_repeat_the_run(model, solver, options, 0.01, 20,
@@ -283,15 +289,20 @@ def test_stream_resume_and_ensembles_keep_the_work(solver, options, tmp_path):
     np.testing.assert_array_equal(ensemble.work[0], full.work)
 
 
-def test_compiled_backend_falls_back_and_gives_the_same_run():
+@needs_numba
+def test_compiled_backend_runs_dampers_in_the_kernel():
+    """The damper's force is evaluated in Python at the kernel's Newton iterates: no
+    fallback, the same equations solved (to Newton's relative increment of 1e-12)."""
     system = mbs.System(gravity=(0.0, 0.0, -9.81))
     body = system.add(mbs.PointMass(1.0, name="mass"))
     system.add(Damper(system.ground, body, 0.5, point_a=(0.0, 0.0, 1.0)))
     model = system.compile()
-    plain = mbs.simulate(model, "em", h=0.01, t_end=0.2)
-    with pytest.warns(UserWarning, match="loads, dampers and actuators"):
+    plain = mbs.simulate(model, "em", h=0.01, t_end=0.2, backend="polynomial")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         compiled = mbs.simulate(model, "em", h=0.01, t_end=0.2, backend="compiled")
-    np.testing.assert_array_equal(compiled.q, plain.q)
+    np.testing.assert_allclose(compiled.q, plain.q, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(compiled.work, plain.work, rtol=0, atol=1e-11)
 
 
 def test_saved_solution_keeps_the_work(tmp_path):

@@ -174,3 +174,14 @@ def test_stream_resume_and_ensembles_with_a_drive(tmp_path):
 
     model, _ = disc(lambda t: 0.5 * t**2, lambda t: t)
     assert_stream_resume_and_ensemble_repeat_the_run(model, "em", {}, 0.01, 20, tmp_path)
+
+
+def test_compiled_backend_runs_a_drive_on_the_assembled_path():
+    """A drive's constraint is not a quadratic form, so the kernel cannot hold it: asking
+    for the compiled backend warns and gives the assembled run, bitwise."""
+    model, _ = disc(lambda t: 0.5 * t**2, lambda t: t)
+    plain = mbs.simulate(model, "em", h=0.01, t_end=0.2, project=True)
+    with pytest.warns(UserWarning, match="falls back to the assembled path"):
+        compiled = mbs.simulate(model, "em", h=0.01, t_end=0.2, project=True,
+                                backend="compiled")
+    np.testing.assert_array_equal(compiled.q, plain.q)

@@ -203,6 +203,11 @@ def test_polynomial_backend_rejects_user_constraints():
         mbs.simulate(model, EnergyMomentum(backend="polynomial"), h=1e-3, t_end=0.01)
     sol = mbs.simulate(model, EnergyMomentum(), h=1e-3, t_end=0.01)  # auto: assembled path
     assert sol.stats["completed"]
+    # "compiled" asks for speed, not for a path: it warns and takes the assembled one
+    with pytest.warns(UserWarning, match="falls back to the assembled path"):
+        compiled_run = mbs.simulate(model, EnergyMomentum(backend="compiled"), h=1e-3,
+                                    t_end=0.01)
+    np.testing.assert_array_equal(compiled_run.q, sol.q)
 
 
 def test_unknown_backend_is_rejected():
@@ -251,13 +256,79 @@ def test_compiled_failure_falls_back_to_step_and_refines():
     assert np.abs(energy - energy[0]).max() <= 1e-12 * abs(energy[0])
 
 
+def forced_mechanism() -> mbs.Model:
+    """Disc on a revolute joint with a motor torque f(t, angle, rate) and joint damping, a
+    point mass on a spring-damper with a time-dependent load: non-linear potential and every
+    kind of applied force (rate-dependent, time-dependent, state-dependent)."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    disc = system.add(mbs.RigidBody(mass=1.5, inertia=(0.2, 0.2, 0.35), name="disc"))
+    disc.set_state(position=(0.0, 0.0, 0.0), angular_velocity=(0.0, 0.0, 2.0))
+    hinge = system.add(mbs.joints.Revolute(system.ground, disc, point=(0, 0, 0),
+                                           axis=(0, 0, 1), damping=0.05, name="hinge"))
+    system.add(mbs.forces.JointTorque(hinge, lambda t, angle, rate: 0.3 - 0.1 * rate))
+    bob = system.add(mbs.PointMass(mass=0.5, name="bob"))
+    bob.set_state(position=(0.6, 0.0, -0.2), velocity=(0.0, 0.4, 0.0))
+    system.add(mbs.forces.Spring(disc, bob, stiffness=40.0, rest_length=0.5, damping=0.3,
+                                 point_a=(0.1, 0.0, 0.0)))
+    system.add(mbs.forces.Load(bob, force=lambda t: (0.2 * np.sin(5.0 * t), 0.0, 0.0)))
+    return system.compile()
+
+
+PYTHON_TERM_MODELS = {"spring": spring_mechanism, "forced": forced_mechanism}
+PYTHON_TERM_SCHEMES = {
+    "em": lambda **kw: EnergyMomentum(**kw),
+    "ggl-vi-a": lambda **kw: GGLVI(variant="A", **kw),
+    "ggl-vi-s": lambda **kw: GGLVI(variant="S", **kw),
+    "lobatto-3": lambda **kw: make_solver("lobatto", stages=3, **kw),
+    "hbvm": lambda **kw: make_solver("hbvm", k=2, s=2, iteration="newton", **kw),
+}
+
+
 @needs_numba
-def test_compiled_falls_back_with_warning_for_nonlinear_potential():
-    model = spring_mechanism()
-    with pytest.warns(UserWarning, match="falls back"):
-        sol = mbs.simulate(model, EnergyMomentum(backend="compiled"), h=1e-3, t_end=0.05)
-    reference = mbs.simulate(model, EnergyMomentum(), h=1e-3, t_end=0.05)
-    np.testing.assert_array_equal(sol.q, reference.q)
+@pytest.mark.parametrize("scheme", sorted(PYTHON_TERM_SCHEMES))
+@pytest.mark.parametrize("name", sorted(PYTHON_TERM_MODELS))
+def test_compiled_runs_python_terms_in_the_kernel(name, scheme):
+    """Potentials that are not linear in q and applied forces are evaluated in Python at
+    every Newton iterate of the kernel: no fallback, and the run solves the same equations as
+    the numpy path. Both stop Newton at a relative increment of 1e-12 or below, so each step
+    differs by about that much; over 40 steps of these non-chaotic motions the states must
+    agree to 1e-10 relative."""
+    model = PYTHON_TERM_MODELS[name]()
+    solver = PYTHON_TERM_SCHEMES[scheme](backend="compiled")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "falls back" warning
+        sol = mbs.simulate(model, solver, h=2e-3, t_end=0.08)
+    assert solver.active_backend == "compiled"
+    reference = mbs.simulate(model, PYTHON_TERM_SCHEMES[scheme](backend="polynomial"),
+                             h=2e-3, t_end=0.08)
+    scale = np.abs(reference.q).max()
+    assert np.abs(sol.q - reference.q).max() <= 1e-10 * scale
+    assert np.abs(sol.p - reference.p).max() <= 1e-10 * np.abs(reference.p).max()
+    if sol.work is not None:
+        np.testing.assert_allclose(sol.work, reference.work, rtol=0,
+                                   atol=1e-10 * np.abs(reference.work).max())
+    if scheme == "em":  # the discrete energy balance holds on the kernel's solution too
+        energy = sol.energy()
+        work = np.zeros_like(energy) if sol.work is None else sol.work
+        balance = np.diff(energy - work)
+        assert np.abs(balance).max() <= 1e-12 * np.abs(energy).max()
+
+
+@needs_numba
+def test_compiled_falls_back_with_warning_for_large_models_with_python_terms():
+    """Above 48 coordinates, terms evaluated in Python make exact Newton (a Jacobian of those
+    terms every step) slower than simplified Newton, which the kernel does not run."""
+    system = build_chain(5)  # n = 60
+    system.add(mbs.forces.Load(system.bodies[-1], force=(0.0, 1.0, 0.0)))
+    spring_model = system.compile()
+    solver = EnergyMomentum(backend="compiled")
+    with pytest.warns(UserWarning, match="simplified Newton"):
+        sol = mbs.simulate(spring_model, solver, h=1e-3, t_end=0.01)
+    reference = mbs.simulate(spring_model, EnergyMomentum(backend="polynomial"), h=1e-3,
+                             t_end=0.01)
+    # the same Newton iteration; the sparse tensor products are numba-compiled, so rounding
+    # differs (by an ulp per step here)
+    np.testing.assert_allclose(sol.q, reference.q, rtol=0, atol=1e-13 * np.abs(sol.q).max())
 
 
 def test_compiled_falls_back_without_numba(monkeypatch):

@@ -109,31 +109,38 @@ def test_refactorisation_reuses_superlu_pivots_and_falls_back(superlu_calls, mon
     rng = np.random.default_rng(8)
     rhs = rng.standard_normal(matrix.shape[0])
 
-    def check(candidate):
+    def check(candidate, symbolic_values=None):
         reference = SPLU(candidate.tocsc()).solve(rhs)
-        solution = Factorization(candidate, block).solve(rhs)
+        factorization = Factorization(candidate, block, symbolic_values)
+        solution = factorization.solve(rhs)
         np.testing.assert_allclose(solution, reference, rtol=0,
                                    atol=1e-12 * np.abs(reference).max())
+        return factorization.symbolic_values
 
     newton_module._PATTERNS.clear()
-    check(matrix)
+    own = check(matrix)
     assert len(superlu_calls) == 1
-    # other values on the same pattern: refactorised without SuperLU
+    # other values on the same pattern with the pivot order of the first: refactorised
+    # without SuperLU
     entry_row = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
     outside_block = entry_row >= block[0].stop
     changed = matrix.copy()
     changed.data[outside_block] *= rng.uniform(0.8, 1.2, outside_block.sum())
-    check(changed)
+    assert np.array_equal(check(changed, own), own)
+    assert len(superlu_calls) == 1
+    # the same matrix again, as the first factorisation of another run: its pivot order is
+    # its own, found again without SuperLU
+    assert np.array_equal(check(matrix), own)
     assert len(superlu_calls) == 1
     # the explicit zeros become nonzero: new fill is detected, SuperLU factorises anew
     filled = changed.copy()
     filled.data[filled.data == 0.0] = 3.0
-    check(filled)
+    assert not np.array_equal(check(filled, own), own)
     assert len(superlu_calls) == 2
     # a pivot test no refactorisation passes: SuperLU every time
     monkeypatch.setattr(newton_module, "REFACTOR_PIVOT_THRESHOLD", np.inf)
     calls = len(superlu_calls)
-    check(changed)
+    check(changed, own)
     assert len(superlu_calls) == calls + 1
 
 
@@ -161,3 +168,22 @@ def test_chain_trajectory_matches_the_assembled_backend(kernels, scheme):
         scale = np.abs(model.kinetic_energy(run.p)).max() + np.abs(energy[0])
         assert np.abs(energy - energy[0]).max() <= 1e-12 * scale
         assert np.max(run.constraint_residuals()["position"]) <= 1e-12
+
+
+@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a", "ggl-vi-s", "ggl-vi-b", "rattle",
+                                    "lobatto", "hbvm"])
+def test_chain_resume_at_a_random_step_repeats_the_run_bitwise(scheme, tmp_path):
+    """The sparse path (n = 120, simplified Newton, condensed LU): a run stopped at a random
+    step and resumed from its stream repeats the uninterrupted run bitwise, whatever other
+    runs in the process did with the model before (each run keeps its own pivot order)."""
+    model = chain(10)
+    options = {} if scheme == "rattle" else {"backend": "auto"}
+    stop = int(np.random.default_rng(sum(map(ord, scheme))).integers(3, 37))
+    mbs.simulate(model, scheme, h=1e-3, t_end=0.013, **options)  # another run first
+    reference = mbs.simulate(model, scheme, h=1e-3, t_end=0.04, **options)
+    stream = str(tmp_path / "run")
+    mbs.simulate(model, scheme, h=1e-3, t_end=stop * 1e-3, output=stream, flush_every=4,
+                 **options)
+    resumed = mbs.simulate(model, scheme, h=1e-3, t_end=0.04, resume=stream, **options)
+    np.testing.assert_array_equal(resumed.q, reference.q)
+    np.testing.assert_array_equal(resumed.p, reference.p)

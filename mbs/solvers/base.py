@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,6 +14,7 @@ from mbs.solvers.defects import MAX_CORRECTION_DEGREE
 from mbs.solvers.equations import EquationLayout, ModelEquations
 from mbs.solvers.guess import ExplicitPredictor, WarmStart, build_map
 from mbs.solvers.newton import (
+    SIMPLIFIED_NEWTON_ABOVE,
     NewtonConvergenceError,
     NewtonOptions,
     NewtonState,
@@ -26,9 +28,6 @@ from mbs.solvers.polynomial import QuadraticSystemBuilder
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
 _max = np.maximum.reduce
 
-#: Models with more coordinates use simplified Newton by default (measured: equal cost at
-#: n = 36, 1.7x faster at n = 60, 5x at n = 120 and 4x at n = 12000 for EM on chains).
-SIMPLIFIED_NEWTON_ABOVE = 48
 
 
 @dataclass(frozen=True)
@@ -157,8 +156,14 @@ class Solver:
         #: steps retried from the "advanced" guess after the "explicit" one failed
         self.guess_retries = 0
         # The compiled kernel does exact Newton at any dense size (measured on a 10-body chain,
-        # n = 120: 1.8 ms per step against 1.9 ms for simplified Newton on the numpy path).
-        compiled_exact = self.backend == "compiled" and model.dense
+        # n = 120: 1.8 ms per step against 1.9 ms for simplified Newton on the numpy path),
+        # unless terms evaluated in Python (potentials not linear in q, applied forces) would
+        # then need their Jacobian every step (Andrews' mechanism, n = 84: 1.8 ms per step
+        # against 1.0 ms with simplified Newton).
+        python_terms = (model.has_applied_forces
+                        or model.constant_potential_gradient() is None)
+        compiled_exact = (self.backend == "compiled" and model.dense
+                          and not (python_terms and model.n > SIMPLIFIED_NEWTON_ABOVE))
         self._simplified = (self.newton.simplified if self.newton.simplified is not None
                             else model.n > SIMPLIFIED_NEWTON_ABOVE and not compiled_exact)
         constant = model.constant_potential_gradient()
@@ -179,7 +184,12 @@ class Solver:
             self._polynomial = self._shared_polynomial()
             if self.backend == "compiled":
                 self._compiled = CompiledRun.create(self)
-        elif self.backend in ("polynomial", "compiled"):
+        elif self.backend == "compiled":
+            warnings.warn(f"{type(self).__name__}: backend='compiled' falls back to the "
+                          f"assembled path: the step equations are not all quadratic forms "
+                          f"(a Drive, a UserConstraint, or a scheme without the tensor form)",
+                          stacklevel=4)
+        elif self.backend == "polynomial":
             from mbs.errors import ModelError
 
             raise ModelError(f"{type(self).__name__}: backend={self.backend!r} needs "
@@ -326,7 +336,10 @@ class Solver:
         (:meth:`_equations`) evaluated by the backend of this run, and Newton's start from
         the predictor (None for the stage schemes, whose :meth:`step` sets it)."""
         if self._compiled is not None:  # the kernel folds the step data itself
-            self._step_data = np.concatenate((q0, p0))
+            data = self._step_data = np.concatenate((q0, p0))
+            terms = self._polynomial.potential_terms  # and adds the terms bound here
+            self._bound_terms = (None if terms is None else terms.bind(
+                self.model, data, self._polynomial.shift, self._time))
             return self._polynomial.evaluate, self._initial_guess(q0, p0)
         if self._polynomial is not None:
             self._start_system(self._polynomial, q0, p0)
@@ -487,15 +500,21 @@ class Solver:
         start and, with simplified Newton, the Jacobian its factorisation was made from (the
         resumed run factorises the same matrix and gets the same factors)."""
         state = self._warm.checkpoint()
-        factorization = self._newton_state.factorization
-        if factorization is not None:
-            state.update(matrix_state(factorization))
+        newton_state = self._newton_state
+        if newton_state.symbolic_values is not None:  # the run's sparse pivot order
+            state["newton_symbolic_values"] = newton_state.symbolic_values.copy()
+        if newton_state.factorization is not None:
+            state.update(matrix_state(newton_state.factorization))
         return state
 
     def restore(self, state: dict) -> None:
         """Inverse of :meth:`checkpoint`."""
         self._warm.restore(state)
-        self._newton_state.factorization = state_factorization(state, self._identity_block())
+        newton_state = self._newton_state
+        newton_state.factorization = state_factorization(state, self._identity_block())
+        symbolic = state.get("newton_symbolic_values")
+        newton_state.symbolic_values = (None if symbolic is None
+                                        else np.asarray(symbolic, dtype=float))
 
     # helpers ------------------------------------------------------------------------------
     def _solve(self, evaluate, x0: np.ndarray, q0: np.ndarray, p0: np.ndarray):

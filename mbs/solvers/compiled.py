@@ -27,6 +27,7 @@ first call in this process took (~0.3-0.5 s when loaded from the cache).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -49,8 +50,9 @@ else:  # pragma: no cover - the solvers never call the kernels without numba
 
     _jit_dots = _jit
 
-#: Outcome codes of the kernel.
-CONVERGED, RESIDUAL_NOT_FINITE, SINGULAR, INCREMENT_NOT_FINITE, NOT_CONVERGED = range(5)
+#: Outcome codes of the kernel; PAUSED: one iteration done, the caller adds the terms
+#: evaluated in Python at the new iterate and calls again (see :meth:`CompiledSystem.solve`).
+CONVERGED, RESIDUAL_NOT_FINITE, SINGULAR, INCREMENT_NOT_FINITE, NOT_CONVERGED, PAUSED = range(6)
 
 _compile_seconds: float | None = None
 
@@ -273,37 +275,54 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
     iterate, the other rows at the iterate before. ``work`` holds the scratch arrays of
     :func:`_newton_workspace`. Returns (code, iterations, residual
     max-norm, last relative increment, factorisations).
+
+    Terms of R that the tensor form does not hold (potentials that are not linear in q,
+    applied forces: evaluated in Python) enter through ``work``'s extra residual and extra
+    Jacobian values (on the pattern): with ``state[3]`` set, the loop does one iteration per
+    call, keeping its progress in ``state`` = (iterations done, last increment, fresh
+    Jacobian, pausing) and returning PAUSED, so that the caller evaluates those terms at the
+    new iterate; R then is the tensor form plus the extra terms.
     """
     n_eq = constant.shape[0]
     n_x = x.shape[0]
-    # fold the data: c_step = c + L_d d + 1/2 D_dd(d) d,  L_step = L_x + D_xd(d)
-    c_step, l_step, uv_step, jac_values, no_jacobian, schur, reduced, pivots, step = work
-    _affine_sparse(linear_data, data, constant, c_step)
-    for t in range(tensor_dd_equation.shape[0]):
-        s = 0.0
-        for p in range(tensor_dd_indptr[t], tensor_dd_indptr[t + 1]):
-            s += tensor_dd_data[p] * data[tensor_dd_indices[p]]
-        c_step[tensor_dd_equation[t]] += 0.5 * s * data[tensor_dd_datum[t]]
+    (c_step, l_step, uv_step, jac_values, no_jacobian, schur, reduced, pivots, step,
+     extra_residual, extra_jacobian, state) = work
+    pausing = state[3] != 0.0
+    first_iteration = int(state[0]) + 1 if pausing else 1
     if tensor_xd_entry.shape[0] == 0:
         l_step = linear_pattern  # no data in the Jacobian (VI-A in its shifted unknowns)
-    else:
-        l_step[:] = linear_pattern
-    for t in range(tensor_xd_entry.shape[0]):
-        s = 0.0
-        for k in range(tensor_xd_indptr[t], tensor_xd_indptr[t + 1]):
-            s += tensor_xd_data[k] * data[tensor_xd_indices[k]]
-        l_step[tensor_xd_entry[t]] += s
-    _affine_sparse(uv_from_data, data, uv_const, uv_step)
-    previous = np.inf
+    if first_iteration == 1:
+        # fold the data: c_step = c + L_d d + 1/2 D_dd(d) d,  L_step = L_x + D_xd(d)
+        _affine_sparse(linear_data, data, constant, c_step)
+        for t in range(tensor_dd_equation.shape[0]):
+            s = 0.0
+            for p in range(tensor_dd_indptr[t], tensor_dd_indptr[t + 1]):
+                s += tensor_dd_data[p] * data[tensor_dd_indices[p]]
+            c_step[tensor_dd_equation[t]] += 0.5 * s * data[tensor_dd_datum[t]]
+        if tensor_xd_entry.shape[0] > 0:
+            l_step[:] = linear_pattern
+        for t in range(tensor_xd_entry.shape[0]):
+            s = 0.0
+            for k in range(tensor_xd_indptr[t], tensor_xd_indptr[t + 1]):
+                s += tensor_xd_data[k] * data[tensor_xd_indices[k]]
+            l_step[tensor_xd_entry[t]] += s
+        _affine_sparse(uv_from_data, data, uv_const, uv_step)
+    previous = state[1] if pausing and first_iteration > 1 else np.inf
     increment = np.inf
     norm = np.inf
-    fresh = True
+    fresh = state[2] != 0.0 if pausing and first_iteration > 1 else True
     factorizations = 0
-    for iteration in range(1, max_iterations + 1):
+    for iteration in range(first_iteration, max_iterations + 1):
         _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_xx_indptr,
                   tensor_xx_indices, tensor_xx_data, jac_values if fresh else no_jacobian,
                   override_rows, uv_indptr, uv_indices, uv_data, uv_step, term_row,
                   term_scale, row_constant, residual_out, 0)
+        if pausing:
+            for row in range(n_eq):
+                residual_out[row] += extra_residual[row]
+            if fresh:
+                for k in range(jac_values.shape[0]):
+                    jac_values[k] += extra_jacobian[k]
         norm = 0.0
         for row in range(n_eq):
             norm = max(norm, abs(residual_out[row]))
@@ -341,6 +360,9 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
             return CONVERGED, iteration, norm, increment, factorizations
         fresh = increment > contraction * previous or increment > refactor_above
         previous = increment
+        if pausing and iteration < max_iterations:
+            state[0], state[1], state[2] = iteration, previous, 1.0 if fresh else 0.0
+            return PAUSED, iteration, norm, increment, factorizations
     return NOT_CONVERGED, max_iterations, norm, increment, factorizations
 
 
@@ -348,10 +370,11 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
 def _newton_workspace(n_eq, pattern_size, uv_size, reduced_size, n_x):
     """Scratch arrays of :func:`_newton_step`, allocated once per block of steps: (c_step,
     l_step, uv_step, Jacobian values, empty Jacobian, Schur complement, reduced right-hand
-    side, pivots, increment)."""
+    side, pivots, increment, extra residual, extra Jacobian values, iteration state)."""
     return (np.empty(n_eq), np.empty(pattern_size), np.empty(uv_size), np.empty(pattern_size),
             np.empty(0), np.empty((reduced_size, reduced_size)), np.empty(reduced_size),
-            np.empty(reduced_size, dtype=np.int64), np.empty(n_x))
+            np.empty(reduced_size, dtype=np.int64), np.empty(n_x), np.zeros(n_eq),
+            np.zeros(pattern_size), np.zeros(4))
 
 
 @_jit
@@ -781,6 +804,9 @@ class CompiledSystem:
         Number of constraints.
     identity_block : (rows, cols, alpha) or None
         Block of the Newton matrix equal to alpha I, condensed out.
+    extra_pattern : (rows, cols), optional
+        Entries of the Newton matrix where the terms evaluated in Python (see
+        :meth:`solve`) may be nonzero; added to the tensor form's pattern.
     sample_jacobian : ndarray, optional
         A Newton matrix of the system (e.g. at the model's initial state). With it, the column
         order of the condensed matrix is chosen by measurement among the count order and the
@@ -790,7 +816,8 @@ class CompiledSystem:
     """
 
     def __init__(self, system, m: int, identity_block: tuple[slice, slice, float] | None,
-                 sample_jacobian: np.ndarray | None = None):
+                 sample_jacobian: np.ndarray | None = None,
+                 extra_pattern: tuple[np.ndarray, np.ndarray] | None = None):
         self.m = m
         table = system.table  # G(q) data = map q + offset, for the explicit predictor
         jac_map = sp.csr_matrix(table._jac_map)
@@ -806,10 +833,12 @@ class CompiledSystem:
         n_x = system.n_unknowns
         linear_x = np.asarray(system.linear_unknowns)
         # the Jacobian's sparsity pattern: L_x, and the (row, j) slots of D_xd and D_xx
+        extra_keys = (np.zeros(0, np.int64) if extra_pattern is None else
+                      np.asarray(extra_pattern[0]) * n_x + np.asarray(extra_pattern[1]))
         keys = np.unique(np.concatenate([
             np.flatnonzero(linear_x.ravel()),
             np.flatnonzero(np.diff(system.tensor_xd.indptr)),
-            np.flatnonzero(np.diff(system.tensor_xx.indptr))])).astype(np.int64)
+            np.flatnonzero(np.diff(system.tensor_xx.indptr)), extra_keys])).astype(np.int64)
         # rows (equation, datum) of D_dd that are not empty, split once: an integer division
         # per entry in the kernel cost ~0.5 us per step on the heavy top (variant A)
         n_d = system.n_data
@@ -873,32 +902,54 @@ class CompiledSystem:
 
     def solve(self, data: np.ndarray, x: np.ndarray, segments: tuple[np.ndarray, np.ndarray],
               floors: np.ndarray, options, residual_from: int, work: tuple,
-              residual: np.ndarray) -> tuple[int, int, float, float, int]:
+              residual: np.ndarray, extra: Callable | None = None
+              ) -> tuple[int, int, float, float, int]:
         """Newton on one step of any scheme's tensor form (:func:`_newton_step`) from ``x``
         (overwritten with the solution), convergence judged on the blocks ``segments`` =
         (first, stop) indices with ``floors``; ``residual`` receives R, its rows from
         ``residual_from`` on at the solution. ``work`` is :meth:`workspace`. Returns (code,
-        iterations, residual norm, increment, factorisations)."""
+        iterations, residual norm, increment, factorisations).
+
+        ``extra(x, jacobian) -> (r, J)`` adds terms evaluated in Python (the bound
+        :class:`~mbs.solvers.equations.PotentialTerms` of the step, J dense and zero outside
+        the ``extra_pattern``): the kernel then pauses after each iteration for them, with
+        the same iteration, stopping rules and factorisation reuse."""
         shift_step = work[-1]
         if self.shift[1]:
             _affine_sparse(self.shift[0], data, np.zeros(x.size), shift_step)
             x += shift_step
-        code, iterations, norm, increment, factorizations = _newton_step(
-            data, x, *self.tensors, self.constant, self.linear_data, self.linear_unknowns,
-            *self.override, segments[0], segments[1], floors, options.tolerance,
-            options.stagnation_level, options.contraction, options.refactor_above,
-            options.max_iterations, *self.condensation, residual_from, work[:-1], residual,
-            shift_step)
+        arguments = (*self.tensors, self.constant, self.linear_data, self.linear_unknowns,
+                     *self.override, segments[0], segments[1], floors, options.tolerance,
+                     options.stagnation_level, options.contraction, options.refactor_above,
+                     options.max_iterations, *self.condensation, residual_from, work[0],
+                     residual, shift_step)
+        state = work[0][-1]
+        if extra is None:
+            state[:] = 0.0
+            code, iterations, norm, increment, factorizations = _newton_step(data, x,
+                                                                             *arguments)
+        else:
+            extra_residual, extra_jacobian = work[0][-3:-1]
+            state[:] = (0.0, np.inf, 1.0, 1.0)
+            factorizations, code = 0, PAUSED
+            while code == PAUSED:
+                fresh = state[2] != 0.0
+                r_extra, j_extra = extra(x - shift_step, fresh)
+                extra_residual[:] = r_extra
+                if fresh:
+                    extra_jacobian[:] = j_extra[self.pattern_row, self.pattern_col]
+                code, iterations, norm, increment, count = _newton_step(data, x, *arguments)
+                factorizations += count
         if self.shift[1]:
             x -= shift_step
         return code, iterations, norm, increment, factorizations
 
     def workspace(self) -> tuple:
-        """Scratch arrays of :meth:`solve` (one set per solver run)."""
-        return (*_newton_workspace(self.constant.shape[0], self.pattern_size,
-                                   self.override[5].shape[0],
-                                   self.condensation[3].shape[0], self.n_unknowns),
-                np.zeros(self.n_unknowns))
+        """Scratch arrays of :meth:`solve` (one set per solver run): the kernel's
+        (:func:`_newton_workspace`) and the shift of the unknowns."""
+        return (_newton_workspace(self.constant.shape[0], self.pattern_size,
+                                  self.override[5].shape[0], self.condensation[3].shape[0],
+                                  self.n_unknowns), np.zeros(self.n_unknowns))
 
     def argument_groups(self, inverse_mass, h: float, guess_mode: int, force_scale: float,
                         length_scale: float, warm_gamma: bool, velocity_maps, options,

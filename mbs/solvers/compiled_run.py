@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from mbs.model import DENSE_LIMIT
 from mbs.solvers.cache import model_cache
-from mbs.solvers.newton import NewtonConvergenceError
+from mbs.solvers.newton import SIMPLIFIED_NEWTON_ABOVE, NewtonConvergenceError
 
 if TYPE_CHECKING:
     from mbs.solvers.compiled import CompiledSystem
@@ -49,11 +49,11 @@ class CompiledRun:
         reason = None
         if not compiled.available():
             reason = "numba is not installed (pip install numba)"
-        elif model.constant_potential_gradient() is None:
-            reason = "the potential is not linear in q (its terms are evaluated in Python)"
-        elif model.has_applied_forces:
-            reason = "loads, dampers and actuators are evaluated in Python"
-        elif solver.uses_simplified_newton or not model.dense:
+        elif solver.uses_simplified_newton and model.dense:
+            reason = ("simplified Newton (NewtonOptions.simplified, the default above "
+                      f"{SIMPLIFIED_NEWTON_ABOVE} coordinates when potentials that are not "
+                      "linear in q or applied forces are evaluated in Python) is not compiled")
+        elif not model.dense:
             reason = (f"large models (n > {DENSE_LIMIT}) use sparse linear algebra and "
                       f"simplified Newton, which are not compiled")
         if reason is not None:
@@ -64,12 +64,19 @@ class CompiledRun:
         cache = model_cache(model, "compiled_systems")
         key = (type(solver).__name__, solver._polynomial_key(), solver.h)
         if key not in cache:
-            # (indptr, indices, data) of V_d and V_x: a row of a velocity map has few entries
+            terms = solver._polynomial.potential_terms
+            # (indptr, indices, data) of V_d and V_x: a row of a velocity map has few entries;
+            # steps with terms evaluated in Python run one by one, Newton in the kernel
             velocity_maps = (tuple(compiled.csr_arrays(a) for a in solver._velocity_map())
-                             if solver._state_unknowns else None)
-            cache[key] = (compiled.CompiledSystem(solver._polynomial, model.m,
-                                                  solver._identity_block(),
-                                                  _sample_newton_matrix(solver)),
+                             if solver._state_unknowns and terms is None else None)
+            extra_pattern = None if terms is None else terms.jacobian_pattern()
+            identity = solver._identity_block()
+            if identity is not None and extra_pattern is not None and np.any(
+                    _inside(extra_pattern, identity)):
+                identity = None  # the extra terms fill the block: no alpha I to condense
+            cache[key] = (compiled.CompiledSystem(solver._polynomial, model.m, identity,
+                                                  _sample_newton_matrix(solver),
+                                                  extra_pattern),
                           velocity_maps)
         return cls(solver, *cache[key])
 
@@ -92,7 +99,7 @@ class CompiledRun:
         x = np.array(guess, dtype=float)
         code, iterations, norm, increment, factorizations = self.system.solve(
             data, x, segments, np.asarray(scales, dtype=float), self.solver.newton,
-            residual_from, self._work, self._residual)
+            residual_from, self._work, self._residual, self.solver._bound_terms)
         self.solver._newton_state.factorizations += factorizations
         if code != _compiled().CONVERGED:
             raise NewtonConvergenceError(*_failure(code, norm, increment, iterations))
@@ -173,6 +180,14 @@ def _sample_newton_matrix(solver) -> np.ndarray | None:
     except (ArithmeticError, ValueError, np.linalg.LinAlgError):
         return None
     return jacobian.toarray() if sp.issparse(jacobian) else np.asarray(jacobian)
+
+
+def _inside(pattern: tuple[np.ndarray, np.ndarray], block: tuple[slice, slice, float]
+            ) -> np.ndarray:
+    """Which entries (rows, cols) of ``pattern`` lie in the block (rows, cols, alpha)."""
+    rows, cols = pattern
+    return ((rows >= block[0].start) & (rows < block[0].stop)
+            & (cols >= block[1].start) & (cols < block[1].stop))
 
 
 def _failure(code: int, norm: float, increment: float, iterations: int) -> tuple:

@@ -211,6 +211,25 @@ class PotentialTerms:
         self.rows_end = max([start + first.matrix.shape[0] for _, start, first, _, _ in terms]
                             + [start + at.data.shape[0] for start, at, *_ in self._applied])
 
+    def jacobian_pattern(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, cols) of every entry of the Newton matrix these terms may make nonzero:
+        each term's rows times the unknowns its point (and velocity) depend on."""
+        blocks = []
+        for point, uses in self._gradients.values():
+            for start, _ in uses:
+                blocks.append((start, point.data.shape[0], point.unknowns))
+        for start, _, second in self._discrete:
+            blocks.append((start, second.data.shape[0], second.unknowns))
+        for start, at, velocity, *_ in self._applied:
+            blocks.append((start, at.data.shape[0], sp.vstack([at.unknowns,
+                                                                velocity.unknowns])))
+        rows, cols = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for start, size, unknowns in blocks:
+            columns = np.flatnonzero(np.diff(sp.csc_matrix(unknowns).indptr))
+            rows.append(np.repeat(np.arange(start, start + size), columns.size))
+            cols.append(np.tile(columns, size))
+        return np.concatenate(rows), np.concatenate(cols)
+
     def bind(self, model, data: np.ndarray, shift: sp.spmatrix | None = None,
              time: float = 0.0) -> Callable:
         """``extra(x, jacobian) -> (r, J)`` at the step data (the ``extra`` of the tensor

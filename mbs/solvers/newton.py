@@ -30,6 +30,7 @@ per step. Without numba the same path runs on SciPy.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,10 @@ SPARSE_THRESHOLD = 400
 
 _getrf = lapack.dgetrf
 _getrs = lapack.dgetrs
+
+#: Models with more coordinates use simplified Newton by default (measured: equal cost at
+#: n = 36, 1.7x faster at n = 60, 5x at n = 120 and 4x at n = 12000 for EM on chains).
+SIMPLIFIED_NEWTON_ABOVE = 48
 
 
 class NewtonConvergenceError(Exception):
@@ -86,7 +91,7 @@ class NewtonOptions:
     simplified : bool or None
         Reuse the factorised Jacobian across iterations and steps (see module doc). None
         (default) chooses it for models with more than 48 coordinates, where factorisation
-        dominates (``mbs.solvers.base.SIMPLIFIED_NEWTON_ABOVE``). A run resumed from a stream
+        dominates (:data:`SIMPLIFIED_NEWTON_ABOVE`). A run resumed from a stream
         then reproduces the streamed run (the Jacobian is rebuilt at every flush), not a run
         without streaming, bitwise.
     contraction : float
@@ -204,10 +209,24 @@ class _SchurPattern:
         starts = np.flatnonzero(np.r_[True, pair_target[1:] != pair_target[:-1]])
         self.pair_starts = _kernel_index(starts[:pair_target.size])  # none without products
         self.pair_target = _kernel_index(pair_target[self.pair_starts])
-        #: the pivot order and factor patterns of S (:class:`_StaticLU`), once factorised,
-        #: and the values of S they were made from (kept for checkpoints)
-        self.symbolic: _StaticLU | None = None
-        self.symbolic_values: np.ndarray | None = None
+        #: pivot orders and factor patterns of S (:class:`_StaticLU`) by the values of S
+        #: they were made from: each run keeps its own (see :meth:`symbolic_for`), and runs
+        #: that alternate (the sub-steps of a composition) find theirs again
+        self.symbolics: dict[bytes, tuple[np.ndarray, _StaticLU]] = {}
+
+    def symbolic_for(self, values: np.ndarray) -> _StaticLU:
+        """The pivot order and factor patterns SuperLU chooses for S with ``values``
+        (factorised on first use, then kept; the last :data:`_SYMBOLICS_KEPT`)."""
+        key = hashlib.blake2b(values.tobytes(), digest_size=16).digest()
+        kept = self.symbolics.get(key)
+        if kept is not None and np.array_equal(kept[0], values):
+            return kept[1]
+        lu = spla.splu(self.schur(values), permc_spec="COLAMD", panel_size=_PANEL_SIZE)
+        symbolic = _StaticLU(lu, self.size, values.copy())
+        if len(self.symbolics) >= _SYMBOLICS_KEPT:
+            self.symbolics.pop(next(iter(self.symbolics)))
+        self.symbolics[key] = (symbolic.values, symbolic)
+        return symbolic
 
     def matches(self, matrix: sp.csr_matrix) -> bool:
         """Whether ``matrix`` has the pattern these index arrays were built for (compared
@@ -240,9 +259,10 @@ class _SchurPattern:
         and COLAMD orders the stored pattern: factorising S with its zeros measured 60
         against 40 ms (fill 580 000 against 360 000).
         """
-        # copies of the index arrays: eliminate_zeros compacts them in place
-        schur = sp.csc_matrix((values, self.schur_indices.copy(), self.schur_indptr.copy()),
-                              shape=(self.size, self.size))
+        # copies: eliminate_zeros compacts the arrays in place (values too, which the caller
+        # goes on using)
+        schur = sp.csc_matrix((values.copy(), self.schur_indices.copy(),
+                               self.schur_indptr.copy()), shape=(self.size, self.size))
         schur.eliminate_zeros()
         return schur
 
@@ -259,7 +279,9 @@ class _StaticLU:
     structural patterns of the same order hold three times as many entries).
     """
 
-    def __init__(self, lu: spla.SuperLU, size: int):
+    def __init__(self, lu: spla.SuperLU, size: int, values: np.ndarray):
+        #: the values of S SuperLU factorised (what a checkpoint keeps of the pivot order)
+        self.values = values
         lower, upper = lu.L.tocsc(), lu.U.tocsc()
         lower.sort_indices()
         upper.sort_indices()  # the refactorisation visits the rows of U in ascending order
@@ -390,6 +412,9 @@ def _refactor_kernel(schur_indptr, schur_indices, schur_values, perm_r, inverse_
 _PANEL_SIZE = 2
 
 
+#: Pivot orders kept per Schur pattern (one per run that uses the pattern at a time).
+_SYMBOLICS_KEPT = 8
+
 #: The last few Schur patterns (a model's Jacobian pattern is the same at every
 #: factorisation of every run; building the index arrays costs ~0.12 s on the 1000-body chain,
 #: and the first SuperLU factorisation, kept as ``pattern.symbolic``, ~40 ms).
@@ -502,7 +527,7 @@ class Factorization:
     those unknowns from the sparse LU (measured on a 1000-body chain: 42 000 -> 30 000
     unknowns, factorisation 60 -> 21 ms, solve 3.8 -> 2.5 ms). The Schur complement is
     assembled on a precomputed pattern (:class:`_SchurPattern`, cached per Jacobian pattern).
-    With numba, S is factorised by SuperLU once per pattern and afterwards refactorised with
+    With numba, S is factorised by SuperLU once per run and afterwards refactorised with
     SuperLU's pivot order on its factor patterns (:class:`_StaticLU`: ~3 ms against ~25 ms),
     and a solve is one compiled pass over the factors and the coupling blocks (0.6 ms
     against 2.5 ms through ``SuperLU.solve`` and sparse products).
@@ -556,24 +581,22 @@ class Factorization:
                 sp.csr_matrix((coupling[1], pattern.out_indices.astype(np.int32),
                                pattern.out_indptr.astype(np.int32)), shape=(block, pattern.size)))
             return
-        # With numba: SuperLU once per pattern (and whenever its pivots or patterns stop
+        # With numba: SuperLU once per run (and whenever its pivots or patterns stop
         # fitting), then refactorisations with its pivot order (see _StaticLU). The factors
         # always come from the refactorisation, so that they depend only on the matrix and
-        # the pivot order, which a checkpoint keeps (``symbolic_values``), not on which runs
-        # used the pattern before.
+        # the pivot order, which the run keeps (``symbolic_values``, also in checkpoints),
+        # not on other runs that used the pattern.
         self._sparse = None
         values = pattern.values(data, alpha)
-        if symbolic_values is not None and not np.array_equal(symbolic_values,
-                                                              pattern.symbolic_values):
-            self._new_symbolic(pattern, symbolic_values)
-        symbolic = pattern.symbolic
-        factors = (symbolic.refactor(values, pattern, kernels["refactor"])
-                   if symbolic is not None else None)
+        if symbolic_values is None or symbolic_values.size != values.size:
+            symbolic_values = values  # first of the run, or the Jacobian's pattern changed
+        symbolic = pattern.symbolic_for(symbolic_values)
+        factors = symbolic.refactor(values, pattern, kernels["refactor"])
         if factors is None:
-            symbolic = self._new_symbolic(pattern, values)
+            symbolic = pattern.symbolic_for(values)
             factors = symbolic.refactor(values, pattern, kernels["refactor"]) or \
                 symbolic.factors
-        self.symbolic_values = pattern.symbolic_values
+        self.symbolic_values = symbolic.values
         lower, upper, diagonal = factors
         self._compiled = (
             kernels["condensed_solve"],
@@ -583,13 +606,6 @@ class Factorization:
              symbolic.lower_indptr, symbolic.lower_indices, lower,
              symbolic.upper_indptr, symbolic.upper_indices, upper, diagonal,
              symbolic.perm_r, symbolic.perm_c))
-
-    @staticmethod
-    def _new_symbolic(pattern: _SchurPattern, values: np.ndarray) -> _StaticLU:
-        lu = spla.splu(pattern.schur(values), permc_spec="COLAMD", panel_size=_PANEL_SIZE)
-        pattern.symbolic = _StaticLU(lu, pattern.size)
-        pattern.symbolic_values = values.copy()
-        return pattern.symbolic
 
     def solve(self, rhs: np.ndarray) -> np.ndarray:
         """``matrix^-1 rhs``."""
@@ -723,11 +739,14 @@ def _state_matrix(state: dict):
 
 
 class NewtonState:
-    """What a solver keeps between steps for simplified Newton: the last factorisation."""
+    """What a solver keeps between steps for simplified Newton: the last factorisation, and
+    the values of S whose pivot order the run's sparse factorisations use (None until the
+    first: a run's pivot order comes from its own first matrix)."""
 
     def __init__(self):
         self.factorization: Factorization | None = None
         self.factorizations = 0
+        self.symbolic_values: np.ndarray | None = None
 
 
 def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
@@ -784,8 +803,10 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
                                          iteration, "the state blew up: reduce the step size")
         if fresh:
             try:
-                factorization = Factorization(jacobian, identity_block)
+                factorization = Factorization(jacobian, identity_block,
+                                              state.symbolic_values)
                 state.factorizations += 1
+                state.symbolic_values = factorization.symbolic_values
             except (np.linalg.LinAlgError, RuntimeError) as exc:
                 raise NewtonConvergenceError(
                     f"singular Newton matrix ({exc})", float(np.abs(residual).max()), np.inf,
