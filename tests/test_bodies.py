@@ -208,6 +208,9 @@ SHAPES = [
     ("tube", {"radius": 0.3, "length": 1.2}, None,
      [0.09 / 2 + 1.44 / 12, 0.09 / 2 + 1.44 / 12, 0.09]),
     ("spherical_shell", {"radius": 0.5}, None, [2 / 3 * 0.25] * 3),
+    # solid torus: R^2/2 + 5/8 r^2 transverse, R^2 + 3/4 r^2 axial
+    ("torus", {"radius": 0.5, "tube_radius": 0.1}, 2 * np.pi**2 * 0.5 * 0.01,
+     [0.125 + 0.625 * 0.01, 0.125 + 0.625 * 0.01, 0.25 + 0.75 * 0.01]),
 ]
 
 
@@ -244,11 +247,30 @@ def test_cone_inertia_by_quadrature():
     assert h - z_c == pytest.approx(-body.shape["base_offset"] * 1.0, rel=1e-8)
 
 
+def test_torus_inertia_by_quadrature():
+    """Independent check of the solid torus by integrating over its slices normal to d3: at
+    height z an annulus between R -+ sqrt(r^2 - z^2)."""
+    big, small, rho = 0.5, 0.15, 2.0
+    z = np.linspace(-small, small, 400001)
+    half = np.sqrt(np.maximum(small**2 - z**2, 0.0))
+    inner, outer = big - half, big + half
+    dm = rho * np.pi * (outer**2 - inner**2)  # mass per unit height
+    mass = trapezoid(dm, z)
+    axial = trapezoid(rho * np.pi * (outer**4 - inner**4) / 2, z)
+    transverse = trapezoid(rho * np.pi * (outer**4 - inner**4) / 4 + dm * z**2, z)
+    body = mbs.RigidBody.from_shape("torus", density=rho, radius=big, tube_radius=small)
+    assert body.mass == pytest.approx(mass, rel=1e-7)
+    np.testing.assert_allclose(np.diag(body.inertia), [transverse, transverse, axial],
+                               rtol=1e-7)
+
+
 def test_shape_arguments_are_checked():
     with pytest.raises(mbs.ModelError, match="exactly one"):
         mbs.RigidBody.from_shape("sphere", mass=1.0, density=2.0, radius=1.0, name="s")
     with pytest.raises(mbs.ModelError, match="unknown shape"):
-        mbs.RigidBody.from_shape("torus", mass=1.0, radius=1.0, name="s")
+        mbs.RigidBody.from_shape("dodecahedron", mass=1.0, radius=1.0, name="s")
+    with pytest.raises(mbs.ModelError, match="tube_radius < radius"):
+        mbs.RigidBody.from_shape("torus", mass=1.0, radius=1.0, tube_radius=1.5, name="s")
     with pytest.raises(mbs.ModelError, match="missing"):
         mbs.RigidBody.from_shape("box", mass=1.0, lx=1.0, ly=1.0, name="s")
     with pytest.raises(mbs.ModelError, match="positive"):

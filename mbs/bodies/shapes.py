@@ -18,6 +18,7 @@ _SHAPES = {
     "sphere": ("radius",),
     "spherical_shell": ("radius",),
     "cone": ("radius", "height"),
+    "torus": ("radius", "tube_radius"),
 }
 
 
@@ -30,6 +31,8 @@ def _volume(kind: str, d: dict) -> float:
         return 4.0 / 3.0 * np.pi * d["radius"] ** 3
     if kind == "cone":
         return np.pi * d["radius"] ** 2 * d["height"] / 3.0
+    if kind == "torus":
+        return 2.0 * np.pi**2 * d["radius"] * d["tube_radius"] ** 2
     raise ModelError(f"{kind!r} is thin-walled: give mass, not density")
 
 
@@ -53,6 +56,10 @@ def _principal_moments(kind: str, m: float, d: dict) -> np.ndarray:
         r, h = d["radius"], d["height"]
         transverse = m * (3.0 / 20.0 * r**2 + 3.0 / 80.0 * h**2)
         return np.array([transverse, transverse, 0.3 * m * r**2])
+    if kind == "torus":  # solid, centre circle of radius R about d3, tube radius r
+        big, small = d["radius"], d["tube_radius"]
+        transverse = m * (0.5 * big**2 + 0.625 * small**2)
+        return np.array([transverse, transverse, m * (big**2 + 0.75 * small**2)])
     raise AssertionError(kind)
 
 
@@ -62,10 +69,12 @@ def shape_inertia(shape: str, *, mass: float | None, density: float | None, owne
 
     Parameters
     ----------
-    shape : {"box", "cylinder", "tube", "sphere", "spherical_shell", "cone"}
+    shape : {"box", "cylinder", "tube", "sphere", "spherical_shell", "cone", "torus"}
         box(lx, ly, lz); cylinder(radius, length) and thin-walled tube(radius, length) along
         d3; sphere(radius) and thin spherical_shell(radius); cone(radius, height) with its axis
-        along d3, apex up, centre of mass at height/4 above the base.
+        along d3, apex up, centre of mass at height/4 above the base; solid torus(radius,
+        tube_radius) about d3 (gimbal rings, wheel rims; a thin hoop has no extent along d3,
+        which the director formulation cannot hold: give it a tube radius).
     mass, density : float
         Exactly one of them; thin-walled shapes need ``mass``.
     """
@@ -85,6 +94,10 @@ def shape_inertia(shape: str, *, mass: float | None, density: float | None, owne
     else:
         body_mass = as_scalar(density, "density", owner, positive=True) * _volume(shape, dims)
     moments = _principal_moments(shape, body_mass, dims)
+    if shape == "torus" and dims["tube_radius"] >= dims["radius"]:
+        raise ModelError(f"{owner}: a torus needs tube_radius < radius (got "
+                         f"{dims['tube_radius']:g} and {dims['radius']:g}); use a sphere or "
+                         f"a cylinder for a body without a hole")
     record = {"kind": shape, **dims}
     if shape == "cone":
         record["base_offset"] = -dims["height"] / 4.0
