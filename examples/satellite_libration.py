@@ -26,7 +26,7 @@ MASS = 1.0
 PITCH = np.radians(10.0)
 
 RECOMMENDED = dict(solver="em", h=0.02, t_end=25.0)
-VIZ = dict(camera="lvlh", follow="satellite", center=(0.0, 0.0, 0.0), zoom=1.3)
+VIZ = dict(view="iso")
 
 
 def build(pitch: float = PITCH) -> mbs.System:

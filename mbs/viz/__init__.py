@@ -3,12 +3,21 @@
 >>> from mbs import viz                                    # doctest: +SKIP
 >>> viz.animate(solution, "top.mp4", fps=30, speed=1.0)    # doctest: +SKIP
 >>> viz.snapshot(solution, "top.png", time=0.5)            # doctest: +SKIP
+>>> viz.show(solution)                    # window with a time slider  # doctest: +SKIP
+>>> viz.show(solution, jupyter_backend="trame")   # in a Jupyter notebook  # doctest: +SKIP
 
 Every body is drawn from the shape it was built from (``RigidBody.from_shape``), or from an
-explicit :class:`Visual` (a PyVista mesh or a mesh file, colour, opacity); rigid bodies given
-only by mass and inertia get a cone (one attachment point, e.g. a top) or their inertia
-ellipsoid. Point masses are spheres, springs helices, joints small glyphs; a ground plane
-(under uniform gravity), director arrows, trails and a time label are optional.
+explicit :class:`Visual` (a PyVista mesh or a mesh file, a shape record such as an open
+``tube`` or a ``torus``/``ring``, colour, opacity); rigid bodies given only by mass and
+inertia get a cone (one attachment point, e.g. a top) or their inertia ellipsoid. Point
+masses are spheres, springs helices, joints small glyphs; a ground plane (under uniform
+gravity), director arrows, trails and a time label are optional.
+
+The default camera frames every body over the whole motion; following cameras keep every
+body in view as well. Scenes with central gravity draw the attracting body and the orbit
+tracks, mark bodies too small to see at the orbit's scale and add an inset that follows them
+(see :mod:`mbs.viz.visuals`). ``viz.show`` in a notebook needs
+``pip install "pyvista[jupyter]"`` (PyVista's trame backend).
 
 Importing this package selects an off-screen OpenGL window on headless machines (see
 :mod:`mbs.viz.backend`) and fails with an ImportError naming the extra when PyVista is missing.

@@ -1,7 +1,10 @@
-"""User-facing rendering: :func:`animate` (MP4/GIF), :func:`snapshot` (PNG) and :func:`show`."""
+"""User-facing rendering: :func:`animate` (MP4/GIF), :func:`snapshot` (PNG) and :func:`show`
+(interactive, in a desktop window or a Jupyter notebook)."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +20,8 @@ from mbs.viz.visuals import SceneOptions, describe
 from mbs.viz.writers import open_writer
 
 _SCENE_FIELDS = set(SceneOptions.__dataclass_fields__)
+#: Jupyter backends of PyVista served by trame (the others need no extra package)
+TRAME_BACKENDS = ("trame", "server", "client", "html")
 
 
 @dataclass
@@ -52,18 +57,19 @@ def _split_options(options: dict) -> SceneOptions:
 
 
 def _scene(solution, indices, resolution, camera, follow, view, zoom, center, off_screen,
-           options) -> Scene:
+           options, notebook: bool = False) -> Scene:
     resolution = even_resolution(resolution)
     description = describe(solution, indices, _split_options(options))
     rig = CameraRig(description, camera, follow=follow, view=view, zoom=zoom, center=center,
                     aspect=resolution[0] / resolution[1])
-    return Scene(description, rig, resolution=resolution, off_screen=off_screen)
+    return Scene(description, rig, resolution=resolution, off_screen=off_screen,
+                 notebook=notebook)
 
 
 def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
             frames: int | None = None, t_range: tuple[float, float] | None = None,
             resolution=(640, 480), camera: str = "fixed", follow: str | None = None,
-            view="iso", zoom: float = 1.0, center=(0.0, 0.0, 0.0), quality: int = 7,
+            view="iso", zoom: float = 1.0, center=None, quality: int = 7,
             progress: bool = True, off_screen: bool | None = None, **options) -> RenderReport:
     """Write an animation of ``solution`` to ``path`` (.mp4, .mov, .mkv, .avi, .webm, .gif).
 
@@ -84,7 +90,9 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
     resolution : (width, height)
         Rounded up to even numbers.
     camera : {"fixed", "follow", "lvlh"}, follow : body name, view : preset or 3-vector,
-    zoom : float, center : attracting centre for "lvlh" (see :mod:`mbs.viz.camera`)
+    zoom : float, center : attracting centre for "lvlh" (default: the central gravity's
+        centre, else the origin); see :mod:`mbs.viz.camera`. Every camera is framed so that
+        all bodies stay in view.
     quality : int
         FFmpeg quality 0-10 (MP4 only).
     progress : bool
@@ -95,7 +103,8 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
     **options
         Scene options, see :class:`~mbs.viz.visuals.SceneOptions` (``visuals``, ``directors``,
         ``joints``, ``forces``, ``ground_plane``, ``world_axes``, ``trails``, ``glyph_scale``,
-        ``time_label``, ``title``, ``background``).
+        ``time_label``, ``title``, ``background``; for central gravity ``central_body``,
+        ``orbits``, ``markers``, ``inset``).
 
     Returns
     -------
@@ -127,12 +136,13 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
 
 def snapshot(solution, path=None, *, time: float | None = None, resolution=(640, 480),
              camera: str = "fixed", follow: str | None = None, view="iso", zoom: float = 1.0,
-             center=(0.0, 0.0, 0.0), off_screen: bool | None = None,
+             center=None, off_screen: bool | None = None,
              trail_frames: int = 200, **options) -> np.ndarray:
     """Render the state at ``time`` (default: the last node) to a PNG and return the image.
 
     The camera frames the whole motion (as the animation does), so pictures at different
-    times of one run share a view; trails are drawn up to ``time``.
+    times of one run share a view; trails are drawn up to ``time``. Camera and scene
+    options are those of :func:`animate`.
     Returns the image as a (height, width, 3) uint8 array; writes it if ``path`` is given.
     """
     t = np.asarray(solution.t)
@@ -164,28 +174,124 @@ def _write_png(path, image: np.ndarray) -> None:
 
 def show(solution, *, fps: float = 30.0, speed: float = 1.0, resolution=(960, 720),
          camera: str = "fixed", follow: str | None = None, view="iso", zoom: float = 1.0,
-         center=(0.0, 0.0, 0.0), **options) -> None:
-    """Interactive window with a time slider (needs a display).
+         center=None, jupyter_backend: str | bool | None = None, **options) -> None:
+    """Explore ``solution`` interactively: the scene with a time slider.
 
-    On a headless machine this raises :class:`RuntimeError`; use :func:`animate` or
-    :func:`snapshot` there.
+    The scene, camera and options are those of :func:`animate`; the slider (under the view,
+    "t [s]") moves every body to the frame nearest to the chosen time, and the mouse rotates,
+    pans and zooms as in any PyVista window.
+
+    Parameters
+    ----------
+    solution : mbs.Solution
+    fps, speed : float
+        Frames the slider steps through: as many as an animation at ``fps`` frames per second
+        and ``speed`` times real time would have.
+    resolution : (width, height)
+    camera, follow, view, zoom, center
+        See :func:`animate`.
+    jupyter_backend : str or False, optional
+        Show the scene in a Jupyter notebook through PyVista's ``jupyter_backend``, e.g.
+        ``"trame"`` (remote rendering on the kernel's machine, also on a headless server) or
+        ``"static"`` (a still picture of the first frame). Inside a Jupyter kernel the
+        default is ``"trame"``; elsewhere, and with False, a desktop window. The trame
+        backends ("trame", "server", "client", "html") need
+        ``pip install "pyvista[jupyter]"``; the slider and the inset need server-side
+        rendering ("trame" or "server").
+    **options
+        Scene options, see :class:`~mbs.viz.visuals.SceneOptions`.
+
+    Raises
+    ------
+    RuntimeError
+        For a desktop window on a machine without a display (use :func:`animate` or
+        :func:`snapshot` there, or a notebook with ``jupyter_backend="trame"``).
+    ImportError
+        For a trame backend when trame is not installed.
+
+    Examples
+    --------
+    In a script on a desktop::
+
+        mbs.viz.show(solution)
+
+    In a Jupyter notebook (the viewer appears as the cell's output)::
+
+        mbs.viz.show(solution, jupyter_backend="trame")
     """
-    if is_headless():
+    if jupyter_backend is None and _in_jupyter_kernel():
+        jupyter_backend = "trame"
+    notebook = jupyter_backend not in (None, False)
+    if notebook:
+        _check_jupyter_backend(jupyter_backend)
+    elif is_headless():
         raise RuntimeError("mbs.viz.show needs a display (none found: no DISPLAY or "
                            "WAYLAND_DISPLAY); write a file with mbs.viz.animate(solution, "
-                           "'run.mp4') or mbs.viz.snapshot(solution, 'run.png') instead")
+                           "'run.mp4') or mbs.viz.snapshot(solution, 'run.png') instead, or "
+                           "use a Jupyter notebook: mbs.viz.show(solution, "
+                           "jupyter_backend='trame')")
     indices, times = select_frames(solution.t, fps=fps, speed=speed)
-    scene = _scene(solution, indices, resolution, camera, follow, view, zoom, center, False,
-                   options)
+    scene = _scene(solution, indices, resolution, camera, follow, view, zoom, center,
+                   notebook, options, notebook=notebook)
 
     def on_slider(value: float) -> None:
         scene.update(int(np.argmin(np.abs(times - value))))
 
     scene.update(0)
+    right = 0.75 if scene.inset is None else min(0.75, scene.camera.inset.viewport[0] - 0.04)
     scene.plotter.add_slider_widget(on_slider, [float(times[0]), float(times[-1])],
                                     value=float(times[0]), title="t [s]",
-                                    pointa=(0.25, 0.08), pointb=(0.75, 0.08))
-    scene.plotter.show()
+                                    pointa=(max(right - 0.5, 0.2), 0.08),
+                                    pointb=(right, 0.08))
+    if notebook:
+        scene.plotter.show(jupyter_backend=jupyter_backend)
+    else:
+        scene.plotter.show()
+
+
+def _in_jupyter_kernel() -> bool:
+    """True inside a Jupyter (IPython kernel) session, where windows are not the way to show."""
+    shell = sys.modules.get("IPython")
+    if shell is None:
+        return False
+    try:
+        ipython = shell.get_ipython()
+    except AttributeError:  # pragma: no cover - a module named IPython that is not IPython
+        return False
+    return ipython is not None and "IPKernelApp" in getattr(ipython, "config", {})
+
+
+def _check_jupyter_backend(backend: str) -> None:
+    if not isinstance(backend, str):
+        raise ModelError(f"jupyter_backend must be a PyVista backend name such as 'trame', got "
+                         f"{backend!r}")
+    if backend.lower() not in TRAME_BACKENDS:
+        return
+    missing = [name for name in _trame_modules() if _module_missing(name)]
+    if missing:
+        raise ImportError(f"mbs.viz.show(jupyter_backend={backend!r}) needs PyVista's trame "
+                          f"support ({', '.join(missing)} not installed): "
+                          f'pip install "pyvista[jupyter]"')
+
+
+def _trame_modules() -> tuple[str, ...]:
+    """Modules PyVista's trame backends import (what ``pip install "pyvista[jupyter]"``
+    installs): since PyVista 0.49 they live in the trame-pyvista package."""
+    import pyvista
+
+    try:
+        version = tuple(int(part) for part in pyvista.__version__.split(".")[:2])
+    except ValueError:  # a development version string
+        version = (0, 49)
+    own = "trame_pyvista" if version >= (0, 49) else "trame_vuetify"
+    return ("trame", "trame_vtk", own, "ipywidgets")
+
+
+def _module_missing(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
 
 
 def _bar(total: int, label: str):

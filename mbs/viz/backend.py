@@ -57,11 +57,17 @@ def import_pyvista():
 
 
 def make_plotter(resolution: tuple[int, int], off_screen: bool | None = None,
-                 background: str = "white"):
-    """A PyVista plotter of ``resolution`` (width, height); off-screen when headless."""
+                 background: str = "white", notebook: bool = False):
+    """A PyVista plotter of ``resolution`` (width, height); off-screen when headless.
+
+    ``notebook`` makes a plotter that :meth:`pyvista.Plotter.show` displays in a Jupyter
+    notebook (rendered off-screen); otherwise it is never treated as one, even inside a
+    Jupyter kernel.
+    """
     pv = import_pyvista()
     if off_screen is None:
         off_screen = is_headless()
-    plotter = pv.Plotter(off_screen=off_screen, window_size=list(resolution))
+    plotter = pv.Plotter(off_screen=off_screen or notebook, window_size=list(resolution),
+                         notebook=notebook)
     plotter.set_background(background)
     return plotter

@@ -8,18 +8,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from mbs.errors import ModelError
 from mbs.viz.backend import import_pyvista
 
 pv = import_pyvista()
 
 RESOLUTION = 40  #: facets around round shapes
+RING_TUBE = 0.06  #: tube radius of a "ring" shape given without one, relative to its radius
 
 
 def shape_mesh(shape: dict | None, resolution: int = RESOLUTION):
-    """Mesh of a shape record from :meth:`mbs.RigidBody.from_shape` (None if unknown/absent).
+    """Mesh of a shape record (None if the record is absent or unknown).
 
-    box(lx, ly, lz); cylinder and tube(radius, length) along d3; sphere and
-    spherical_shell(radius); cone(radius, height, base_offset) along d3, apex up.
+    Records are those of :meth:`mbs.RigidBody.from_shape` or a :class:`mbs.viz.Visual`'s
+    ``shape``; every axis of symmetry is d3:
+
+    * ``box(lx, ly, lz)``;
+    * ``cylinder(radius, length)``, capped (``"capped": False`` leaves the ends open);
+    * ``tube(radius, length)``, an open thin-walled tube (``"capped": True`` closes it);
+    * ``sphere(radius)``, ``spherical_shell(radius)``;
+    * ``cone(radius, height, base_offset)``, apex up;
+    * ``torus(radius, tube_radius)`` and ``ring(radius, tube_radius=0.06 radius)``: a ring
+      whose centre line is a circle of ``radius`` in the d1-d2 plane, see :func:`torus`.
     """
     if not shape:
         return None
@@ -28,9 +38,9 @@ def shape_mesh(shape: dict | None, resolution: int = RESOLUTION):
         return pv.Cube(x_length=shape["lx"], y_length=shape["ly"], z_length=shape["lz"]
                        ).triangulate()
     if kind in ("cylinder", "tube"):
-        return pv.Cylinder(center=(0.0, 0.0, 0.0), direction=(0.0, 0.0, 1.0),
-                           radius=shape["radius"], height=shape["length"],
-                           resolution=resolution, capping=True).triangulate()
+        return cylinder(shape["radius"], shape["length"],
+                        capped=bool(shape.get("capped", kind == "cylinder")),
+                        resolution=resolution)
     if kind in ("sphere", "spherical_shell"):
         if shape.get("radius") is None:
             return None
@@ -41,7 +51,70 @@ def shape_mesh(shape: dict | None, resolution: int = RESOLUTION):
         return pv.Cone(center=(0.0, 0.0, base + height / 2.0), direction=(0.0, 0.0, 1.0),
                        height=height, radius=shape["radius"], resolution=resolution
                        ).triangulate()
+    if kind in ("torus", "ring"):
+        radius = float(shape["radius"])
+        tube = shape.get("tube_radius", RING_TUBE * radius if kind == "ring" else None)
+        if tube is None:
+            raise ModelError("shape 'torus' needs radius and tube_radius, e.g. "
+                             "{'kind': 'torus', 'radius': 0.1, 'tube_radius': 0.01}")
+        return torus(radius, float(tube), resolution=resolution)
     return None
+
+
+def cylinder(radius: float, length: float, capped: bool = True,
+             resolution: int = RESOLUTION):
+    """Cylinder along d3 centred at the origin; without end discs when ``capped`` is False
+    (an open tube: what lies inside stays visible)."""
+    if capped:
+        return pv.Cylinder(center=(0.0, 0.0, 0.0), direction=(0.0, 0.0, 1.0),
+                           radius=float(radius), height=float(length), resolution=resolution,
+                           capping=True).triangulate()
+    # built directly: one ring of points per end, shared by the side triangles, so the
+    # surface has exactly two boundary loops and no seam
+    angle = 2.0 * np.pi * np.arange(resolution) / resolution
+    ring = np.column_stack([radius * np.cos(angle), radius * np.sin(angle),
+                            np.zeros(resolution)])
+    points = np.vstack([ring + (0.0, 0.0, -0.5 * length), ring + (0.0, 0.0, 0.5 * length)])
+    i = np.arange(resolution)
+    j = (i + 1) % resolution
+    top = i + resolution
+    triangles = np.vstack([np.column_stack([i, j, j + resolution]),
+                           np.column_stack([i, j + resolution, top])])
+    return _triangles(points, triangles)
+
+
+def torus(radius: float, tube_radius: float, resolution: int = RESOLUTION):
+    """Closed ring (torus) about d3: centre-line circle of ``radius`` in the d1-d2 plane,
+    circular cross-section of ``tube_radius``.
+
+    The surface is one watertight triangle mesh (no seam, no boundary edges), so it can be
+    used for volume or genus checks as well as for drawing.
+    """
+    radius, tube_radius = float(radius), float(tube_radius)
+    if not 0.0 < tube_radius < radius:
+        raise ModelError(f"torus needs 0 < tube_radius < radius, got tube_radius="
+                         f"{tube_radius!r}, radius={radius!r}")
+    around = max(8, int(resolution))             # along the centre line
+    section = max(6, int(resolution) // 2)       # around the cross-section
+    u = 2.0 * np.pi * np.arange(around) / around
+    v = 2.0 * np.pi * np.arange(section) / section
+    uu, vv = np.meshgrid(u, v, indexing="ij")
+    distance = radius + tube_radius * np.cos(vv)
+    points = np.column_stack([(distance * np.cos(uu)).ravel(),
+                              (distance * np.sin(uu)).ravel(),
+                              (tube_radius * np.sin(vv)).ravel()])
+    a, b = np.meshgrid(np.arange(around), np.arange(section), indexing="ij")
+    a1, b1 = (a + 1) % around, (b + 1) % section
+    p00, p10 = a * section + b, a1 * section + b
+    p01, p11 = a * section + b1, a1 * section + b1
+    triangles = np.vstack([np.column_stack([p00.ravel(), p10.ravel(), p11.ravel()]),
+                           np.column_stack([p00.ravel(), p11.ravel(), p01.ravel()])])
+    return _triangles(points, triangles)
+
+
+def _triangles(points: np.ndarray, triangles: np.ndarray):
+    faces = np.column_stack([np.full(len(triangles), 3), triangles]).astype(np.int64).ravel()
+    return pv.PolyData(np.asarray(points, dtype=float), faces=faces)
 
 
 def sphere(radius: float, center=(0.0, 0.0, 0.0), resolution: int = 24):
@@ -132,9 +205,10 @@ def helix_points(a: np.ndarray, b: np.ndarray, radius: float, turns: float,
 
 
 def stripe_colors(mesh, color, axis=(0.0, 0.0, 1.0), sectors: int = 8,
-                  shade: float = 0.72) -> np.ndarray:
+                  shade: float = 0.72, caps: bool = True) -> np.ndarray:
     """(cells, 3) uint8 colours alternating in ``sectors`` around ``axis``, so that a spin
-    about that axis is visible on an axisymmetric body."""
+    about that axis is visible on an axisymmetric body; with ``caps``, faces normal to the
+    axis (flat ends) get one plain darker shade."""
     base = np.array(pv.Color(color).int_rgb, dtype=float)
     axis = np.asarray(axis, float) / np.linalg.norm(axis)
     helper = np.eye(3)[int(np.argmin(np.abs(axis)))]
@@ -145,11 +219,13 @@ def stripe_colors(mesh, color, axis=(0.0, 0.0, 1.0), sectors: int = 8,
     azimuth = np.arctan2(centers @ e2, centers @ e1)
     band = np.floor((azimuth + np.pi) / (2.0 * np.pi / sectors)).astype(int) % 2
     colors = np.where(band[:, None] == 1, base * shade, base)
+    if not caps:
+        return np.clip(colors, 0, 255).astype(np.uint8)
     normals = mesh.compute_normals(cell_normals=True, point_normals=False,
                                    auto_orient_normals=False, split_vertices=False
                                    ).cell_data["Normals"]
-    caps = np.abs(np.asarray(normals) @ axis) > 0.99  # flat ends: one plain darker shade
-    colors[caps] = base * 0.6
+    flat = np.abs(np.asarray(normals) @ axis) > 0.99
+    colors[flat] = base * 0.6
     return np.clip(colors, 0, 255).astype(np.uint8)
 
 
@@ -168,6 +244,17 @@ def bounding_radius(mesh) -> float:
     if mesh is None or mesh.n_points == 0:
         return 0.0
     return float(np.max(np.linalg.norm(np.asarray(mesh.points, dtype=float), axis=1)))
+
+
+def sphere_points(center, radius: float, count: int = 200) -> np.ndarray:
+    """``count`` points spread evenly over a sphere (Fibonacci lattice): its extent in every
+    direction to within 1 - cos(pi / sqrt(count))."""
+    k = np.arange(count) + 0.5
+    polar = np.arccos(1.0 - 2.0 * k / count)
+    azimuth = np.pi * (1.0 + 5.0**0.5) * k
+    unit = np.column_stack([np.sin(polar) * np.cos(azimuth), np.sin(polar) * np.sin(azimuth),
+                            np.cos(polar)])
+    return np.asarray(center, dtype=float) + float(radius) * unit
 
 
 def sample_points(mesh, count: int = 200) -> np.ndarray:

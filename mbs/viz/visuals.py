@@ -1,10 +1,31 @@
-"""What the scene contains: body visuals, joint glyphs, springs, directors, trails, ground.
+"""What the scene contains: body visuals, joint glyphs, springs, directors, trails, ground,
+and for central gravity the attracting body, orbit tracks and an inset view.
 
 :func:`describe` turns a solution's static model information into a
 :class:`SceneDescription`: meshes in body-fixed coordinates attached to a body index (or to the
 ground), plus "dynamic" polylines whose points are recomputed per frame (springs, distance
 rods, trails). Nothing in it depends on a plotter; :mod:`mbs.viz.scene` renders it and
 :func:`mbs.io.save_vtk` exports it.
+
+Central gravity scenes (a :class:`mbs.forces.CentralGravity` element in the model) get, by
+default:
+
+* the attracting body, a sphere at the element's centre. Its radius is the Earth's mean
+  radius (6371 km) when mu is the Earth's (in m^3/s^2 or km^3/s^2) and the bodies stay above
+  that surface; otherwise 0.4 times the closest approach of the attracted bodies to the
+  centre, so the sphere never hides them. ``central_body=radius`` sets it.
+* the orbit track of every attracted body: its centre-of-mass path over the shown time range.
+* visibility aids for bodies that are small against their orbit (the choice between a
+  magnified glyph and a follow view is not needed: both are drawn). In the main view a
+  translucent marker sphere (2.5 % of the scene size) surrounds each body smaller than it,
+  so its place on the orbit is always seen; an inset in the lower right corner follows the
+  attracted bodies (their centroid) in the local vertical / local horizontal frame: radius
+  vector up, looking along the orbit normal (turned 35 degrees towards the flight direction
+  for several bodies, so a formation is not seen edge-on), where attitude motion and the
+  formation's shape can be seen. The inset appears when the attracted bodies together, or
+  else the first of them, span less than 5 % of the scene; the main view is then framed in
+  the part of the image the inset and the labels leave free. A camera that already follows
+  a body (``camera="follow"``/``"lvlh"``) gets neither automatically.
 """
 
 from __future__ import annotations
@@ -28,6 +49,15 @@ SPRING_COLOR = "#8a1c7c"
 ROD_COLOR = "#555555"
 TRAIL_COLOR = "#1f77b4"
 GROUND_COLOR = "#e6e6e6"
+CENTRAL_COLOR = "#5b8fd0"
+
+#: (mu, mean radius) of the Earth in SI units and in km: the default central-body radius
+EARTH = ((3.986004418e14, 6.371e6), (3.986004418e5, 6371.0))
+CENTRAL_FRACTION = 0.4  #: default central radius relative to the closest approach
+MARKER_FRACTION = 0.025  #: marker radius relative to the scene radius
+INSET_FRACTION = 0.05  #: bodies whose extent is below this part of the scene get an inset
+ORBIT_POINTS = 2000  #: most points of one orbit track
+AXISYMMETRIC = ("cylinder", "tube", "cone", "sphere", "spherical_shell", "torus", "ring")
 
 
 @dataclass
@@ -42,12 +72,16 @@ class Visual:
     shape : dict, optional
         A shape record like those of :meth:`mbs.RigidBody.from_shape`, e.g.
         ``{"kind": "cylinder", "radius": 0.02, "length": 0.3}``; overrides the body's own.
+        Besides the body shapes: ``{"kind": "torus", "radius": R, "tube_radius": r}`` (a ring
+        about d3, also ``"ring"`` with a default tube of 0.06 R); tubes are drawn open and
+        cylinders closed unless ``"capped"`` says otherwise (see
+        :func:`mbs.viz.geometry.shape_mesh`).
     color : str, optional
         Any matplotlib/PyVista colour (default: from a palette).
     opacity : float
     stripes : bool, optional
         Alternate shades around d3 so that spin about an axis of symmetry is visible
-        (default: on for cylinders, cones and spheres).
+        (default: on for cylinders, tubes, cones, spheres and rings).
     visible : bool
     """
 
@@ -77,6 +111,16 @@ class SceneOptions:
     background : str
     anti_aliasing : bool; 4x multisampling (smoother edges, about twice the render time with
         software OpenGL)
+    central_body : bool, float or {force name: radius}; the attracting body of each
+        CentralGravity element as a sphere (True: default radius, see the module notes)
+    central_color : str
+    orbits : "auto" (every body a CentralGravity element attracts), True (every body), list
+        of body names or False; static tracks of the centres of mass over the shown range
+    markers : "auto" (central gravity scenes), True or False; a translucent sphere around
+        bodies too small to see in the main view
+    inset : "auto", True, body name(s) or False; a corner view following those bodies
+        ("auto": in central gravity scenes with a fixed camera, when the attracted bodies are
+        small against the scene; True: always, the attracted or else the first body)
     """
 
     visuals: dict = field(default_factory=dict)
@@ -91,6 +135,11 @@ class SceneOptions:
     title: str | None = None
     background: str = "white"
     anti_aliasing: bool = False
+    central_body: bool | float | dict = True
+    central_color: str = CENTRAL_COLOR
+    orbits: bool | str | Sequence[str] = "auto"
+    markers: bool | str = "auto"
+    inset: bool | str | Sequence[str] = "auto"
 
 
 @dataclass
@@ -124,6 +173,28 @@ class DynamicItem:
 
 
 @dataclass
+class CentralBody:
+    """The attracting body of a CentralGravity element (drawn as a sphere)."""
+
+    name: str  # of the force element
+    center: np.ndarray
+    radius: float
+    bodies: list[str]  # attracted bodies
+
+
+@dataclass
+class InsetSpec:
+    """What the inset view follows: the centroid of ``bodies`` (indices), seen from ``reach``
+    away; in the LVLH frame about ``center`` when that is given."""
+
+    bodies: list[int]
+    names: list[str]
+    reach: float
+    center: np.ndarray | None = None
+    explicit: bool = False  # asked for by name or True (kept with a following main camera)
+
+
+@dataclass
 class SceneDescription:
     poses: Poses
     items: list[Item]
@@ -135,6 +206,10 @@ class SceneDescription:
     cloud: np.ndarray  # sample of all geometry over the frames, for camera fitting
     glyph: float
     options: SceneOptions
+    central: list[CentralBody] = field(default_factory=list)
+    overlays: list[Item] = field(default_factory=list)  # main view only (markers), not exported
+    inset: InsetSpec | None = None
+    gravity_center: np.ndarray | None = None  # of the first CentralGravity element
 
 
 def _coerce_visual(value, name: str) -> Visual:
@@ -236,23 +311,45 @@ def _default_rigid_mesh(info, attachments: list[np.ndarray]):
 
 def describe(solution, indices: np.ndarray, options: SceneOptions | None = None
              ) -> SceneDescription:
-    """Build the scene content for the frames ``indices`` of ``solution``."""
+    """Build the scene content for the frames ``indices`` of ``solution``.
+
+    Parameters
+    ----------
+    solution : mbs.Solution
+    indices : (F,) int
+        Solution nodes shown as frames (see :func:`mbs.viz.select_frames`).
+    options : SceneOptions, optional
+
+    Returns
+    -------
+    SceneDescription
+        Meshes, per-frame polylines, bounds for camera fitting, the central bodies of central
+        gravity elements and the inset to draw.
+    """
     options = options or SceneOptions()
     model = solution.model
+    indices = np.asarray(indices, dtype=int)
     frame_poses = poses(solution, indices)
     attacher = Attacher(solution)
-    unknown = set(options.visuals) - {b.name for b in model.bodies}
+    names = [b.name for b in model.bodies]
+    unknown = set(options.visuals) - set(names)
     if unknown:
         raise ModelError(f"visuals given for unknown bodies {sorted(unknown)}; bodies: "
-                         f"{[b.name for b in model.bodies]}")
+                         f"{names}")
     attachments = _attachments(model, attacher)
+    elements = _central_elements(model)
+    tracked = _orbit_bodies(options.orbits, names, elements)
+    track_poses = (poses(solution, _track_nodes(solution, indices))
+                   if tracked or elements else None)
+    central = _central_bodies(elements, options.central_body, track_poses)
 
     # -- extent of the motion (centres of mass over all frames) ------------------------------
     positions = frame_poses.position.reshape(-1, 3)
     ground_points = [np.asarray(j.data["point"], float) for j in model.joints
                      if "point" in j.data and any(attacher.body_index(b) == GROUND
                                                   for b in j.bodies)]
-    cloud = np.vstack([positions] + ground_points) if ground_points else positions
+    spheres = [c.center + c.radius * s for c in central for s in (np.eye(3), -np.eye(3))]
+    cloud = np.vstack([positions] + ground_points + spheres)
     low, high = cloud.min(axis=0), cloud.max(axis=0)
     motion_radius = 0.5 * float(np.linalg.norm(high - low))
 
@@ -263,8 +360,7 @@ def describe(solution, indices: np.ndarray, options: SceneOptions | None = None
         visuals[info.name] = visual
         shape = visual.shape if visual.shape is not None else info.shape
         mesh, spin_axis = None, (0.0, 0.0, 1.0)
-        symmetric = bool(shape) and shape.get("kind") in ("cylinder", "tube", "cone", "sphere",
-                                                          "spherical_shell")
+        symmetric = bool(shape) and shape.get("kind") in AXISYMMETRIC
         if visual.mesh is not None:
             mesh = _explicit_mesh(visual)
         elif shape and geometry.shape_mesh(shape) is not None:
@@ -274,7 +370,8 @@ def describe(solution, indices: np.ndarray, options: SceneOptions | None = None
             if axis is not None:
                 spin_axis = axis
         body_meshes[info.name] = mesh
-        axisymmetric[info.name] = (symmetric, spin_axis)
+        caps = not (bool(shape) and shape.get("kind") in ("tube", "torus", "ring"))
+        axisymmetric[info.name] = (symmetric, spin_axis, caps)
         body_radius[info.name] = geometry.bounding_radius(mesh)
     known = [r for r in body_radius.values() if r > 0.0]
     scene_scale = max(motion_radius, max(known, default=0.0))
@@ -282,25 +379,36 @@ def describe(solution, indices: np.ndarray, options: SceneOptions | None = None
         scene_scale = 1.0
     point_radius = 0.04 * scene_scale if not known else min(0.04 * scene_scale,
                                                              0.5 * float(np.median(known)))
+    if elements and len(names) > 1:
+        # a formation on a large orbit: particles sized by their spacing, not by the orbit
+        first = frame_poses.position[0]
+        gaps = np.linalg.norm(first[:, None] - first[None], axis=-1)
+        gaps = gaps[np.triu_indices(len(names), 1)]
+        if np.any(gaps > 0.0):
+            point_radius = min(point_radius, 0.15 * float(gaps[gaps > 0.0].min()))
     for info in model.bodies:  # particles without a radius
         if body_meshes[info.name] is None:
             body_meshes[info.name] = geometry.sphere(point_radius)
             body_radius[info.name] = point_radius
-            axisymmetric[info.name] = (True, (0.0, 0.0, 1.0))
+            axisymmetric[info.name] = (True, (0.0, 0.0, 1.0), True)
     radii = np.array(list(body_radius.values()))
     glyph = options.glyph_scale or float(np.clip(0.1 * np.median(radii), 0.012 * scene_scale,
                                                  0.05 * scene_scale))
+    if elements:  # glyphs sized by the bodies, not by the orbit
+        glyph = options.glyph_scale or float(0.1 * np.median(radii))
 
     items: list[Item] = []
+    colors: dict[str, str] = {}
     for b, info in enumerate(model.bodies):
         visual = visuals[info.name]
+        colors[info.name] = visual.color or PALETTE[b % len(PALETTE)]
         if not visual.visible:
             continue
-        color = visual.color or PALETTE[b % len(PALETTE)]
+        color = colors[info.name]
         mesh = body_meshes[info.name]
-        symmetric, spin_axis = axisymmetric[info.name]
+        symmetric, spin_axis, caps = axisymmetric[info.name]
         stripes = symmetric if visual.stripes is None else visual.stripes
-        rgb = geometry.stripe_colors(mesh, color, spin_axis) if stripes else None
+        rgb = geometry.stripe_colors(mesh, color, spin_axis, caps=caps) if stripes else None
         items.append(Item(info.name, mesh, b, color, visual.opacity, rgb, "body"))
 
     # -- directors ----------------------------------------------------------------------------
@@ -317,6 +425,16 @@ def describe(solution, indices: np.ndarray, options: SceneOptions | None = None
                 np.zeros(3), np.eye(3)[i], length, 0.022 * length), b, DIRECTOR_COLORS[i],
                 kind="director"))
 
+    # -- central bodies and orbit tracks ---------------------------------------------------
+    for body in central:
+        items.append(Item(body.name, geometry.sphere(body.radius, body.center, resolution=48),
+                          GROUND, options.central_color, kind="central"))
+    for name in tracked:
+        path = track_poses.position[:, track_poses.index[name]]
+        line = geometry.polyline(path.shape[0])
+        line.points = path
+        items.append(Item(f"{name}.orbit", line, GROUND, colors[name], 0.9, kind="orbit"))
+
     up = _up_vector(model)
     dynamic: list[DynamicItem] = []
     if options.joints:
@@ -328,7 +446,11 @@ def describe(solution, indices: np.ndarray, options: SceneOptions | None = None
 
     # -- bounds of all geometry over the frames ------------------------------------------------
     samples, support_samples, abstract = [], [], []
+    for body in central:
+        samples.append(geometry.sphere_points(body.center, body.radius))
     for item in items:
+        if item.kind == "central":
+            continue
         local = geometry.sample_points(item.mesh, 60)
         if item.body == GROUND:
             world = local
@@ -366,10 +488,148 @@ def describe(solution, indices: np.ndarray, options: SceneOptions | None = None
         base = middle + level * up
         items.insert(0, Item("ground", geometry.plane(base, up, size), GROUND, GROUND_COLOR,
                              kind="ground"))
+
+    # -- visibility aids for small bodies on large orbits ----------------------------------
+    attracted = [n for n in names if visuals[n].visible
+                 and any(n in e.bodies for e in elements)]
+    overlays: list[Item] = []
+    markers = options.markers
+    if markers == "auto":
+        markers = bool(elements)
+    if markers:
+        size = MARKER_FRACTION * radius
+        for name in (attracted if elements else
+                     [n for n in names if visuals[n].visible]):
+            if body_radius[name] < size:
+                b = attacher.body_index(name)
+                overlays.append(Item(f"{name}.marker", geometry.sphere(size), b, colors[name],
+                                     0.45, kind="marker"))
+        for item in overlays:
+            cloud = np.vstack([cloud, frame_poses.position[:, item.body] + size,
+                               frame_poses.position[:, item.body] - size])
+    inset = _inset(options.inset, names, visuals, attracted, elements, frame_poses,
+                   body_radius, set(director_bodies), radius)
     if cloud.shape[0] > 20000:
         cloud = cloud[np.linspace(0, cloud.shape[0] - 1, 20000).astype(int)]
     return SceneDescription(frame_poses, items, dynamic, up, center, radius, body_radius,
-                            cloud, glyph, options)
+                            cloud, glyph, options, central, overlays, inset,
+                            np.asarray(elements[0].data["center"], dtype=float)
+                            if elements else None)
+
+
+def _central_elements(model) -> list:
+    return [f for f in model.forces if f.type == "CentralGravity" and "center" in f.data]
+
+
+def _track_nodes(solution, indices: np.ndarray) -> np.ndarray:
+    """Solution nodes of the shown time range, at most ORBIT_POINTS of them."""
+    first, last = int(indices.min()), int(indices.max())
+    count = last - first + 1
+    if count <= ORBIT_POINTS:
+        return np.arange(first, last + 1)
+    return np.unique(np.linspace(first, last, ORBIT_POINTS).round().astype(int))
+
+
+def _orbit_bodies(setting, names: list[str], centrals: list) -> list[str]:
+    if setting == "auto":
+        attracted = {b for f in centrals for b in f.bodies}
+        return [n for n in names if n in attracted]
+    if setting is True:
+        return list(names)
+    if not setting:
+        return []
+    chosen = [setting] if isinstance(setting, str) else list(setting)
+    unknown = [n for n in chosen if n not in names]
+    if unknown:
+        raise ModelError(f"orbits: unknown bodies {unknown}; bodies: {names}")
+    return chosen
+
+
+def default_central_radius(mu: float, closest: float) -> float:
+    """Radius drawn for an attracting body of parameter ``mu`` when the attracted bodies come
+    no closer than ``closest`` to its centre.
+
+    The Earth's mean radius when ``mu`` is the Earth's (in m^3/s^2 or km^3/s^2, within 1 %)
+    and ``closest`` lies outside it; otherwise CENTRAL_FRACTION * ``closest``.
+    """
+    for mu_earth, radius in EARTH:
+        if abs(mu / mu_earth - 1.0) < 0.01 and closest >= radius:
+            return radius
+    return CENTRAL_FRACTION * closest
+
+
+def _central_bodies(elements: list, setting, track_poses: Poses | None) -> list[CentralBody]:
+    if setting is False or setting is None or not elements:
+        return []
+    out = []
+    for element in elements:
+        center = np.asarray(element.data["center"], dtype=float)
+        bodies = [n for n in element.bodies if n in track_poses.index]
+        if isinstance(setting, dict):
+            if element.name not in setting:
+                continue
+            radius = setting[element.name]
+        elif setting is True:
+            radius = None
+        else:
+            radius = setting
+        if radius is None:
+            if not bodies:
+                continue
+            paths = track_poses.position[:, [track_poses.index[n] for n in bodies]]
+            closest = float(np.min(np.linalg.norm(paths - center, axis=-1)))
+            radius = default_central_radius(float(element.data["mu"]), closest)
+        radius = float(radius)
+        if not radius > 0.0:
+            raise ModelError(f"central_body radius must be positive, got {radius!r}")
+        out.append(CentralBody(element.name, center, radius, bodies))
+    if isinstance(setting, dict):
+        unknown = set(setting) - {e.name for e in elements}
+        if unknown:
+            raise ModelError(f"central_body: no CentralGravity element named "
+                             f"{sorted(unknown)}; elements: {[e.name for e in elements]}")
+    return out
+
+
+def _inset(setting, names: list[str], visuals: dict, attracted: list[str],
+           elements: list, frame_poses: Poses, body_radius: dict,
+           with_directors: set, scene_radius: float) -> InsetSpec | None:
+    """The bodies an inset follows (None: no inset)."""
+    if setting is False or setting is None:
+        return None
+    explicit = setting != "auto"
+    if setting == "auto" and not elements:
+        return None
+    if isinstance(setting, str) and setting != "auto":
+        chosen = [setting]
+    elif setting in (True, "auto"):
+        chosen = attracted or [n for n in names if visuals[n].visible][:1]
+    else:
+        chosen = list(setting)
+    unknown = [n for n in chosen if n not in names]
+    if unknown:
+        raise ModelError(f"inset: unknown bodies {unknown}; bodies: {names}")
+    if not chosen:
+        return None
+
+    def extent(group: list[str]) -> float:
+        idx = [frame_poses.index[n] for n in group]
+        pts = frame_poses.position[:, idx]
+        middle = pts.mean(axis=1, keepdims=True)
+        size = np.array([body_radius[n] * (1.45 if n in with_directors else 1.0)
+                         for n in group])
+        return float(np.max(np.linalg.norm(pts - middle, axis=-1) + size))
+
+    size = extent(chosen)
+    if not explicit and size >= INSET_FRACTION * scene_radius:
+        chosen = chosen[:1]
+        size = extent(chosen)
+        if size >= INSET_FRACTION * scene_radius:
+            return None
+    center = next((np.asarray(e.data["center"], dtype=float) for e in elements
+                   if all(n in e.bodies for n in chosen)), None)
+    return InsetSpec([frame_poses.index[n] for n in chosen], chosen, 1.25 * size, center,
+                     explicit)
 
 
 def _up_vector(model) -> np.ndarray:
