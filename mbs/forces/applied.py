@@ -318,17 +318,21 @@ class _LoadTerm(AppliedTerm):
         return value, d_q, None
 
 
-def _forward_differences(function, q, v, value):
-    """(dQ/dq, dQ/dv) of ``function(q, v)`` by forward differences."""
+def _forward_differences(function, q, v, value, which: tuple[int, ...] = (0, 1)):
+    """(dQ/dq, dQ/dv) of ``function(q, v)`` (= ``value`` at (q, v)) by forward differences,
+    each only if its index (0 for q, 1 for v) is in ``which`` (else None)."""
     derivatives = []
-    for argument, which in ((q, 0), (v, 1)):
+    for argument, index in ((q, 0), (v, 1)):
+        if index not in which:
+            derivatives.append(None)
+            continue
         out = np.zeros((value.size, argument.size))
         scale = max(float(np.max(np.abs(argument), initial=0.0)), 1.0)
         for j in range(argument.size):
             step = STATE_DIFFERENCE_STEP * scale
             shifted = argument.copy()
             shifted[j] += step
-            args = (shifted, v) if which == 0 else (q, shifted)
+            args = (shifted, v) if index == 0 else (q, shifted)
             out[:, j] = (function(*args) - value) / step
         derivatives.append(out)
     return derivatives
@@ -366,17 +370,36 @@ class _EffortTerm(AppliedTerm):
         s, row = self.batch_coordinate(self.data, q[None, :])
         return float(s[0]), row[0]
 
-    def _generalized(self, t, q, v):
-        s, row = self.coordinate(q)
-        return self.law(t, s, float(row @ v), False, self.bodies(q, v))[0] * row
+    def _effort(self, t, q, v, coordinate=None) -> float:
+        """tau of a law that reads the body states, at (q, v) (``coordinate`` = (s, J) at q
+        when known)."""
+        s, row = self.coordinate(q) if coordinate is None else coordinate
+        return self.law(t, s, float(row @ v), False, self.bodies(q, v))[0]
+
+    def _evaluate_body_law(self, t, q, v, jacobian):
+        """Q = tau J for a user law of the body states, with its Jacobian by forward
+        differences: dQ/dq of Q itself, dQ/dv = J (dtau/dv)^T of the scalar tau only (s and
+        J do not depend on v, so each v difference is one law call)."""
+        coordinate = self.coordinate(q)
+        effort = self._effort(t, q, v, coordinate)
+        row = coordinate[1]
+        value = effort * row
+        if not jacobian:
+            return value, None, None
+
+        def generalized(a, b):
+            if a is q:  # a difference in v: s and J as at q
+                return np.array([self._effort(t, q, b, coordinate)])
+            shifted = self.coordinate(a)
+            return self._effort(t, a, b, shifted) * shifted[1]
+
+        by_q, _ = _forward_differences(generalized, q, v, value, which=(0,))
+        _, by_v = _forward_differences(generalized, q, v, np.array([effort]), which=(1,))
+        return value, by_q, row[:, None] * by_v
 
     def evaluate(self, t, q, v, jacobian):
-        if self.bodies is not None:  # a user law of the body states: difference quotients
-            value = self._generalized(t, q, v)
-            if not jacobian:
-                return value, None, None
-            return value, *_forward_differences(lambda a, b: self._generalized(t, a, b), q,
-                                                v, value)
+        if self.bodies is not None:
+            return self._evaluate_body_law(t, q, v, jacobian)
         group = EffortGroup([self])
         value, d_q, d_v = group.evaluate(t, q[None, :], v[None, :], jacobian)
         return value[0], None if d_q is None else d_q[0], None if d_v is None else d_v[0]
