@@ -18,6 +18,12 @@ from mbs.errors import (
     SolverError,
 )
 from mbs.io import load_solution, save_solution
+from mbs.liegroup.model import (
+    LieGroupModel,
+    LieGroupState,
+    director_to_lie_group,
+    lie_group_to_director,
+)
 from mbs.model import Model
 from mbs.rotations import (
     rotation_about_x,
@@ -42,4 +48,5 @@ __all__ = ["ForceFunctionError", "SimulationError",
     "rotation_about_y", "rotation_about_z", "rotation_from_axis_angle",
     "load_system", "rotation_from_quaternion", "simulate", "solvers", "EnsembleSolution",
     "simulate_ensemble", "simulate_many", "load_solution", "save_solution", "save_system",
+    "LieGroupModel", "LieGroupState", "director_to_lie_group", "lie_group_to_director",
 ]

@@ -27,6 +27,8 @@ from mbs.errors import (
     SimulationInterrupted,
     SolverError,
 )
+from mbs.liegroup.model import LieGroupModel
+from mbs.liegroup.simulation import is_lie_group_solver, simulate_lie_group
 from mbs.model import Model
 from mbs.solution import Solution
 from mbs.solvers import Solver, make_solver
@@ -89,6 +91,12 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
     SimulationInterrupted
         On Ctrl-C; ``error.solution`` holds every completed step.
     """
+    if isinstance(model, LieGroupModel) or is_lie_group_solver(solver):
+        return simulate_lie_group(model, solver, h=h, t_end=t_end, t_start=t_start,
+                                  project=project, progress=progress,
+                                  initial_state=initial_state, on_failure=on_failure,
+                                  max_refinements=max_refinements, output=output,
+                                  flush_every=flush_every, resume=resume, **solver_options)
     if not isinstance(model, Model):
         raise ModelError(f"simulate expects a compiled Model (system.compile()), got "
                          f"{type(model).__name__}")

@@ -180,12 +180,21 @@ class System:
         graph = self.graph
         return [b.name for b in self.bodies if graph.degree(b.name) == 0]
 
-    def compile(self) -> Model:
-        """Turn the system into a :class:`~mbs.model.Model` for the solvers."""
+    def compile(self, formulation: str = "director") -> Model:
+        """Turn the system into a :class:`~mbs.model.Model` for the solvers.
+
+        ``formulation="lie-group"`` returns a :class:`mbs.liegroup.LieGroupModel` instead
+        (rigid bodies on SO(3) x R^3, for ``solver="vrkmk"`` / ``"vcg"``; see
+        :func:`mbs.liegroup.compile_lie_group` for what it supports).
+        """
         from mbs.compiler import compile_system
 
         if not self.bodies:
             raise ModelError("the system has no bodies; add a RigidBody or PointMass first")
+        if formulation != "director":
+            from mbs.liegroup.model import compile_formulation
+
+            return compile_formulation(self, formulation)
         return compile_system(self)
 
     def summary(self, model: Model | None = None, print_it: bool = True) -> str:

@@ -65,3 +65,10 @@ def test_satellite_librates_at_the_predicted_period():
     module, *_ = load_example("satellite-libration")
     solution = mbs.simulate(module.build(np.radians(5.0)).compile(), "em", h=0.05, t_end=10.0)
     assert module.measured_period(solution) == pytest.approx(module.predicted_period(), rel=0.02)
+
+
+def test_satellite_liegroup_example_compares_both_formulations():
+    import satellite_liegroup
+
+    text = satellite_liegroup.main(["--t-end", "1.6", "--animation", ""])
+    assert "director, em" in text and "lie-group, vrkmk gauss-2" in text

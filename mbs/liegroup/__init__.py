@@ -10,10 +10,17 @@ Hamiltonian systems in right-trivialised form q' = xi . q, mu' = n - ad*_xi mu (
 * :mod:`mbs.liegroup.problems`: the group interface, the problem interface and the rigid-body
   test problems (dipole on a stick, free body, heavy top) plus a point mass on R^3;
 * :mod:`mbs.liegroup.vrkmk`, :mod:`mbs.liegroup.vcg`: the methods;
-* :mod:`mbs.liegroup.integrator`: the Newton stage solver and :func:`integrate`.
+* :mod:`mbs.liegroup.integrator`: the Newton stage solver and :func:`integrate`;
+* :mod:`mbs.liegroup.model`: ``System.compile(formulation="lie-group")``, the
+  :class:`LieGroupModel` of a system on SO(3)^R x (R^3)^T and the state conversions to and from
+  the director formulation; :mod:`mbs.liegroup.simulation`: what :func:`mbs.simulate` runs for
+  it;
+* :mod:`mbs.liegroup.homogeneous`: Method B of R. T. Sato Martin de Almagro (preprint), the
+  nonholonomic partitioned RKMK integrators on S^2 = SO(3)/SO(2).
 """
 
 from mbs.liegroup import so3
+from mbs.liegroup.homogeneous import MethodB, SphericalPendulum, integrate_method_b
 from mbs.liegroup.integrator import (
     SolverSettings,
     StepResult,
@@ -21,6 +28,14 @@ from mbs.liegroup.integrator import (
     finite_difference_jacobian,
     integrate,
     solve_stage_equations,
+)
+from mbs.liegroup.model import (
+    LieGroupModel,
+    LieGroupState,
+    ProductGroup,
+    compile_lie_group,
+    director_to_lie_group,
+    lie_group_to_director,
 )
 from mbs.liegroup.problems import (
     DipoleOnStick,
@@ -37,6 +52,7 @@ from mbs.liegroup.problems import (
     euler_tensor,
     lie_state,
 )
+from mbs.liegroup.simulation import make_method, simulate_lie_group
 from mbs.liegroup.vcg import COMPOSITIONS, VCG, VCGTableauStep, composition_tableau
 from mbs.liegroup.vrkmk import TABLEAUX, VRKMK, Tableau, adjoint_weights
 
@@ -46,5 +62,7 @@ __all__ = [
     "LieGroup", "PointMassProblem", "Problem", "RigidBodyProblem", "SO3Group", "SolverSettings",
     "StepResult", "Tableau", "Trajectory", "TranslationGroup", "VCGTableauStep",
     "adjoint_weights", "composition_tableau", "finite_difference_jacobian", "integrate",
-    "solve_stage_equations", "so3",
+    "solve_stage_equations", "so3", "LieGroupModel", "LieGroupState", "ProductGroup",
+    "compile_lie_group", "director_to_lie_group", "lie_group_to_director", "make_method",
+    "simulate_lie_group", "MethodB", "SphericalPendulum", "integrate_method_b",
 ]

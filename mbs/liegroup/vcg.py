@@ -47,8 +47,6 @@ from mbs.liegroup.problems import Problem
 
 _CBRT2 = 2.0 ** (1.0 / 3.0)
 
-#: Sub-step fractions gamma_k of the symmetric compositions of the midpoint step (paper, Table 2;
-#: Yoshida's sixth-order coefficients as printed there).
 COMPOSITIONS: dict[str, tuple[float, ...]] = {
     "midpoint": (1.0,),
     "triple-jump": (1.0 / (2.0 - _CBRT2), -_CBRT2 / (2.0 - _CBRT2), 1.0 / (2.0 - _CBRT2)),
@@ -57,6 +55,8 @@ COMPOSITIONS: dict[str, tuple[float, ...]] = {
                   -1.17767998417887100694641568, 0.23557321335935813368479318,
                   0.78451361047755726381949763),
 }
+"""Sub-step fractions gamma_k of the symmetric compositions of the midpoint step (paper, Table 2;
+Yoshida's sixth-order coefficients as printed there)."""
 
 #: Classical order of each composition.
 COMPOSITION_ORDERS = {"midpoint": 2, "triple-jump": 4, "yoshida-6": 6}

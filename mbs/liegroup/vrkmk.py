@@ -71,8 +71,8 @@ def _gauss_tableaux() -> dict[str, Tableau]:
     }
 
 
-#: The tableaux of the paper's Table 1.
 TABLEAUX: dict[str, Tableau] = _gauss_tableaux()
+"""The tableaux of the paper's Table 1."""
 
 
 def adjoint_weights(A: np.ndarray, b: np.ndarray) -> np.ndarray:
