@@ -4,6 +4,8 @@ Build a :class:`System` from bodies, joints and forces, ``compile()`` it into a 
 and integrate it with the solvers of :mod:`mbs.solvers`.
 """
 
+import importlib
+
 from mbs import bodies, forces, joints, solvers
 from mbs.bodies import Ground, PointMass, RigidBody
 from mbs.ensemble import EnsembleSolution, simulate_ensemble, simulate_many
@@ -38,6 +40,20 @@ from mbs.solution import BodyTrajectory, Solution
 from mbs.system import System
 
 __version__ = "0.1.0"
+
+#: Submodules imported on first use (``mbs.plots`` needs matplotlib, ``mbs.viz`` PyVista:
+#: ``import mbs`` does not pay for them).
+_LAZY_SUBMODULES = ("analysis", "gallery", "liegroup", "plots", "viz")
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"mbs.{name}")
+    raise AttributeError(f"module 'mbs' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
 
 
 

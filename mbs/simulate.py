@@ -17,7 +17,6 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from mbs.errors import (
     ForceFunctionError,
@@ -30,6 +29,7 @@ from mbs.errors import (
 from mbs.liegroup.model import LieGroupModel
 from mbs.liegroup.simulation import is_lie_group_solver, simulate_lie_group
 from mbs.model import Model
+from mbs.run_context import progress_bar, single_threaded_blas
 from mbs.solution import Solution
 from mbs.solvers import Solver, make_solver
 from mbs.solvers.base import StepResult
@@ -41,7 +41,7 @@ ON_FAILURE = ("raise", "refine")
 
 
 def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: float,
-             t_start: float = 0.0, project: bool = False, progress: bool = False,
+             t_start: float = 0.0, project: bool = False, progress: bool | None = None,
              initial_state: tuple[np.ndarray, np.ndarray] | None = None,
              on_failure: str = "refine", max_refinements: int = 6,
              output: str | None = None, flush_every: int = 100, resume: str | None = None,
@@ -62,8 +62,9 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         given if that does not reach t_end exactly.
     project : bool
         Project an inconsistent initial state onto the constraints (otherwise an error).
-    progress : bool
-        Show a progress bar (tqdm).
+    progress : bool or None
+        Progress bar (tqdm): True shows it, False hides it; None (default) shows it on an
+        interactive terminal once the run has taken 3 s.
     initial_state : (q0, p0), optional
         Start from this state instead of the one set on the bodies.
     on_failure : {"refine", "raise"}
@@ -153,12 +154,7 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         writer = None if output is None else StreamWriter(
             output, {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n,
                      "m": model.m}, q0, p0)
-    # Multithreaded BLAS only adds synchronisation cost: the dense solves of small models are
-    # tiny, and the sparse path does vector operations and SuperLU's small supernodes. Under
-    # load (another process on the second core) it was measured 100x slower for small models
-    # and made the vector products of a 1000-body chain cost 110 ms per step.
-    limits = _blas_controller().limit(limits=1, user_api="blas")
-    with limits:
+    with single_threaded_blas():
         return run.execute(writer, flush_every, progress)
 
 
@@ -277,8 +273,8 @@ class _Run:
             solver_properties=self.solver.properties)
 
     def execute(self, writer: StreamWriter | None, flush_every: int,
-                progress: bool) -> Solution:
-        bar = _progress_bar(self.steps, self.solver.name, self.done) if progress else None
+                progress: bool | None) -> Solution:
+        bar = progress_bar(self.steps, self.solver.name, progress, self.done)
         batch = getattr(self.solver, "batch_capable", False) and writer is None
         try:
             k = self.done
@@ -495,25 +491,7 @@ def _warn_if_energy_is_lost(solution: Solution) -> None:
                   RuntimeWarning, stacklevel=4)
 
 
-_CONTROLLER: ThreadpoolController | None = None
-
-
-def _blas_controller() -> ThreadpoolController:
-    """One controller per process: discovering the loaded BLAS libraries costs ~2 ms, which
-    would otherwise be paid by every simulate call."""
-    global _CONTROLLER
-    if _CONTROLLER is None:
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER
-
-
 #: Steps per call of a compiled solver's kernel (Ctrl-C is seen between calls).
 _BATCH_STEPS = 256
 
 
-def _progress_bar(total: int, label: str, initial: int):
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return None
-    return tqdm(total=total, initial=initial, desc=f"mbs {label}", unit="step", leave=False)

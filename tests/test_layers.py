@@ -86,3 +86,21 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
             graph.add_edge(name, target)
     assert [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1] == [
         ["mbs.first", "mbs.second"]]
+
+
+def test_import_mbs_is_light_and_exposes_the_optional_layers_on_use():
+    """``import mbs`` loads neither PyVista nor matplotlib; ``mbs.io``, ``mbs.plots`` and
+    ``mbs.viz`` are there when used (a fresh interpreter: this one has imported them)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, mbs\n"
+        "heavy = [m for m in ('pyvista', 'matplotlib', 'vtk') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "assert callable(mbs.plots.convergence_study) and callable(mbs.viz.animate)\n"
+        "assert callable(mbs.io.save_solution)\n"
+        "assert {'plots', 'viz', 'io'} <= set(dir(mbs))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr

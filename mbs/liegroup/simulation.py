@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from mbs.errors import (
     MbsError,
@@ -27,6 +26,7 @@ from mbs.liegroup.integrator import SolverSettings
 from mbs.liegroup.model import LieGroupModel, LieGroupState
 from mbs.liegroup.vcg import COMPOSITIONS, VCG
 from mbs.liegroup.vrkmk import TABLEAUX, VRKMK
+from mbs.run_context import progress_bar, single_threaded_blas
 from mbs.solution import Solution
 from mbs.solvers.base import SchemeProperties
 from mbs.validation import as_scalar
@@ -38,7 +38,7 @@ LIE_GROUP_SOLVERS = ("vrkmk", "vcg")
 METHOD_OPTIONS = {"vrkmk": ("tableau", "truncation"), "vcg": ("composition", "form")}
 SETTINGS_OPTIONS = ("tol", "max_iterations", "iteration")
 
-_CONTROLLER: ThreadpoolController | None = None
+
 
 
 def is_lie_group_solver(solver) -> bool:
@@ -123,7 +123,7 @@ def scheme_properties(method: VRKMK | VCG) -> SchemeProperties:
 
 
 def simulate_lie_group(model, solver: str | VRKMK | VCG = "vrkmk", *, h: float, t_end: float,
-                       t_start: float = 0.0, project: bool = False, progress: bool = False,
+                       t_start: float = 0.0, project: bool = False, progress: bool | None = None,
                        initial_state=None, on_failure: str = "refine", max_refinements: int = 6,
                        output: str | None = None, flush_every: int = 100,
                        resume: str | None = None, **options) -> Solution:
@@ -191,7 +191,7 @@ def simulate_lie_group(model, solver: str | VRKMK | VCG = "vrkmk", *, h: float, 
     steps = max(1, int(round((t_end - t_start) / h)))
     q0, mu0 = _initial_state(model, initial_state, project)
     run = _Run(model, method, h, t_start, steps, on_failure, max_refinements)
-    with _blas_controller().limit(limits=1, user_api="blas"):
+    with single_threaded_blas():
         return run.execute(q0, mu0, progress)
 
 
@@ -224,9 +224,9 @@ class _Run:
         self.done = 0
         self.started = time.perf_counter()
 
-    def execute(self, q0: np.ndarray, mu0: np.ndarray, progress: bool) -> Solution:
+    def execute(self, q0: np.ndarray, mu0: np.ndarray, progress: bool | None) -> Solution:
         self.q[0], self.mu[0] = q0, mu0
-        bar = _progress_bar(self.steps, self.method.name) if progress else None
+        bar = progress_bar(self.steps, self.method.name, progress)
         history: list = []
         try:
             for k in range(self.steps):
@@ -334,22 +334,6 @@ def _extrapolate(history: list):
     if isinstance(newest, list):
         return [3.0 * a - 3.0 * b + c for a, b, c in zip(newest, middle, oldest)]
     return 3.0 * newest - 3.0 * middle + oldest
-
-
-def _blas_controller() -> ThreadpoolController:
-    """One controller per process (discovering the BLAS libraries costs ~2 ms)."""
-    global _CONTROLLER
-    if _CONTROLLER is None:
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER
-
-
-def _progress_bar(total: int, label: str):
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return None
-    return tqdm(total=total, desc=f"mbs {label}", unit="step", leave=False)
 
 
 __all__ = ["LIE_GROUP_SOLVERS", "is_lie_group_solver", "make_method", "scheme_properties",
