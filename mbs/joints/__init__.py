@@ -7,6 +7,7 @@ from mbs.joints.point_joints import Distance, Spherical
 from mbs.joints.user import UserConstraint
 
 Fixed = Rigid
+"""Another name of :class:`Rigid`: welds two bodies together."""
 
 __all__ = ["Cylindrical", "Distance", "Drive", "Fixed", "Joint", "Prismatic", "Revolute", "Rigid",
            "Spherical", "Universal", "UserConstraint"]

@@ -49,6 +49,8 @@ class Drive(UserConstraint):
     coordinate : {"angle", "displacement"}, optional
         For a cylindrical joint (default "angle").
 
+    Notes
+    -----
     The reaction the drive exerts (a torque about, or force along, the axis on body_b) and
     its work are ``Solution.drive(name).effort`` and ``.work`` (see
     :meth:`mbs.Solution.drive`); ``Solution.work`` includes the drives' work.

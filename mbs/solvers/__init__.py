@@ -23,7 +23,6 @@ from mbs.solvers.lobatto import Lobatto, LobattoTableau
 from mbs.solvers.newton import NewtonOptions
 from mbs.solvers.rattle import Rattle
 
-#: Solver names accepted by :func:`mbs.simulate` and the factory building each.
 REGISTRY = {
     "em": EnergyMomentum,
     "ggl-vi-s": lambda **kw: GGLVI(variant="S", **kw),
@@ -34,6 +33,7 @@ REGISTRY = {
     "lobatto": Lobatto,
     "vi-conversion": VariationalConversion,
 }
+"""Solver names accepted by :func:`mbs.simulate` and the factory building each."""
 
 
 def make_solver(solver: str | Solver, **options) -> Solver:

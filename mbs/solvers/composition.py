@@ -59,10 +59,6 @@ def _symmetric(half: list[float]) -> np.ndarray:
     return np.array(half + half[-2::-1])
 
 
-#: Compositions by name and order. "kahan-li" is Kahan and Li's s9odr6a (Kahan, Li, Composition
-#: constants for raising the orders of unconventional schemes for ordinary differential
-#: equations, Math. Comp. 66 (1997); GNI V.3 (3.11)), "yoshida" Yoshida's solution A (Yoshida,
-#: Construction of higher order symplectic integrators, Phys. Lett. A 150 (1990)).
 COMPOSITIONS = {
     ("triple-jump", 4): lambda: _triple_jump(4),
     ("suzuki", 4): _suzuki,
@@ -73,6 +69,10 @@ COMPOSITIONS = {
     ("yoshida", 6): lambda: _symmetric([0.784513610477560, 0.235573213359357,
                                         -1.17767998417887, 1.31518632068391]),
 }
+"""Compositions by name and order. "kahan-li" is Kahan and Li's s9odr6a (Kahan, Li, Composition
+constants for raising the orders of unconventional schemes for ordinary differential
+equations, Math. Comp. 66 (1997); GNI V.3 (3.11)), "yoshida" Yoshida's solution A (Yoshida,
+Construction of higher order symplectic integrators, Phys. Lett. A 150 (1990))."""
 
 _REFERENCES = {"triple-jump": "Yoshida's triple jump (1990)",
                "suzuki": "Suzuki's five-step composition (1990)",

@@ -24,15 +24,14 @@ class EnergyMomentum(Solver):
         g(q1)                                                           = 0   (84d)
         G(q1) M^-1 p1                                                   = 0   (84e)
 
-    ============================  ==============================================================
-    order (q, p)                  2, 2 (lambda: 1)
-    symplectic                    no
-    energy                        conserved to round-off (given Newton tolerance 1e-12)
-    momentum                      linear and angular momentum maps conserved for symmetric
-                                  potentials (quadratic invariants); not for user constraints
-                                  that are not quadratic
-    constraints at step ends      g(q^{n+1}) = 0 and G(q^{n+1}) M^-1 p^{n+1} = 0 exactly
-    ============================  ==============================================================
+    Order, symplecticity, what the scheme conserves, which constraint levels hold at the step
+    ends and the times of its multipliers are declared once in ``properties``
+    (:class:`~mbs.solvers.base.SchemeProperties`); :func:`mbs.solvers.solver_table`
+    renders them for every scheme.
+
+    Energy is conserved to round-off given the Newton tolerance 1e-12; the linear and angular
+    momentum maps of symmetric potentials (quadratic invariants) are conserved, not for user
+    constraints that are not quadratic. The multiplier lambda converges with order 1.
 
     Q = Q(t + h/2, q_mid, (q1 - q0)/h) are the applied forces (loads, dampers, actuators).
     With them the energy changes by exactly their work: E(q1, p1) - E(q0, p0) =

@@ -72,6 +72,8 @@ class GGLVI(Solver):
         lambda^n drops out of M v^{n+1} (its coefficient is h (1 - vartheta) G(q^n)^T once
         p^{n+1} is eliminated) and the step equations are singular, so it is rejected.
 
+    Notes
+    -----
     Orders, conserved quantities and constraint levels per variant:
     :func:`mbs.solvers.solver_table`.
 

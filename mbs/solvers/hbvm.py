@@ -215,14 +215,14 @@ class HBVM(Solver):
     stages), ``enforced`` = (max |g(q1)|, max |G(q1) M^-1 p1|): the hidden constraint is not
     enforced and is only O(h^2) (Theorem 8).
 
-    ============================  ==============================================================
-    order (q, p)                  2, 2 (lambda: 1) for any s; 2s when lambda is constant
-    symplectic                    no (k = s with m = 0 is the symplectic s-stage Gauss method)
-    energy                        exact if H is a polynomial of degree <= 2k/s, else O(h^{2k})
-    momentum                      not guaranteed (measured: heavy top J3 round-off for
-                                  HBVM(1,1), drift 4e-7 for HBVM(2,2) at h = 0.002)
-    constraints at step ends      g(q^{n+1}) as energy; G M^-1 p^{n+1} only O(h^2)
-    ============================  ==============================================================
+    Order, symplecticity, what the scheme conserves, which constraint levels hold at the step
+    ends and the times of its multipliers are declared once in ``properties``
+    (:class:`~mbs.solvers.base.SchemeProperties`); :func:`mbs.solvers.solver_table`
+    renders them for every scheme.
+
+    Without constraints (m = 0) and with k = s the scheme is the symplectic s-stage Gauss
+    method. The multiplier lambda converges with order 1. Momentum, measured: the heavy top's
+    J3 is kept to round-off by HBVM(1,1) and drifts by 4e-7 with HBVM(2,2) at h = 0.002.
     """
 
     s: int = 2

@@ -101,6 +101,8 @@ class QuadraticSystemBuilder(EquationLayout):
     applied_forces : bool
         Whether the model has loads, dampers or actuators (evaluated with the model too).
 
+    Notes
+    -----
     Residual blocks are declared with :meth:`equation` in order; terms are added to a block
     by name, with the methods every scheme writes its equations with (see
     :mod:`mbs.solvers.equations`). All polynomial terms are exact: their coefficients are

@@ -26,13 +26,12 @@ class Rattle(Solver):
     it is solved by Newton on (p1, mu) with dF/dv. The work reported per step is
     (F0 + F1) . (q1 - q0) / 2.
 
-    ============================  ==========================================================
-    order (q, p)                  2, 2
-    symplectic                    yes
-    energy                        bounded oscillation, O(h^2)
-    momentum                      exact (symmetric potentials)
-    constraints at step ends      g(q^{n+1}) and G(q^{n+1}) M^-1 p^{n+1} exactly
-    ============================  ==========================================================
+    Order, symplecticity, what the scheme conserves, which constraint levels hold at the step
+    ends and the times of its multipliers are declared once in ``properties``
+    (:class:`~mbs.solvers.base.SchemeProperties`); :func:`mbs.solvers.solver_table`
+    renders them for every scheme.
+
+    The energy error oscillates with amplitude O(h^2).
 
     The position step is Newton's method on lambda (m unknowns) with the exact Jacobian
     -h^2/2 G(q1) M^-1 G(q0)^T, started from the previous step's lambda (``initial_guess`` has
