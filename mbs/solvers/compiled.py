@@ -15,9 +15,14 @@ can run in compiled code with no Python in the loop (:func:`_run_steps`, blocks 
   while the increments are below ``refactor_above``; stopping rules as in
   :func:`mbs.solvers.newton.newton`.
 
+Terms the tensor form does not hold (potentials that are not linear in q, applied forces:
+Python code) are evaluated between iterations: the Newton loop pauses after each iteration
+(:data:`PAUSED`), the caller adds those terms at the new iterate and resumes it, so the
+iteration, its stopping rules and factorisation reuse are the same. Such steps run one by one
+(:meth:`CompiledSystem.solve`), the others in blocks.
+
 It is used by ``backend="compiled"`` and falls back to the numpy polynomial path, with a
-warning, when numba is not installed or the model has a term the kernel does not cover
-(potentials that are not linear in q, which are evaluated by Python code; large sparse models).
+warning, when numba is not installed or for large sparse models.
 
 numba compiles the kernels on first use (~14 s) and caches the machine code on disk
 (``cache=True``), so the cost is paid once per machine; :func:`compile_seconds` reports what the
