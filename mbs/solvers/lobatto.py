@@ -100,8 +100,10 @@ class Lobatto(Solver):
 
     Symplectic; momentum maps of symmetric potentials and constraints are conserved; energy
     oscillates in a band of size O(h^(2s-2)). g holds at every stage (so at both step ends),
-    G M^-1 p at the step end. ``initial_guess`` is not used: Newton starts from the stage
-    velocities M^-1 p_k and the previous step's stage multipliers. The solution's
+    G M^-1 p at the step end. ``initial_guess`` is not used: Newton starts from the previous
+    step's stage velocities and multipliers continued over the new step (their interpolation
+    polynomial on the nodes c_i evaluated at 1 + c_i: heavy top, s = 4, h = 1/128: 5.0 instead
+    of 7.7 iterations per step), at the first step from M^-1 p_k. The solution's
     ``multipliers`` are the first stage's Lambda_1 and its ``velocity_multipliers`` the last
     stage's Lambda_s (lambda and mu of RATTLE for s = 2).
     """
@@ -135,7 +137,14 @@ class Lobatto(Solver):
     def start(self, model, q0: np.ndarray, p0: np.ndarray, h: float) -> None:
         super().start(model, q0, p0, h)
         self._stage_multipliers = np.zeros((self.tableau.stages, model.m))
+        self._stage_velocities = None
         self._x0 = np.zeros(self.tableau.stages * (model.n + model.m) + model.n)
+        nodes = self.tableau.a.sum(axis=1)
+        # Lagrange basis on the nodes c_j evaluated at 1 + c_i: the stage polynomial of the
+        # last step continued over the next one
+        self._continuation = np.array([[np.prod([(1.0 + ci - ck) / (cj - ck)
+                                                 for k, ck in enumerate(nodes) if k != j])
+                                        for j, cj in enumerate(nodes)] for ci in nodes])
         gradient = self._constant_gradient
         # M^-1 grad V, the acceleration scale of the stage velocities (constant for gravity)
         self._acceleration = (None if gradient is None
@@ -200,9 +209,13 @@ class Lobatto(Solver):
         n, m = model.n, model.m
         velocity = self._minv @ p0
         x0 = self._x0.copy()
-        x0[:s * n].reshape(s, n)[:] = velocity
+        if self._stage_velocities is None:
+            x0[:s * n].reshape(s, n)[:] = velocity
+            x0[(s + 1) * n:] = self._stage_multipliers.ravel()
+        else:
+            x0[:s * n].reshape(s, n)[:] = self._continuation @ self._stage_velocities
+            x0[(s + 1) * n:] = (self._continuation @ self._stage_multipliers).ravel()
         x0[s * n:(s + 1) * n] = p0
-        x0[(s + 1) * n:] = self._stage_multipliers.ravel()
         # stage velocities against their natural size: |v|, or the change a force makes in a
         # step when the system starts from rest; p1 against |p| or the impulse of a step
         acceleration = (self._acceleration if self._acceleration is not None else
@@ -222,6 +235,7 @@ class Lobatto(Solver):
         velocities = x[:s * n].reshape(s, n)
         multipliers = x[(s + 1) * n:].reshape(s, m)
         self._stage_multipliers = multipliers.copy()
+        self._stage_velocities = velocities.copy()
         q1 = q0 + h * (self.tableau.b @ velocities)  # = Q_s (last row of a is b)
         constraint_rows = np.abs(residual[(s + 1) * n:])
         enforced = (self._max(constraint_rows[:(s - 1) * m]), self._max(constraint_rows[-m:]))
@@ -242,13 +256,18 @@ class Lobatto(Solver):
         return rows, rows, 1.0 / self.h
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> None:
-        return None  # step() starts Newton from the stage velocities M^-1 p_k
+        return None  # step() builds the stage guess (see the class docstring)
 
     def checkpoint(self) -> dict:
         state = super().checkpoint()
         state["stage_multipliers"] = self._stage_multipliers.copy()
+        if self._stage_velocities is not None:
+            state["stage_velocities"] = self._stage_velocities.copy()
         return state
 
     def restore(self, state: dict) -> None:
         super().restore(state)
         self._stage_multipliers = np.asarray(state["stage_multipliers"], dtype=float).copy()
+        velocities = state.get("stage_velocities")
+        self._stage_velocities = (None if velocities is None
+                                  else np.asarray(velocities, dtype=float).copy())
