@@ -37,6 +37,11 @@ class InconsistentInitialStateError(ModelError):
         self.velocity_residual = velocity_residual
 
 
+class SolutionFileNotFoundError(MbsError, FileNotFoundError):
+    """:func:`mbs.load_solution` was given a path with no file (also a
+    ``FileNotFoundError``, what code written before this class catches)."""
+
+
 class SolverError(MbsError, RuntimeError):
     """A time integration failed.
 

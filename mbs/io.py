@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from mbs.errors import ModelError
+from mbs.errors import MbsError, ModelError, SolutionFileNotFoundError
 from mbs.model import BodyInfo, ElementInfo, Model
 from mbs.safe_files import load_json, open_archive
 from mbs.solution import Solution
@@ -233,6 +233,8 @@ def _check_model(model, header_model: dict, path) -> None:
     problems = []
     if model.n != header_model["n"]:
         problems.append(f"n = {model.n} vs {header_model['n']} in the file")
+    if model.m != header_model["m"]:
+        problems.append(f"m = {model.m} vs {header_model['m']} in the file")
     if [b.name for b in model.bodies] != names:
         problems.append(f"bodies {[b.name for b in model.bodies]} vs {names}")
     else:
@@ -256,10 +258,20 @@ def load_solution(path, model: Model | None = None) -> Solution:
         given it is checked against the stored metadata and attached, giving a full
         :class:`~mbs.solution.Solution`; otherwise a :class:`LoadedSolution` on a
         :class:`StoredModel`.
+
+    Raises
+    ------
+    SolutionFileNotFoundError
+        No file at ``path`` (also a ``FileNotFoundError``).
+    ModelError
+        The file is not a solution written by mbs, is damaged, or was crafted: every array
+        and header field is checked before the solution is built, so that its observables
+        work on what is returned.
     """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no such solution file: {path}")
+    if not path.is_file():
+        raise SolutionFileNotFoundError(2, f"no such solution file: {path}; check the path "
+                                           f"(save_solution writes <name>.npz)", str(path))
     with open_archive(path) as archive:
         if "header" not in archive.files:
             raise ModelError(f"{path} is not an mbs solution file (no header)")
@@ -268,44 +280,200 @@ def load_solution(path, model: Model | None = None) -> Solution:
             raise ModelError(f"{path} is not an mbs solution file (bad header)")
         if header.get("format") != FORMAT:
             raise ModelError(f"{path} is not an mbs solution file")
-        if header.get("version", 0) > VERSION:
+        version = header.get("version", 0)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ModelError(f"{path}: header field 'version' must be an integer, got "
+                             f"{version!r}")
+        if version > VERSION:
             raise ModelError(f"{path} was written by a newer mbs (format version "
-                             f"{header['version']}); upgrade mbs to read it")
-        data = {name: archive[name] for name in _ARRAYS}
-        data.update({name: archive[name] for name in _OPTIONAL_ARRAYS if name in archive.files})
-        stats = {k: _decode(v) for k, v in header["stats"].items()}
-        for key in archive.files:
-            if key.startswith("stats."):
-                stats[key[len("stats."):]] = archive[key]
-        residuals = {key[len("residuals."):]: archive[key] for key in archive.files
-                     if key.startswith("residuals.")}
-        props = header.get("solver_properties")
-        if props is not None:
-            from mbs.solvers.base import SchemeProperties
+                             f"{version}); upgrade mbs to read it")
+        try:
+            return _read_solution(archive, header, model, path)
+        except MbsError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError,
+                OverflowError) as exc:
+            raise ModelError(f"{path}: malformed mbs solution file ({type(exc).__name__}: "
+                             f"{exc})") from None
 
-            props = SchemeProperties(**_decode(props))
-        stored = header["model"]
-        if model is not None:
-            _check_model(model, stored, path)
-            return Solution(model=model, stats=stats, solver_properties=props, **data)
-        bodies = [BodyInfo(**_decode(b)) for b in stored["bodies"]]
-        joints = [ElementInfo(**_decode(j)) for j in stored["joints"]]
-        forces = [ElementInfo(**_decode(f)) for f in stored["forces"]]
-        gravity = _decode(stored["gravity"])
-        stored_model = StoredModel(
-            n=stored["n"], m=stored["m"], bodies=bodies, joints=joints, forces=forces,
-            gravity=gravity, mass_matrix=_csr(archive, "mass_matrix"),
-            inverse_mass_matrix=_csr(archive, "inverse_mass_matrix"),
-            point_blocks=archive["point_blocks"], director_blocks=archive["director_blocks"],
-            degrees_of_freedom=stored["degrees_of_freedom"],
-            non_conservative=bool(stored.get("non_conservative", False)),
-            reference_q=archive["reference_q"],
-            constraint_rows=_decode(stored["constraint_rows"]), stored_q=data["q"],
-            potential=archive["potential_energy"])
+
+def _read_solution(archive, header: dict, model: Model | None, path: Path) -> Solution:
+    """The solution in an opened archive whose header names the format (load_solution)."""
+    stored = _mapping(header.get("model"), "model", path)
+    n, m = (_count(stored.get(key), f"model.{key}", path) for key in ("n", "m"))
+    if n % 3:
+        raise ModelError(f"{path}: model.n = {n} is not a multiple of 3 (coordinates come in "
+                         f"3-blocks)")
+    data = {name: _numbers(archive, name, path) for name in _ARRAYS}
+    data.update({name: _numbers(archive, name, path) for name in _OPTIONAL_ARRAYS
+                 if name in archive.files})
+    rows = data["t"].shape[0] if data["t"].ndim == 1 else 0
+    if rows < 1:
+        raise ModelError(f"{path}: t has shape {data['t'].shape}; expected (steps + 1,)")
+    steps = rows - 1
+    expected = {"t": (rows,), "q": (rows, n), "p": (rows, n), "scheme_velocities": (steps, n),
+                "multipliers": (steps, m), "velocity_multipliers": (steps, m),
+                "enforced_residuals": (steps, 2), "step_work": (steps,)}
+    for name, array in data.items():
+        _shape(array, expected[name], name, path)
+    stats = {k: _decode(v) for k, v in _mapping(header.get("stats"), "stats", path).items()}
+    for key in archive.files:
+        if key.startswith("stats."):
+            stats[key[len("stats."):]] = _numbers(archive, key, path)
+    _check_stats(stats, steps, path)
+    props = header.get("solver_properties")
+    if props is not None:
+        from mbs.solvers.base import SchemeProperties
+
+        props = SchemeProperties(**_mapping(_decode(props), "solver_properties", path))
+    if model is not None:
+        _check_model(model, stored, path)
+        return Solution(model=model, stats=stats, solver_properties=props, **data)
+    residuals = {key[len("residuals."):]: _numbers(archive, key, path)
+                 for key in archive.files if key.startswith("residuals.")}
+    for key, length in (("position", rows), ("velocity", rows),
+                        ("enforced_position", steps), ("enforced_velocity", steps)):
+        if key not in residuals:  # the stored model has no constraint code to recompute them
+            raise ModelError(f"{path}: the array 'residuals.{key}' is missing")
+        _shape(residuals[key], (length,), f"residuals.{key}", path)
+    bodies = [BodyInfo(**_mapping(_decode(b), "model.bodies[]", path))
+              for b in _sequence(stored.get("bodies"), "model.bodies", path)]
+    _check_bodies(bodies, n, path)
+    joints, forces = ([_element_info(e, f"model.{group}", path)
+                       for e in _sequence(stored.get(group), f"model.{group}", path)]
+                      for group in ("joints", "forces"))
+    gravity = _decode(stored.get("gravity"))
+    if gravity is not None:
+        gravity = np.asarray(gravity)
+        _shape(gravity, (3,), "model.gravity", path)
+        gravity = _finite(gravity, "model.gravity", path)
+    constraint_rows = _mapping(_decode(stored.get("constraint_rows", {})),
+                               "model.constraint_rows", path)
+    potential = _numbers(archive, "potential_energy", path)
+    _shape(potential, (rows,), "potential_energy", path)
+    reference_q = _numbers(archive, "reference_q", path)
+    _shape(reference_q, (n,), "reference_q", path)
+    blocks = {name: _indices(_numbers(archive, name, path), n // 3, name, path)
+              for name in ("point_blocks", "director_blocks")}
+    matrices = {}
+    for name in ("mass_matrix", "inverse_mass_matrix"):
+        matrices[name] = _csr(archive, name)
+        _shape(matrices[name], (n, n), name, path)
+        matrices[name].data = _finite(matrices[name].data, name, path)
+    degrees = stored.get("degrees_of_freedom", -1)
+    if isinstance(degrees, bool) or not isinstance(degrees, int):
+        raise ModelError(f"{path}: model.degrees_of_freedom must be an integer, got "
+                         f"{degrees!r}")
+    stored_model = StoredModel(
+        n=n, m=m, bodies=bodies, joints=joints, forces=forces, gravity=gravity,
+        **matrices, **blocks, degrees_of_freedom=degrees,
+        non_conservative=bool(stored.get("non_conservative", False)),
+        reference_q=reference_q, constraint_rows=constraint_rows, stored_q=data["q"],
+        potential=potential)
     solution = LoadedSolution(model=stored_model, stats=stats, solver_properties=props, **data)
     solution.source = str(path)
-    solution._residuals = residuals or None
+    solution._residuals = residuals
     return solution
+
+
+def _mapping(value, what: str, path) -> dict:
+    if not isinstance(value, dict):
+        raise ModelError(f"{path}: header field {what!r} must be an object, got "
+                         f"{type(value).__name__}")
+    return value
+
+
+def _sequence(value, what: str, path) -> list:
+    if not isinstance(value, list):
+        raise ModelError(f"{path}: header field {what!r} must be a list, got "
+                         f"{type(value).__name__}")
+    return value
+
+
+def _count(value, what: str, path) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**48:
+        raise ModelError(f"{path}: header field {what!r} must be a non-negative integer, got "
+                         f"{value!r}")
+    return value
+
+
+def _numbers(archive, name: str, path) -> np.ndarray:
+    """A member that must be an array of real numbers (integers and booleans allowed)."""
+    if name not in archive.files:
+        raise ModelError(f"{path}: the array {name!r} is missing")
+    array = archive[name]
+    if array.dtype.kind not in "biuf":
+        raise ModelError(f"{path}: the array {name!r} holds {array.dtype} values, not real "
+                         f"numbers")
+    return array
+
+
+def _shape(array, shape: tuple, what: str, path) -> None:
+    if np.shape(array) != shape:
+        raise ModelError(f"{path}: {what} has shape {np.shape(array)}, the file's own sizes "
+                         f"imply {shape}; the file is damaged")
+
+
+def _finite(array: np.ndarray, what: str, path) -> np.ndarray:
+    array = np.asarray(array, dtype=float)
+    if not np.all(np.isfinite(array)):
+        raise ModelError(f"{path}: {what} holds non-finite values; the file is damaged")
+    return array
+
+
+def _indices(array: np.ndarray, size: int, what: str, path) -> np.ndarray:
+    """A 1-D array of indices into ``size`` 3-blocks."""
+    if (array.ndim != 1 or array.dtype.kind not in "iu"
+            or (array.size and not (array.min() >= 0 and array.max() < size))):
+        raise ModelError(f"{path}: {what} must list 3-block indices below {size}")
+    return array
+
+
+def _check_stats(stats: dict, steps: int, path) -> None:
+    """The stats the observables and the summary read: of the type they expect."""
+    kinds = {"wall_time": (int, float), "h": (int, float), "steps": int, "first_step": int,
+             "solver": str, "drive_effort": str, "completed": bool,
+             "drive_work_in_steps": bool, "refined_steps": (list, tuple)}
+    for key, kind in kinds.items():
+        if key in stats and (not isinstance(stats[key], kind)
+                             or (kind is not bool and isinstance(stats[key], bool))):
+            raise ModelError(f"{path}: stats field {key!r} has the wrong type "
+                             f"({type(stats[key]).__name__})")
+    if "newton_iterations" in stats:
+        _shape(stats["newton_iterations"], (steps,), "stats.newton_iterations", path)
+
+
+def _check_bodies(bodies: list, n: int, path) -> None:
+    names = set()
+    for body in bodies:
+        size = {"rigid": 12, "point": 3}.get(body.kind)
+        where = f"{path}: body {body.name!r}"
+        if not isinstance(body.name, str) or body.name in names:
+            raise ModelError(f"{path}: body names must be distinct strings, got "
+                             f"{body.name!r}")
+        names.add(body.name)
+        if size is None:
+            raise ModelError(f"{where}: kind must be 'rigid' or 'point', got {body.kind!r}")
+        span = body.coordinates
+        bounds = (span.start, span.stop) if isinstance(span, slice) else (None, None)
+        integers = all(isinstance(i, int) and not isinstance(i, bool) for i in bounds)
+        if (not integers or span.step is not None or bounds[1] - bounds[0] != size
+                or not 0 <= bounds[0] <= n - size):
+            raise ModelError(f"{where}: coordinates must be {size} indices within the "
+                             f"{n} coordinates, got {span!r}")
+
+
+def _element_info(record, what: str, path) -> ElementInfo:
+    record = _mapping(_decode(record), what, path)
+    info = ElementInfo(**record)
+    bodies = info.bodies
+    if (not isinstance(info.name, str) or not isinstance(info.type, str)
+            or not isinstance(bodies, (list, tuple))
+            or not all(isinstance(b, str) for b in bodies)
+            or not isinstance(info.data, dict)):
+        raise ModelError(f"{path}: an entry of {what} has fields of the wrong type")
+    return ElementInfo(name=info.name, type=info.type, bodies=tuple(bodies),
+                       rows=np.asarray(info.rows), data=info.data)
 
 
 # -- CSV ------------------------------------------------------------------------------------

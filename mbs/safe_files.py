@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mbs.errors import ModelError
+from mbs.errors import MbsError, ModelError
 
 #: A member of an archive may decompress to at most this many times its stored size once it
 #: is larger than :data:`SMALL_MEMBER` (numeric data compresses by far less; a zip bomb by
@@ -25,6 +25,10 @@ MAX_EXPANSION = 100
 SMALL_MEMBER = 16 * 2**20
 #: Deepest nesting accepted in a JSON document (mbs writes at most ~10 levels).
 MAX_JSON_DEPTH = 64
+#: What zipfile and numpy raise on damaged archives: a flipped bit in a header can name an
+#: unsupported compression method or an encrypted member (NotImplementedError and
+#: RuntimeError), a truncated member ends early (EOFError).
+_ARCHIVE_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, RuntimeError)
 
 
 def load_json(text: str, source) -> object:
@@ -57,14 +61,15 @@ def load_json(text: str, source) -> object:
         raise ModelError(f"{source}: not valid JSON ({exc})") from None
 
 
-def read_text(path: Path, limit: int = SMALL_MEMBER) -> str:
-    """The text of a small file (a manifest), refusing one larger than ``limit`` bytes."""
+def read_text(path: Path, limit: int = SMALL_MEMBER, what: str = "a stream manifest") -> str:
+    """The text of a small file (``what``: a manifest, a model file), refusing one larger
+    than ``limit`` bytes."""
     try:
         size = path.stat().st_size
         if size > limit:
-            raise ModelError(f"{path}: {size} bytes, more than the {limit} a manifest can "
-                             f"have; not a file written by mbs")
-        return path.read_text()
+            raise ModelError(f"{path}: {size} bytes, more than the {limit} {what} can have; "
+                             f"not a file written by mbs")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelError(f"{path}: cannot be read ({exc})") from None
 
@@ -77,7 +82,7 @@ def open_archive(path: Path, limit: int | None = None):
     try:
         with zipfile.ZipFile(path) as archive:
             members = archive.infolist()
-    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+    except _ARCHIVE_ERRORS as exc:
         raise ModelError(f"{path}: not a readable .npz archive ({exc})") from None
     total = 0
     for member in members:
@@ -91,11 +96,13 @@ def open_archive(path: Path, limit: int | None = None):
                          f"manifest allows")
     try:
         archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+    except _ARCHIVE_ERRORS as exc:
         raise ModelError(f"{path}: not a readable .npz archive ({exc})") from None
     try:
         yield archive
-    except (KeyError, ValueError, EOFError, OSError, zipfile.BadZipFile) as exc:
+    except MbsError:  # a check of the caller's, already naming the file
+        raise
+    except (KeyError, *_ARCHIVE_ERRORS) as exc:
         raise ModelError(f"{path}: damaged or incomplete ({type(exc).__name__}: {exc})"
                          ) from None
     finally:
@@ -103,9 +110,31 @@ def open_archive(path: Path, limit: int | None = None):
 
 
 def sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
+    """Hex SHA-256 of a file's bytes; a ModelError names the file when it cannot be read
+    (deleted, replaced by a directory)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(2**20), b""):
-            digest.update(block)
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(2**20), b""):
+                digest.update(block)
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot be read ({exc}); the file is missing or damaged"
+                         ) from None
     return digest.hexdigest()
+
+
+def read_lines(path: Path, count: int, limit: int = 4096) -> list[str]:
+    """The first ``count`` lines of a text file, each at most ``limit`` characters; a
+    ModelError names the file when it cannot be read or is not UTF-8 text."""
+    lines = []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if len(lines) == count:
+                    break
+                if len(line) > limit:
+                    raise ModelError(f"{path}: line {len(lines) + 1} is too long")
+                lines.append(line)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{path}: cannot be read as text ({exc})") from None
+    return lines

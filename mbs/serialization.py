@@ -152,6 +152,10 @@ def system_from_dict(data: dict, source: str = "model description") -> System:
     if data.get("version") != VERSION:
         raise ModelError(f"{source}: unknown mbs model version {data.get('version')!r}; this "
                          f"mbs reads version {VERSION}")
+    for group in ("bodies", "joints", "forces"):
+        if not isinstance(data.get(group, []), list):
+            raise ModelError(f"{source}: field {group!r} must be a list of entries, got "
+                             f"{type(data[group]).__name__}")
     try:
         system = System(gravity=data.get("gravity"),
                         redundant=data.get("redundant", "remove"))
@@ -159,6 +163,9 @@ def system_from_dict(data: dict, source: str = "model description") -> System:
             where = f"{source}: bodies[{index}]"
             kind = _field(entry, "type", where)
             state = entry.get("state", {})
+            if not isinstance(state, dict):
+                raise ModelError(f"{where}: field 'state' must be an object with position, "
+                                 f"velocity, ..., got {type(state).__name__}")
             if kind == "RigidBody":
                 body = RigidBody(_field(entry, "mass", where), _field(entry, "inertia", where),
                                  name=_field(entry, "name", where), shape=entry.get("shape"))
@@ -184,7 +191,8 @@ def load_system(path: str | os.PathLike) -> System:
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"no such model file: {path}")
-    return system_from_dict(load_json(read_text(path, MAX_MODEL_BYTES), path), str(path))
+    text = read_text(path, MAX_MODEL_BYTES, "a model file")
+    return system_from_dict(load_json(text, path), str(path))
 
 
 def _field(entry: dict, key: str, where: str):

@@ -5,7 +5,10 @@ chunk log ``chunks.jsonl`` (one line per chunk: file, steps, SHA-256). Each flus
 chunk to a temporary name, renames it into place, appends its line to the log (fsync) and then
 replaces the manifest atomically (``os.replace``); the manifest counts the chunks, so a crash or
 SIGKILL loses at most the steps since the last flush and never leaves a file that the manifest
-refers to half-written, and every flush writes O(1) bytes besides its chunk. The manifest also
+refers to half-written, and every flush writes O(1) bytes besides its chunk. The manifest is
+written when the stream is created (a run that fails before its first flush leaves a stream of
+zero steps) and records the SHA-256 of the initial state and of the checkpoint; a packed
+stream records a digest of the solver state it holds. The manifest also
 keeps the solver's warm-start state (previous multipliers), so that a resumed run performs the
 same floating-point operations as an uninterrupted one and reproduces it bitwise.
 
@@ -15,7 +18,9 @@ are packed into the single file ``<name>`` when the run completes.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -24,17 +29,21 @@ from pathlib import Path
 import numpy as np
 
 from mbs.errors import ModelError
-from mbs.safe_files import load_json, open_archive, read_text, sha256
+from mbs.safe_files import load_json, open_archive, read_lines, read_text, sha256
 
 FORMAT = "mbs-stream"
 VERSION = 2
 #: Versions read: 1 kept the chunk list in the manifest.
 READABLE_VERSIONS = (1, 2)
 CHUNK_LOG = "chunks.jsonl"
+INITIAL = "initial.npz"
 #: Member prefix of the solver state in a packed stream.
 CHECKPOINT_PREFIX = "checkpoint."
 ARRAYS = ("q", "p", "scheme_velocities", "multipliers", "velocity_multipliers",
           "enforced_residuals", "newton_iterations", "step_work")
+#: Largest count (coordinates, constraints, steps) a manifest may state: beyond any run that
+#: fits on a disk, and small enough that array shapes built from it stay valid.
+MAX_COUNT = 2**48
 
 
 def stream_directory(path: str | os.PathLike) -> Path:
@@ -50,24 +59,39 @@ class StreamWriter:
                  p0: np.ndarray, resume: bool = False):
         self.path = Path(path)
         self.directory = stream_directory(path)
-        if resume:
-            if not self.directory.exists() and self.path.is_file():
-                self._unpack()
-            self.manifest = _read_manifest(self.directory)
-            self.manifest["completed"] = False
-            self._records = _chunk_records(self.directory, self.manifest)
-            _upgrade(self.directory, self.manifest, self._records)
-        else:
-            if self.directory.exists() and any(self.directory.iterdir()):
-                raise ModelError(f"output directory {self.directory} is not empty; remove it, "
-                                 f"choose another name, or pass resume=")
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self.manifest = {"format": FORMAT, "version": VERSION, **metadata,
-                             "chunk_count": 0, "steps_done": 0}
-            self._records = []
-            np.savez(self.directory / "initial.npz", q=q0, p=p0)
-            (self.directory / CHUNK_LOG).write_text("")
+        try:
+            if resume:
+                if not self.directory.exists() and self.path.is_file():
+                    self._unpack()
+                self.manifest = _read_manifest(self.directory)
+                self.manifest["completed"] = False
+                self._records = _chunk_records(self.directory, self.manifest)
+                _upgrade(self.directory, self.manifest, self._records)
+            else:
+                self._create(metadata, q0, p0)
+        except OSError as exc:
+            raise ModelError(f"output stream {self.directory}: cannot be written "
+                             f"({type(exc).__name__}: {exc}); choose a writable directory"
+                             ) from exc
         self._buffer: dict[str, list] = {name: [] for name in ARRAYS}
+
+    def _create(self, metadata: dict, q0: np.ndarray, p0: np.ndarray) -> None:
+        """A new stream holding the initial state and a manifest of zero steps: a run that
+        fails before its first flush still leaves a stream that reads back and resumes."""
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ModelError(f"output {self.directory} is an existing file, not a directory; "
+                             f"choose another name (a directory is created) or remove it")
+        if self.directory.exists() and any(self.directory.iterdir()):
+            raise ModelError(f"output directory {self.directory} is not empty; remove it, "
+                             f"choose another name, or pass resume=")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.manifest = {"format": FORMAT, "version": VERSION, **metadata,
+                         "chunk_count": 0, "steps_done": 0}
+        self._records = []
+        np.savez(self.directory / INITIAL, q=q0, p=p0)
+        self.manifest["initial_sha256"] = sha256(self.directory / INITIAL)
+        (self.directory / CHUNK_LOG).write_text("")
+        _write_manifest(self.directory, self.manifest)
 
     def _unpack(self) -> None:
         """Turn a packed .npz back into a stream directory (to resume a finished run)."""
@@ -77,7 +101,9 @@ class StreamWriter:
         self.directory.mkdir(parents=True)
         if manifest.get("checkpoint"):
             np.savez(self.directory / manifest["checkpoint"], **state)
-        np.savez(self.directory / "initial.npz", q=data["q"][0], p=data["p"][0])
+            manifest["checkpoint_sha256"] = sha256(self.directory / manifest["checkpoint"])
+        np.savez(self.directory / INITIAL, q=data["q"][0], p=data["p"][0])
+        manifest["initial_sha256"] = sha256(self.directory / INITIAL)
         chunk = {k: data[k] for k in ARRAYS}
         chunk["q"], chunk["p"] = data["q"][1:], data["p"][1:]
         np.savez(self.directory / "chunk_000001.npz", **chunk)
@@ -123,7 +149,8 @@ class StreamWriter:
         os.replace(temporary, self.directory / checkpoint)
         previous = self.manifest.get("checkpoint")
         self.manifest.pop("solver_state", None)
-        self.manifest.update(chunk_count=index, checkpoint=checkpoint)
+        self.manifest.update(chunk_count=index, checkpoint=checkpoint,
+                             checkpoint_sha256=sha256(self.directory / checkpoint))
         self.manifest["steps_done"] += count
         _write_manifest(self.directory, self.manifest)
         if previous and previous != checkpoint:
@@ -138,8 +165,11 @@ class StreamWriter:
             data = read_stream(self.directory)
             state = read_solver_state(self.directory, self.manifest)
             temporary = self.path.with_name(self.path.name + ".tmp")
+            # the solver state has no zip-level protection against a member removed or
+            # replaced by a valid one: its digest goes into the packed manifest
+            packed = dict(self.manifest, state_sha256=state_digest(state))
             with open(temporary, "wb") as handle:
-                np.savez(handle, manifest=json.dumps(self.manifest),
+                np.savez(handle, manifest=json.dumps(packed),
                          **{k: v for k, v in data.items() if isinstance(v, np.ndarray)},
                          **{CHECKPOINT_PREFIX + k: np.asarray(v) for k, v in state.items()})
             os.replace(temporary, self.path)
@@ -175,8 +205,7 @@ def read_stream(path: str | os.PathLike) -> dict:
     manifest = _read_manifest(directory)
     records = _chunk_records(directory, manifest)
     n, m = manifest["n"], manifest["m"]
-    with open_archive(directory / "initial.npz", 2 * n * 8 + 4096) as initial:
-        q0, p0 = initial["q"], initial["p"]
+    q0, p0 = _initial_state(directory, manifest)
     tails = {"q": (n,), "p": (n,), "scheme_velocities": (n,), "multipliers": (m,),
              "velocity_multipliers": (m,), "enforced_residuals": (2,),
              "newton_iterations": (), "step_work": ()}
@@ -218,8 +247,7 @@ def read_last_state(path: str | os.PathLike) -> tuple[int, np.ndarray, np.ndarra
     records = _chunk_records(directory, manifest)
     n, m = manifest["n"], manifest["m"]
     if not records or records[-1]["steps"] == 0:
-        with open_archive(directory / "initial.npz", 2 * n * 8 + 4096) as initial:
-            q, p = initial["q"], initial["p"]
+        q, p = _initial_state(directory, manifest)
     else:
         last = records[-1]
         file = directory / last["file"]
@@ -243,20 +271,82 @@ def read_solver_state(path: str | os.PathLike, manifest: dict) -> dict:
         state = manifest["solver_state"]
         if not isinstance(state, dict):
             raise ModelError(f"{path}: manifest field 'solver_state' must be an object")
-        return state
+        return _numeric_state(state, path)
     name = manifest.get("checkpoint")
-    if name is None:
-        return {}
-    if not isinstance(name, str) or not re.fullmatch(r"checkpoint_\d{6,}\.npz", name):
+    if name is not None and (not isinstance(name, str)
+                             or not re.fullmatch(r"checkpoint_\d{6,}\.npz", name)):
         raise ModelError(f"{path}: manifest field 'checkpoint' must name a checkpoint file "
                          f"of the stream, got {name!r}")
     if path.suffix == ".npz" and path.is_file():
         with open_archive(path) as archive:
-            return {k[len(CHECKPOINT_PREFIX):]: archive[k] for k in archive.files
-                    if k.startswith(CHECKPOINT_PREFIX)}
+            state = _numeric_state({k[len(CHECKPOINT_PREFIX):]: archive[k]
+                                    for k in archive.files if k.startswith(CHECKPOINT_PREFIX)},
+                                   path)
+        if "state_sha256" in manifest and state_digest(state) != manifest["state_sha256"]:
+            raise ModelError(f"{path}: the solver state does not match the checksum in the "
+                             f"manifest (damaged or replaced)")
+        return state
+    if name is None:
+        if "checkpoint_sha256" in manifest:
+            raise ModelError(f"{path}: the manifest records the checksum of a checkpoint but "
+                             f"names none; the stream is damaged")
+        return {}
     directory = stream_directory(path) if not path.is_dir() else path
-    with open_archive(directory / name) as archive:
-        return {k: archive[k] for k in archive.files}
+    file = directory / name
+    if "checkpoint_sha256" in manifest and sha256(file) != manifest["checkpoint_sha256"]:
+        raise ModelError(f"{file}: its contents do not match the checksum in the manifest "
+                         f"(damaged or replaced)")
+    with open_archive(file) as archive:
+        return _numeric_state({k: archive[k] for k in archive.files}, file)
+
+
+def state_digest(state: dict) -> str:
+    """SHA-256 of a solver state: its entries' names, dtypes, shapes and bytes."""
+    digest = hashlib.sha256()
+    for key in sorted(state):
+        array = np.ascontiguousarray(state[key])
+        digest.update(json.dumps([key, array.dtype.str, list(array.shape)]).encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def _numeric_state(state: dict, where) -> dict:
+    """The solver state as arrays of numbers (solvers write nothing else): a crafted entry
+    (text, nested objects, ragged lists) is refused here rather than failing in the solver."""
+    out = {}
+    for key, value in state.items():
+        try:
+            array = np.asarray(value)
+        except (TypeError, ValueError):
+            array = None
+        if array is None or array.dtype.kind not in "biuf":
+            raise ModelError(f"{where}: solver state entry {key!r} is not an array of "
+                             f"numbers; the stream is damaged or was not written by mbs")
+        out[key] = array
+    return out
+
+
+def _initial_state(directory: Path, manifest: dict) -> tuple[np.ndarray, np.ndarray]:
+    """q0 and p0 of a stream directory, checked against the manifest's checksum (streams
+    written before it was recorded have none) and size."""
+    file, n = directory / INITIAL, manifest["n"]
+    if "initial_sha256" in manifest and sha256(file) != manifest["initial_sha256"]:
+        raise ModelError(f"{file}: its contents do not match the checksum in the manifest "
+                         f"(damaged or replaced)")
+    with open_archive(file, 2 * n * 8 + 4096) as initial:
+        q0, p0 = initial["q"], initial["p"]
+    if q0.shape != (n,) or p0.shape != (n,) or q0.dtype.kind != "f" or p0.dtype.kind != "f":
+        raise ModelError(f"{file}: the initial state has shapes {q0.shape}, {p0.shape} "
+                         f"({q0.dtype}, {p0.dtype}); the manifest implies ({n},) floats")
+    return q0, p0
+
+
+def _as_float(value: int | float) -> float:
+    """``float(value)``, infinite for integers beyond the float range."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _chunk_bytes(steps: int, n: int, m: int) -> int:
@@ -274,6 +364,9 @@ def _check_shapes(out: dict, manifest: dict, rows: int, where) -> None:
         if np.shape(out[name]) != shape:
             raise ModelError(f"{where}: {name} has shape {np.shape(out[name])}, the manifest "
                              f"implies {shape}; the stream is damaged")
+        if np.asarray(out[name]).dtype.kind not in "biuf":
+            raise ModelError(f"{where}: {name} holds {np.asarray(out[name]).dtype} values, "
+                             f"not numbers; the stream is damaged")
 
 
 def _read_manifest(directory: Path) -> dict:
@@ -297,9 +390,10 @@ def _check_manifest(manifest, where) -> int:
                          f"{manifest.get('version')!r})")
     for key in ("n", "m", "steps_done"):
         value = manifest.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if (isinstance(value, bool) or not isinstance(value, int)
+                or not 0 <= value <= MAX_COUNT):
             raise ModelError(f"{where}: manifest field {key!r} must be a non-negative "
-                             f"integer, got {value!r}")
+                             f"integer (at most {MAX_COUNT}), got {value!r}")
     return manifest["steps_done"]
 
 
@@ -319,15 +413,7 @@ def _chunk_records(directory: Path, manifest: dict) -> list:
         log = directory / CHUNK_LOG
         if count and not log.is_file():
             raise ModelError(f"{directory}: the chunk log {CHUNK_LOG} is missing")
-        chunks = []
-        if count:
-            with open(log) as handle:
-                for line in handle:
-                    if len(chunks) == count:
-                        break
-                    if len(line) > 4096:
-                        raise ModelError(f"{log}: line {len(chunks) + 1} is too long")
-                    chunks.append(load_json(line, log))
+        chunks = [load_json(line, log) for line in read_lines(log, count)] if count else []
         if len(chunks) != count:
             raise ModelError(f"{log}: {len(chunks)} chunks listed, the manifest counts "
                              f"{count}")
@@ -371,13 +457,24 @@ def load_stream(path: str | os.PathLike, model):
 
     data = read_stream(path)
     manifest = data["manifest"]
+    for key in ("h", "t_start"):
+        value = manifest.get(key)
+        number = (_as_float(value) if isinstance(value, (int, float))
+                  and not isinstance(value, bool) else math.nan)
+        if not math.isfinite(number) or (key == "h" and number <= 0):
+            raise ModelError(f"{path}: manifest field {key!r} must be a finite "
+                             f"{'positive ' if key == 'h' else ''}number, got {value!r}")
+    if not isinstance(manifest.get("solver"), str):
+        raise ModelError(f"{path}: manifest field 'solver' must be a solver name, got "
+                         f"{manifest.get('solver')!r}")
     if manifest["n"] != model.n or manifest["m"] != model.m:
         raise ModelError(f"{path}: stream has n = {manifest['n']}, m = {manifest['m']}, the "
                          f"model n = {model.n}, m = {model.m}")
     steps = data["q"].shape[0] - 1
+    times = float(manifest["t_start"]) + float(manifest["h"]) * np.arange(steps + 1)
     return Solution(
-        model=model, t=manifest["t_start"] + manifest["h"] * np.arange(steps + 1), q=data["q"],
-        p=data["p"], scheme_velocities=data["scheme_velocities"],
+        model=model, t=times, q=data["q"], p=data["p"],
+        scheme_velocities=data["scheme_velocities"],
         multipliers=data["multipliers"], velocity_multipliers=data["velocity_multipliers"],
         enforced_residuals=data["enforced_residuals"], step_work=data["step_work"],
         stats={"solver": manifest["solver"], "h": manifest["h"], "steps": steps,
