@@ -74,10 +74,10 @@ class SimulationError(SolverError):
     before it and the original exception is the ``__cause__``."""
 
 
-class ForceFunctionError(SolverError):
-    """A user function of a load or actuator failed or returned a wrong shape or a
-    non-finite value; the message names the element. Raised by :func:`mbs.simulate` with
-    ``solution`` holding every step accepted before."""
+class ForceFunctionError(SimulationError):
+    """A user function of a load, actuator, drive or user potential failed or returned a
+    wrong shape or a non-finite value; the message names the element. Raised by
+    :func:`mbs.simulate` with ``solution`` holding every step accepted before."""
 
 
 class SimulationInterrupted(MbsError, KeyboardInterrupt):  # noqa: N818 - reads as an event

@@ -139,9 +139,9 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
                window=flush_every if streamed else None,
                stream=str(output if output is not None else resume) if streamed else None)
     if resume is not None:
+        _check_resume(read_last_state(resume)[3], model, solver, h, t_start)
         run.load(resume)
         writer = StreamWriter(resume, {}, run.q[0], run.p[0], resume=True)
-        _check_resume(writer.manifest, model, solver, h, t_start)
     else:
         if initial_state is None:
             q0, p0 = model.initial_state(project=project, t=t_start)
@@ -217,7 +217,13 @@ class _Run:
         self.solver.start(self.model, q, p, self.h)
         state = read_solver_state(path, manifest)
         if state:
-            self.solver.restore(state)
+            try:
+                self.solver.restore(state)
+            except (KeyError, ValueError, TypeError, IndexError) as exc:
+                raise ModelError(f"{path}: its checkpoint does not hold a {self.solver.name} "
+                                 f"solver state ({type(exc).__name__}: {exc}); resume with "
+                                 f"the solver and options that wrote it, or start a new "
+                                 f"run") from exc
 
     def rotate(self) -> None:
         """After a flush: the window restarts at the last (now flushed) step."""
@@ -226,9 +232,11 @@ class _Run:
             self.q[0], self.p[0] = self.q[row], self.p[row]
             self.base = self.done
 
-    def _held(self) -> tuple[int, dict]:
+    def _held(self, failing: bool = False) -> tuple[int, dict]:
         """(first step, arrays) of the steps available: the window alone, or with the
-        flushed steps before it read back from the stream."""
+        flushed steps before it read back from the stream. When that read-back fails, a run
+        that is ``failing`` hands over the window (with a warning: its own error comes
+        first); a run that completed raises SimulationError carrying the window."""
         rows = self.done - self.base
         held = {"q": self.q[:rows + 1], "p": self.p[:rows + 1],
                 "scheme_velocities": self.velocities[:rows], "multipliers": self.lam[:rows],
@@ -244,17 +252,31 @@ class _Run:
                           f"back would take {self.done * row_bytes / 2**30:.3g} GiB)",
                           stacklevel=4)
             return self.base, {name: array.copy() for name, array in held.items()}
-        disk = read_stream(self.stream)
-        flushed = disk["q"].shape[0] - 1
-        if flushed != self.base:
-            raise ModelError(f"{self.stream}: holds {flushed} steps, the run flushed "
-                             f"{self.base}; was it changed while the run wrote it?")
+        try:
+            disk = read_stream(self.stream)
+            flushed = disk["q"].shape[0] - 1
+            if flushed != self.base:
+                raise ModelError(f"{self.stream}: holds {flushed} steps, the run flushed "
+                                 f"{self.base}; was it changed while the run wrote it?")
+        except MbsError as exc:  # the stream is gone or damaged: keep what is in memory
+            window = {name: array.copy() for name, array in held.items()}
+            message = (f"the flushed steps cannot be read back ({exc}); the solution holds "
+                       f"the last {rows} steps (from step {self.base})")
+            if not failing:
+                raise SimulationError(f"simulate: {message}", solution=self._build(
+                    self.base, window), step=self.done,
+                    time=self.t_start + self.done * self.h) from exc
+            warnings.warn(f"simulate: {message}", stacklevel=4)
+            return self.base, window
         out = {name: np.concatenate([disk[name], held[name][1:] if name in ("q", "p")
                                      else held[name]]) for name in held}
         return 0, out
 
-    def solution(self) -> Solution:
-        first, held = self._held()
+    def solution(self, failing: bool = False) -> Solution:
+        """The steps done as a Solution (see :meth:`_held` for ``failing``)."""
+        return self._build(*self._held(failing))
+
+    def _build(self, first: int, held: dict) -> Solution:
         count = self.done
         return Solution(
             model=self.model, t=self.t_start + self.h * np.arange(first, count + 1),
@@ -307,12 +329,12 @@ class _Run:
         except KeyboardInterrupt:
             interrupted = SimulationInterrupted(
                 f"simulation interrupted after {self.done} of {self.steps} steps; "
-                f"error.solution holds them", solution=self.solution())
+                f"error.solution holds them", solution=self.solution(failing=True))
             self._flush_after_failure(writer, interrupted)
             raise interrupted from None
         except MbsError as error:
             if getattr(error, "solution", None) is None:
-                error.solution = self.solution()
+                error.solution = self.solution(failing=True)
             self._flush_after_failure(writer, error)
             raise
         except Exception as exc:  # user code or I/O: keep what was computed
@@ -320,7 +342,7 @@ class _Run:
                 f"{self.solver.name}: the run stopped at step {self.done} (t = "
                 f"{self.t_start + self.done * self.h:.6g}) by {type(exc).__name__}: {exc}; "
                 f"error.solution holds the {self.done} accepted steps",
-                solution=self.solution(), step=self.done,
+                solution=self.solution(failing=True), step=self.done,
                 time=self.t_start + self.done * self.h, hint="see the exception's cause")
             self._flush_after_failure(writer, failure)
             raise failure from exc
@@ -336,10 +358,17 @@ class _Run:
                 raise SimulationError(
                     f"the run completed but its stream could not be written "
                     f"({type(exc).__name__}: {exc}); error.solution holds every step",
-                    solution=self.solution(), step=self.done,
+                    solution=self.solution(failing=True), step=self.done,
                     time=self.t_start + self.done * self.h) from exc
         solution = self.solution()
-        _warn_if_energy_is_lost(solution)
+        try:
+            _warn_if_energy_is_lost(solution)
+        except Exception as exc:  # a user potential failing where the scheme never went
+            raise SimulationError(
+                f"the run completed, but its energy could not be evaluated for the final "
+                f"check ({type(exc).__name__}: {exc}); error.solution holds every step",
+                solution=solution, step=self.done, time=self.t_start + self.done * self.h,
+                hint="check the user potential at the states of the solution") from exc
         return solution
 
     def _flush_after_failure(self, writer: StreamWriter | None, error: BaseException) -> None:
@@ -359,8 +388,8 @@ class _Run:
                 and not (np.isfinite(result.q).all() and np.isfinite(result.p).all())):
             raise SolverError(
                 f"{self.solver.name}: step {k} produced non-finite values; reduce the step "
-                f"size", solution=self.solution(), step=k, time=self.t_start + k * self.h,
-                hint="reduce the step size")
+                f"size", solution=self.solution(failing=True), step=k,
+                time=self.t_start + k * self.h, hint="reduce the step size")
         row = k - self.base
         self.q[row + 1], self.p[row + 1] = result.q, result.p
         self.velocities[row], self.lam[row], self.gam[row] = (
@@ -373,24 +402,28 @@ class _Run:
     def _advance(self, k: int) -> StepResult:
         q, p = self.q[k - self.base], self.p[k - self.base]
         try:
-            return self.solver.step(self.t_start + k * self.h, q, p)
-        except ForceFunctionError as failure:
-            raise ForceFunctionError(f"{failure} (step {k}); error.solution holds the "
-                                     f"{self.done} accepted steps", solution=self.solution(),
-                                     step=k, time=self.t_start + k * self.h,
-                                     hint="fix the function") from failure
-        except NewtonConvergenceError as failure:
-            if self.on_failure == "refine" and self.max_refinements > 0:
-                refined = self._refine(q, p, k, failure)
+            try:
+                return self.solver.step(self.t_start + k * self.h, q, p)
+            except NewtonConvergenceError as failure:
+                refined = (self._refine(q, p, k, failure)
+                           if self.on_failure == "refine" and self.max_refinements > 0
+                           else None)
                 if refined is not None:
                     return refined
-            raise SolverError(
-                f"{self.solver.name}: step {k} (t = {self.t_start + k * self.h:.6g} -> "
-                f"{self.t_start + (k + 1) * self.h:.6g}) failed: {failure} (residual "
-                f"{failure.residual_norm:.3e}); hint: {failure.hint}. error.solution holds the "
-                f"{self.done} accepted steps", solution=self.solution(), step=k,
-                time=self.t_start + k * self.h, residual_norm=failure.residual_norm,
-                hint=failure.hint) from failure
+                newton_failure = failure
+        except ForceFunctionError as failure:  # in the step or in its refinement
+            raise ForceFunctionError(f"{failure} (step {k}); error.solution holds the "
+                                     f"{self.done} accepted steps",
+                                     solution=self.solution(failing=True), step=k,
+                                     time=self.t_start + k * self.h,
+                                     hint="fix the function") from failure
+        raise SolverError(
+            f"{self.solver.name}: step {k} (t = {self.t_start + k * self.h:.6g} -> "
+            f"{self.t_start + (k + 1) * self.h:.6g}) failed: {newton_failure} (residual "
+            f"{newton_failure.residual_norm:.3e}); hint: {newton_failure.hint}. error.solution "
+            f"holds the {self.done} accepted steps", solution=self.solution(failing=True), step=k,
+            time=self.t_start + k * self.h, residual_norm=newton_failure.residual_norm,
+            hint=newton_failure.hint) from newton_failure
 
     def _refine(self, q, p, k, failure) -> StepResult | None:
         """Retry step k as 2**depth sub-steps, depth = 1 .. max_refinements."""
@@ -409,6 +442,12 @@ class _Run:
                     work += result.work
             except NewtonConvergenceError:
                 continue
+            except BaseException:
+                # the step is not done: the solver goes back to its state before it (what
+                # a flush of the failure checkpoints and a resume starts from)
+                self.solver.set_step_size(self.h)
+                self.solver.restore(checkpoint)
+                raise
             finally:
                 self.solver.set_step_size(self.h)
             self.refined.append((k, depth))

@@ -7,9 +7,9 @@ options (step size, interval, solver names and options, step counts, streaming),
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 191 distinct bad inputs. Of these, 6 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 144 others
-(185 with tests/test_bad_input.py) pass.
+hold 191 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 150 others
+(191 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -512,10 +512,7 @@ FILES = [
         E, r"simulate\(resume=...\): the stream already holds 6 steps, more than the 3 up to "
            r"t_end"),
     Bad("resume-with-another-step-size-before-the-end", lambda d: resume(stream(d), h=0.02),
-        E, r"simulate\(resume=...\): the stream was written with h = 0.01, this call has 0.02",
-        broken="mbs/simulate.py simulate(): run.load(resume) compares the step count first "
-               "(5 steps of 0.02 < 6 done) and reports 'already holds 6 steps'; check the "
-               "manifest with _check_resume before run.load"),
+        E, r"simulate\(resume=...\): the stream was written with h = 0.01, this call has 0.02"),
     Bad("manifest-version-99", lambda d: read_stream(edited_stream(d, version=99)),
         E, r"not an mbs stream of a version this mbs reads \(1, 2\) \(format 'mbs-stream', "
            r"version 99\)"),
@@ -631,32 +628,17 @@ CALLBACKS = [
     Bad("user-potential-returns-nan", lambda d: simulate_system(well(lambda pi: np.nan)),
         E, r"UserPotential 'well': energy returned nan"),
     Bad("user-potential-raises", lambda d: simulate_system(well(lambda pi: {}["depth"])),
-        F, r"UserPotential 'well': the energy function raised KeyError",
-        broken="mbs/forces/user.py _make_user_term: scalar_energy/scalar_gradient/"
-               "scalar_hessian call the user's functions unguarded, so the run stops with a "
-               "SimulationError 'by KeyError' that does not name the potential; wrap the calls "
-               "and raise ForceFunctionError naming the UserPotential"),
+        F, r"UserPotential 'well': the energy function raised KeyError"),
     Bad("user-potential-returns-a-vector", lambda d: simulate_system(well(lambda pi: pi * pi)),
-        F, r"UserPotential 'well': the energy function returned .*; it must return a number",
-        broken="mbs/forces/user.py _make_user_term.scalar_energy: float(energy(p)) fails with "
-               "a TypeError that does not name the potential; check the shape of the value"),
+        F, r"UserPotential 'well': the energy function returned .*; it must return a number"),
     Bad("user-potential-gradient-of-the-wrong-size", lambda d: simulate_system(well(
         lambda pi: pi[0], gradient=lambda pi: np.ones(3))),
-        F, r"UserPotential 'well': the gradient function returned shape \(3,\)",
-        broken="mbs/forces/user.py _make_user_term.scalar_gradient: reshape(n) raises a bare "
-               "ValueError; check the shape and raise ForceFunctionError naming the "
-               "UserPotential"),
+        F, r"UserPotential 'well': the gradient function returned shape \(3,\)"),
     Bad("user-constraint-of-the-wrong-size", lambda d: curve(
         lambda q: np.zeros(2), lambda q: np.zeros((1, 3))).compile(),
-        E, r"UserConstraint 'curve': the jacobian function returned shape \(1, 3\)",
-        broken="mbs/joints/user.py UserConstraint.jacobian: reshape(n_equations, size) raises "
-               "a bare ValueError at compile; check the shape against (n_equations, "
-               "local coordinates) and raise ModelError naming the constraint"),
+        E, r"UserConstraint 'curve': the jacobian function returned shape \(1, 3\)"),
     Bad("user-constraint-raises", lambda d: curve(lambda q: 1 / 0, lambda q: 2 * q[None, :]),
-        E, r"UserConstraint 'curve': the function raised ZeroDivisionError",
-        broken="mbs/joints/user.py UserConstraint.__init__ evaluates function(q0) unguarded "
-               "(a bare ZeroDivisionError); wrap it and raise ModelError naming the "
-               "constraint"),
+        E, r"UserConstraint 'curve': the function raised ZeroDivisionError"),
 ]
 
 CATALOGUE = MODELS + OPTIONS + FILES + CALLBACKS

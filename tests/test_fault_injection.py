@@ -16,8 +16,9 @@ Generated cases (derandomized; each test counts the cases it ran and checks the 
     corrupted or crafted solution files            SOLUTION_EXAMPLES  = 250
     total                                                               1130
 
-Known defects outside the files this suite may change are pinned by the strict xfail tests at
-the end, each naming the function to fix.
+The tests at the end pin single scenarios: a fault inside a refined step, the stream
+directory removed mid-run, a crafted checkpoint, a potential failing only in the final energy
+check.
 """
 
 from __future__ import annotations
@@ -231,12 +232,10 @@ class RunCase:
 @st.composite
 def run_cases(draw) -> RunCase:
     name = draw(st.sampled_from(sorted(BUILDERS)))
+    solver = draw(st.sampled_from(TOP_SOLVERS if name == "top" else SOLVERS))
     if name == "well":
-        # em evaluates the potential at every node; the other schemes can leave the final
-        # node's value to the energy check after the run (see the xfail test below)
-        solver, kind = "em", draw(st.sampled_from(["raise", "nan", "interrupt", None]))
+        kind = draw(st.sampled_from(["raise", "nan", "interrupt", None]))
     else:
-        solver = draw(st.sampled_from(TOP_SOLVERS if name == "top" else SOLVERS))
         kind = draw(st.sampled_from(Fault.KINDS + (None,)))
     steps_sizes = [0.005, 0.02] if name == "top" else [0.005, 0.02, 0.1, 0.4]
     h = draw(st.sampled_from(steps_sizes))
@@ -277,11 +276,7 @@ def check_run(case: RunCase, directory: Path) -> None:
         solution = error.solution
         assert isinstance(solution, mbs.Solution), f"{type(error).__name__} without solution"
     done = solution.t.size - 1
-    # a fault inside the sub-steps of a refined step: see the xfail tests at the end
-    refined = case.on_failure == "refine" and case.refinements > 0 and (
-        any(step == done for step, _ in expected.stats["refined_steps"])
-        or (not expected.stats["completed"] and expected.t.size - 1 == done))
-    if isinstance(error, mbs.SolverError) and not refined:
+    if isinstance(error, mbs.SolverError) and error.step is not None:
         assert error.step == done
     assert solution.stats["completed"] == (done == case.steps)
     assert done <= case.steps and done <= expected.t.size - 1
@@ -304,10 +299,10 @@ def check_run(case: RunCase, directory: Path) -> None:
         return
     assert disk.t.size == solution.t.size  # a failure flushes every step it keeps
     assert_same_steps(disk, solution, disk.t.size)
-    if error is None or not case.resume or refined:
+    if error is None or not case.resume:
         return
-    # the stream a failure leaves resumes to the fault-free run (a fault inside a refined
-    # step is the xfail test below)
+    # the stream a failure leaves resumes to the fault-free run (also after a fault inside
+    # the sub-steps of a refined step)
     resumed, resume_error = outcome(mbs.simulate, model(case.model), case.solver,
                                     resume=str(path), **{k: v for k, v in options.items()
                                                          if k != "output"})
@@ -391,9 +386,8 @@ JSON_VALUES = st.one_of(
 
 @st.composite
 def corruptions(draw, files: list[str]) -> list[tuple]:
-    """1-3 operations on the files of a stream directory. None deletes a manifest entry: a
-    stream stripped of its checksums and given a crafted solver state is the xfail test
-    test_a_crafted_checkpoint_gives_an_mbs_error."""
+    """1-3 operations on the files of a stream directory (a stream given a crafted solver
+    state with a consistent checksum is test_a_crafted_checkpoint_gives_an_mbs_error)."""
     operations = []
     for _ in range(draw(st.integers(1, 3))):
         operation = draw(st.sampled_from(
@@ -497,8 +491,12 @@ def check_readers(path: Path, facts: dict) -> None:
                              flush_every=STREAM_FLUSH)
     if error is not None and isinstance(error, mbs.SolverError):
         resumed = error.solution  # failed while running: the steps it kept
-    if resumed is not None:
-        assert_same_steps(resumed, full, resumed.t.size)
+    if resumed is not None:  # from its first step (the steps in memory when the read-back
+        first = resumed.stats["first_step"]  # of a damaged stream fails)
+        rows = slice(first, first + resumed.t.size)
+        np.testing.assert_array_equal(resumed.t, full.t[rows])
+        np.testing.assert_array_equal(resumed.q, full.q[rows])
+        np.testing.assert_array_equal(resumed.p, full.p[rows])
 
 
 def test_corrupted_stream_directories_give_mbs_errors_or_the_original_steps(tmp_path_factory):
@@ -693,12 +691,7 @@ def test_corrupted_solution_files_give_mbs_errors_or_working_solutions(tmp_path_
     assert CASES["solutions"] - before >= SOLUTION_EXAMPLES
 
 
-# -- known defects (strict xfail: each names the function to fix) -------------------------------
-@pytest.mark.xfail(strict=True, raises=mbs.ModelError, reason=(
-    "mbs/simulate.py _Run._held: when the stream directory disappears mid-run, the error path "
-    "calls self.solution(), whose read_stream of the flushed steps raises a ModelError that "
-    "replaces the run's error and loses every step; fall back to the steps in memory (with "
-    "stats['first_step'] = base and a warning) when the read-back fails"))
+# -- failures around the steps: refinement, read-back, checkpoints, the final check ---------
 def test_a_stream_directory_removed_mid_run_still_hands_over_the_steps(tmp_path):
     path = tmp_path / "run"
     moved = tmp_path / "moved"
@@ -713,19 +706,19 @@ def test_a_stream_directory_removed_mid_run_still_hands_over_the_steps(tmp_path)
     bob.set_state(position=(1.0, 0.0, 0.0), velocity=(0.0, 1.0, 0.0))
     system.add(mbs.joints.Distance(system.ground, bob, length=1.0, name="rod"))
     system.add(Load(bob, force=push, name="push"))
-    with pytest.raises(mbs.SimulationError) as error:
+    with pytest.raises(mbs.SimulationError) as error, \
+            pytest.warns(UserWarning, match="cannot be read back"):
         mbs.simulate(system.compile(), "em", h=0.01, t_end=0.1, output=str(path),
                      flush_every=2)
-    assert error.value.solution is not None and error.value.solution.t.size >= 5
+    # the flushed steps went with the directory; the solution holds those still in memory,
+    # up to the failure, and says where it starts
+    solution = error.value.solution
+    first = solution.stats["first_step"]
+    assert first > 0 and solution.t[-1] == pytest.approx(0.01 * error.value.step)
+    assert solution.t.size == error.value.step - first + 1
     assert read_stream(moved)["q"].shape[0] == 5  # the chunks flushed before the move
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "mbs/simulate.py _Run._refine: a ForceFunctionError (or any non-Newton exception) raised "
-    "inside a sub-step leaves the solver with the sub-step's warm start; the failure's flush "
-    "then checkpoints that state and a resumed run differs from the uninterrupted one. "
-    "Restore the step's checkpoint before re-raising (try/except BaseException: "
-    "self.solver.restore(checkpoint); raise)"))
 def test_a_failure_inside_a_refined_step_leaves_a_stream_that_resumes_exactly(tmp_path):
     FAULT.disarm()
     top, h, steps = model("top"), 0.02, 4
@@ -743,12 +736,6 @@ def test_a_failure_inside_a_refined_step_leaves_a_stream_that_resumes_exactly(tm
     np.testing.assert_array_equal(resumed.q, full.q)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "mbs/simulate.py _Run._advance: a ForceFunctionError raised in a sub-step of _refine "
-    "(called from the NewtonConvergenceError handler) escapes the sibling 'except "
-    "ForceFunctionError' clause, so it reaches the caller without step, time and the "
-    "'(step k)' note; re-raise it from the refinement with step=k, time and solution= as "
-    "the unrefined path does"))
 def test_a_load_failing_inside_a_refined_step_names_the_step():
     FAULT.disarm()
     top, h = model("top"), 0.02
@@ -765,10 +752,6 @@ def test_a_load_failing_inside_a_refined_step_names_the_step():
     assert error.value.step == 0
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason=(
-    "mbs/simulate.py _Run.load: solver.restore(state) of a crafted checkpoint (consistent "
-    "checksum, numeric arrays, a solver key missing) raises a bare KeyError; wrap it and raise "
-    "ModelError naming the stream and the missing entry"))
 def test_a_crafted_checkpoint_gives_an_mbs_error(tmp_path):
     FAULT.disarm()
     path = tmp_path / "run"
@@ -782,13 +765,6 @@ def test_a_crafted_checkpoint_gives_an_mbs_error(tmp_path):
         mbs.simulate(pendulum, "em", h=0.01, t_end=0.1, resume=str(path))
 
 
-@pytest.mark.xfail(strict=True, raises=ArithmeticError, reason=(
-    "mbs/simulate.py _Run.execute: _warn_if_energy_is_lost(solution) evaluates the potential "
-    "at every node after the run, outside the try block; ggl-vi-a evaluates it only at "
-    "q^(n+theta), so a user potential failing at the last node raises its own exception "
-    "(here ArithmeticError, a foreign one) after the run completed and the solution is lost. "
-    "Guard the check (warn that it could not be made, or raise SimulationError with "
-    "solution=)"))
 def test_a_potential_failing_only_in_the_energy_check_keeps_the_solution():
     FAULT.disarm()
     well, h, steps = model("well"), 0.05, 4

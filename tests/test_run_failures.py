@@ -30,7 +30,12 @@ def test_an_exception_in_user_code_keeps_the_steps_done():
     with pytest.raises(mbs.SimulationError, match="ZeroDivisionError") as error:
         mbs.simulate(model, "em", h=0.01, t_end=1.0)
     solution = error.value.solution
-    assert isinstance(error.value.__cause__, ZeroDivisionError)
+    assert isinstance(error.value, mbs.ForceFunctionError)  # naming the potential
+    assert "UserPotential" in str(error.value)
+    cause = error.value
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    assert isinstance(cause, ZeroDivisionError)
     assert solution.t.size == error.value.step + 1 > 2
     assert np.min(np.linalg.norm(solution.q, axis=1)) ** 2 >= 1.1  # all before the fault
 

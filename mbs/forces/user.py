@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from mbs.bodies.base import Body
-from mbs.errors import ModelError, ModelTypeError
+from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
 from mbs.forces.base import Force, Invariant, InvariantTerm, TermInstance
 from mbs.quadratic import AffineVector
 from mbs.validation import as_nonzero_vector, as_vector
@@ -111,16 +111,37 @@ class UserPotential(Force):
         return [TermInstance(self.term, [inv.build(context) for inv in self.invariants], {})]
 
 
+def _user_value(function, what: str, p: np.ndarray, shape: tuple[int, ...], owner: str
+                ) -> np.ndarray:
+    """``function(p)`` as a float array of ``shape``; a failing function or a value of
+    another shape raises ForceFunctionError naming the potential."""
+    try:
+        value = function(p)
+    except Exception as exc:
+        raise ForceFunctionError(f"{owner}: the {what} function raised {type(exc).__name__} "
+                                 f"({exc}) at invariants {p}") from exc
+    try:
+        array = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        array = None
+    if array is None or array.size != int(np.prod(shape)) or (not shape and array.ndim):
+        expected = "a number" if not shape else f"shape {shape}"
+        got = f"shape {array.shape}" if array is not None else repr(value)
+        raise ForceFunctionError(f"{owner}: the {what} function returned {got} at invariants "
+                                 f"{p}; it must return {expected}")
+    return array.reshape(shape)
+
+
 def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[InvariantTerm]:
     def scalar_energy(p: np.ndarray) -> float:
-        value = float(energy(p))
+        value = float(_user_value(energy, "energy", p, (), owner))
         if not np.isfinite(value):
             raise ModelError(f"{owner}: energy returned {value} at invariants {p}")
         return value
 
     def scalar_gradient(p: np.ndarray) -> np.ndarray:
         if gradient is not None:
-            return np.asarray(gradient(p), dtype=float).reshape(n)
+            return _user_value(gradient, "gradient", p, (n,), owner)
         out = np.zeros(n)
         for k in range(n):
             step = FINITE_DIFFERENCE_STEP * max(1.0, abs(p[k]))
@@ -131,7 +152,7 @@ def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[Invar
 
     def scalar_hessian(p: np.ndarray) -> np.ndarray:
         if hessian is not None:
-            return np.asarray(hessian(p), dtype=float).reshape(n, n)
+            return _user_value(hessian, "hessian", p, (n, n), owner)
         out = np.zeros((n, n))
         if gradient is not None:
             for k in range(n):

@@ -61,20 +61,36 @@ class UserConstraint(Element):
         self.function, self.jacobian_function, self.hessian_function = (
             function, jacobian, hessian)
         q0 = np.concatenate([b.initial_coordinates() for b in bodies])
-        self.n_equations = np.atleast_1d(np.asarray(function(q0), dtype=float)).size
+        self.n_equations = self._checked(function, "function", q0).size
+
+    def _checked(self, function: Callable, what: str, *arguments, shape=None) -> np.ndarray:
+        """``function(*arguments)`` as a float array (of ``shape`` if given); a failing
+        function or a value of another shape raises ModelError naming the constraint."""
+        owner = f"{type(self).__name__} {self.name!r}"
+        try:
+            array = np.atleast_1d(np.asarray(function(*arguments), dtype=float))
+        except Exception as exc:
+            raise ModelError(f"{owner}: the {what} raised {type(exc).__name__} ({exc}); it "
+                             f"must return a float array") from exc
+        if shape is not None and array.size != int(np.prod(shape)):
+            raise ModelError(f"{owner}: the {what} returned shape {array.shape}; it must "
+                             f"return shape {shape} ({shape[0]} equations, "
+                             f"{shape[-1]} local coordinates)")
+        return array if shape is None else array.reshape(shape)
 
     # evaluation on the local coordinates -------------------------------------------------
     def value(self, q_local: np.ndarray, t: float = 0.0) -> np.ndarray:
-        return np.atleast_1d(np.asarray(self.function(q_local), dtype=float))
+        return self._checked(self.function, "function", q_local, shape=(self.n_equations,))
 
     def jacobian(self, q_local: np.ndarray, t: float = 0.0) -> np.ndarray:
-        return np.asarray(self.jacobian_function(q_local), dtype=float).reshape(
-            self.n_equations, q_local.size)
+        return self._checked(self.jacobian_function, "jacobian function", q_local,
+                          shape=(self.n_equations, q_local.size))
 
     def hessian_product(self, q_local: np.ndarray, multipliers: np.ndarray, t: float = 0.0
                         ) -> np.ndarray:
         if self.hessian_function is not None:
-            return np.asarray(self.hessian_function(q_local, multipliers), dtype=float)
+            return self._checked(self.hessian_function, "hessian function", q_local,
+                              multipliers, shape=(q_local.size, q_local.size))
         n = q_local.size
         out = np.zeros((n, n))
         for k in range(n):
