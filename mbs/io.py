@@ -1,4 +1,5 @@
-"""Solutions to and from files: NPZ round trip, CSV of observables, VTK time series.
+"""Solutions to and from files: NPZ round trip, CSV of observables, VTK time series, HDF5
+(:func:`save_hdf5`, for other tools).
 
 NPZ format (:func:`save_solution` / :func:`load_solution`)
 ------------------------------------------------------------------
@@ -36,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.errors import MbsError, ModelError, SolutionFileNotFoundError
+from mbs.hdf5 import save_hdf5 as save_hdf5  # re-exported: mbs.io.save_hdf5
 from mbs.model import BodyInfo, ElementInfo, Model
 from mbs.safe_files import load_json, open_archive
 from mbs.solution import Solution

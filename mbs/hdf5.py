@@ -1,0 +1,100 @@
+"""Solutions as HDF5 files, for tools outside Python-and-mbs (ParaView, xarray, MATLAB, h5py).
+
+:func:`save_hdf5` writes one self-contained file: the solution's arrays, the observables
+that need the model's code (energies, momenta, work, constraint residuals) and every body's
+trajectory, each dataset chunked, compressed (gzip) and checksummed (Fletcher-32: a damaged
+chunk fails to read instead of reading as other numbers)::
+
+    /t, /q, /p                           (N+1,), (N+1, n), (N+1, n)
+    /scheme_velocities, /multipliers, /velocity_multipliers, /enforced_residuals   (N, ...)
+    /observables/energy, kinetic_energy, potential_energy, work            (N+1,)
+    /observables/linear_momentum, angular_momentum                          (N+1, 3)
+    /observables/constraint_position, constraint_velocity                   (N+1,)
+    /bodies/NAME/position, velocity                                         (N+1, 3)
+    /bodies/NAME/rotation (N+1, 3, 3; columns the directors), angular_velocity (rigid bodies)
+
+with the solver, step size, model sizes and body names as attributes of the root. The NPZ
+format of :func:`mbs.io.save_solution` stays the exact round trip (it reloads as a
+:class:`~mbs.solution.Solution`); streams of long runs stay NPZ chunks with a checksummed,
+append-only log (:mod:`mbs.streaming`), which needs no library beyond numpy. Needs h5py
+(``pip install "mbs[hdf5]"``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from mbs.errors import ModelError
+from mbs.solution import Solution
+
+FORMAT = "mbs-solution-hdf5"
+VERSION = 1
+#: Rows per chunk along the time axis: ~1 MB chunks for a few hundred coordinates.
+CHUNK_ROWS = 1024
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError as exc:
+        raise ModelError('save_hdf5 needs h5py: pip install "mbs[hdf5]" (or pip install '
+                         'h5py)') from exc
+    return h5py
+
+
+def _dataset(group, name: str, values) -> None:
+    array = np.ascontiguousarray(values, dtype=float)
+    if array.ndim == 0 or array.size == 0:
+        group.create_dataset(name, data=array)
+        return
+    chunks = (min(CHUNK_ROWS, array.shape[0]), *array.shape[1:])
+    group.create_dataset(name, data=array, chunks=chunks, compression="gzip",
+                         compression_opts=4, shuffle=True, fletcher32=True)
+
+
+def save_hdf5(solution: Solution, path) -> Path:
+    """Write ``solution`` to the HDF5 file ``path`` (.h5 appended if it has no suffix);
+    see the module docstring for the layout. Returns the path."""
+    h5py = _h5py()
+    if not isinstance(solution, Solution):
+        raise ModelError(f"save_hdf5 expects an mbs.Solution, got {type(solution).__name__}")
+    path = Path(path)
+    if not path.suffix:
+        path = path.with_suffix(".h5")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = solution.model
+    residuals = solution.constraint_residuals()
+    with h5py.File(path, "w") as out:
+        out.attrs["format"], out.attrs["version"] = FORMAT, VERSION
+        out.attrs["solver"] = str(solution.stats.get("solver", ""))
+        out.attrs["h"] = float(solution.stats.get("h", np.nan))
+        out.attrs["first_step"] = int(solution.stats.get("first_step", 0))
+        out.attrs["n"], out.attrs["m"] = int(model.n), int(model.m)
+        out.attrs["bodies"] = json.dumps([body.name for body in model.bodies])
+        for name in ("t", "q", "p", "scheme_velocities", "multipliers",
+                     "velocity_multipliers", "enforced_residuals"):
+            values = getattr(solution, name)
+            if values is not None:
+                _dataset(out, name, values)
+        observables = out.create_group("observables")
+        for name in ("energy", "kinetic_energy", "potential_energy", "linear_momentum",
+                     "angular_momentum"):
+            _dataset(observables, name, getattr(solution, name)())
+        _dataset(observables, "work", solution.work)
+        _dataset(observables, "constraint_position", residuals["position"])
+        _dataset(observables, "constraint_velocity", residuals["velocity"])
+        bodies = out.create_group("bodies")
+        for body in model.bodies:
+            trajectory = solution.body(body.name)
+            group = bodies.create_group(body.name)
+            for name in ("position", "velocity", "rotation", "angular_velocity"):
+                values = getattr(trajectory, name)
+                if values is not None:
+                    _dataset(group, name, values)
+    return path
+
+
+__all__ = ["save_hdf5"]
