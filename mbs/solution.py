@@ -230,8 +230,14 @@ class Solution:
     # -- summary --------------------------------------------------------------------------
     def _energy_line(self, energy: np.ndarray, scale: float) -> str:
         if not self.model.non_conservative:
-            return (f"energy            E0 = {energy[0]:.12g}, max |E - E0| / |E0| = "
-                    f"{np.max(np.abs(energy - energy[0])) / scale:.3e}")
+            change = np.max(np.abs(energy - energy[0]))
+            if scale == abs(energy[0]):
+                measure = f"max |E - E0| / |E0| = {change / scale:.3e}"
+            else:  # E0 small against the motion (or zero): relative to the kinetic energy
+                measure = (f"max |E - E0| / max T = {change / scale:.3e} (T kinetic energy, "
+                           f"max T = {scale:.6g})")
+            return (f"energy            E0 = {energy[0]:.12g}, {measure}  (conserved by "
+                    f"this model)")
         work = self.work
         scale = max(scale, float(np.max(np.abs(work))))
         return (f"energy balance    E0 = {energy[0]:.12g}, E_end - E0 = "
@@ -257,12 +263,30 @@ class Solution:
             reasons.append("forces from the ground")
         if any(joint in grounded_joints for joint, _ in getattr(model, "drives", {}).values()):
             reasons.append("drives against the ground")
-        return f"  (not conserved: {', '.join(reasons)})" if reasons else ""
+        if reasons:
+            return f"  (not conserved: {', '.join(reasons)})"
+        if angular and grounded_joints:
+            return "  (conserved when the joints to the ground allow turning about this axis)"
+        return "  (conserved by this model)"
+
+    @staticmethod
+    def _drift(values: np.ndarray, symbol: str) -> str:
+        """max |X - X0| relative to max |X|, or absolute when X is zero throughout."""
+        change = float(np.max(np.linalg.norm(values - values[0], axis=1)))
+        size = float(np.max(np.linalg.norm(values, axis=1)))
+        if size == 0.0:
+            return f"{symbol} = 0 throughout"
+        return f"max |{symbol} - {symbol}0| / max |{symbol}| = {change / size:.3e}"
 
     def conservation_summary(self, about=(0.0, 0.0, 0.0)) -> str:
-        """Relative drifts of energy and momenta and the worst constraint residuals."""
+        """Drifts of energy and momenta, each labelled conserved or not by this model (and
+        why not), and the worst constraint residuals. Drifts are relative to the size of
+        the quantity, absolute where it is zero throughout."""
         energy = self.energy()
-        scale = max(abs(energy[0]), float(np.max(np.abs(self.kinetic_energy()))), 1e-300)
+        kinetic = float(np.max(np.abs(self.kinetic_energy())))
+        # |E0|, unless it is small against the motion (a zero of the potential chosen near
+        # the path): then the largest kinetic energy
+        scale = abs(energy[0]) if abs(energy[0]) >= 0.5 * kinetic else max(kinetic, 1e-300)
         angular = self.angular_momentum(about)
         linear = self.linear_momentum()
         gravity = self.model.gravity
@@ -274,8 +298,6 @@ class Solution:
         else:
             angular_label = "angular momentum"
         res = self.constraint_residuals()
-        a_scale = max(float(np.max(np.linalg.norm(angular, axis=1))), 1e-300)
-        l_scale = max(float(np.max(np.linalg.norm(linear, axis=1))), 1e-300)
         props = self.solver_properties
         lines = [
             f"solver {self.stats.get('solver')}  h = {self.stats.get('h')}  steps = "
@@ -284,11 +306,8 @@ class Solution:
             f"{np.mean(self.stats.get('newton_iterations', [np.nan])):.2f}",
             self._energy_line(energy, scale),
             f"{angular_label}  J0 = {np.array2string(angular[0], precision=8)}, "
-            f"max |J - J0| / max |J| = "
-            f"{np.max(np.linalg.norm(angular - angular[0], axis=1)) / a_scale:.3e}"
-            + self._momentum_note(angular=True),
-            f"linear momentum   max |L - L0| / |L| = "
-            f"{np.max(np.linalg.norm(linear - linear[0], axis=1)) / l_scale:.3e}"
+            f"{self._drift(angular, 'J')}" + self._momentum_note(angular=True),
+            f"linear momentum   {self._drift(linear, 'L')}"
             + self._momentum_note(angular=False),
             f"constraints       max |g(q_n)| = {np.max(res['position']):.3e}, max |G M^-1 "
             f"p_n| = {np.max(res['velocity']):.3e}",
