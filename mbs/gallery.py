@@ -65,6 +65,9 @@ EXAMPLES: dict[str, Example] = {e.name: e for e in (
                  visuals={"satellite": {"opacity": 0.35}})),
     Example("andrews-squeezer", "andrews_squeezer",
             "Andrews' squeezing mechanism (seven bodies, motor torque, spring)"),
+    Example("iftomm-pendulum", "iftomm_pendulum", "IFToMM benchmark A01: simple pendulum"),
+    Example("iftomm-four-bar", "iftomm_four_bar", "IFToMM benchmark A02: N four-bar mechanism"),
+    Example("bricard", "bricard", "IFToMM benchmark A04: Bricard's over-constrained mechanism"),
 )}
 
 DEFAULT_SETTINGS = dict(solver="em", h=0.01, t_end=1.0)
