@@ -363,6 +363,10 @@ class _Run:
         solution = self.solution()
         try:
             _warn_if_energy_is_lost(solution)
+        except KeyboardInterrupt:
+            raise SimulationInterrupted(
+                f"simulation interrupted in its final check after all {self.done} steps; "
+                f"error.solution holds them", solution=solution) from None
         except Exception as exc:  # a user potential failing where the scheme never went
             raise SimulationError(
                 f"the run completed, but its energy could not be evaluated for the final "
