@@ -53,9 +53,7 @@ integration by 3.4e-6 m at most (order 2; 1.3e-5 m at h = 2 ms), energy is conse
 
 from __future__ import annotations
 
-import argparse
-import time
-from pathlib import Path
+import sys
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -323,37 +321,7 @@ def report(solution: mbs.Solution, reference_step: float = 0.05) -> str:
     return "\n".join(lines)
 
 
-def animate(solution: mbs.Solution, path: str) -> str:
-    """Write an animation with ``VIZ``; a message instead if the viz extra is missing."""
-    try:
-        from mbs import viz
-    except ImportError as exc:
-        return f"animation skipped ({exc}); install with pip install -e '.[viz]'"
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return f"animation: {viz.animate(solution, path, progress=False, **VIZ)}"
-
-
-def main(argv: list[str] | None = None) -> str:
-    """Simulate, compare with the reference solutions and print the conservation summary."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--solver", default=RECOMMENDED["solver"])
-    parser.add_argument("--h", type=float, default=RECOMMENDED["h"])
-    parser.add_argument("--t-end", type=float, default=RECOMMENDED["t_end"])
-    parser.add_argument("--animate", metavar="FILE", help="write an animation (.mp4, .gif)")
-    args = parser.parse_args(argv)
-    system = build()
-    model = system.compile()
-    system.summary(model)
-    started = time.perf_counter()
-    solution = mbs.simulate(model, args.solver, h=args.h, t_end=args.t_end)
-    elapsed = time.perf_counter() - started
-    text = "\n".join([f"simulated {args.t_end:g} s in {elapsed:.2f} s", report(solution),
-                      solution.conservation_summary()])
-    print(text)
-    if args.animate:
-        print(animate(solution, args.animate))
-    return text
-
-
 if __name__ == "__main__":
-    main()
+    from mbs.cli import main
+
+    raise SystemExit(main(["run", __file__, *sys.argv[1:]]))

@@ -40,16 +40,13 @@ leaves the parallelogram branch at the first one (t = 0.73 s: couplers turn vert
 energy and constraints are still kept), whereas the order-2 scheme keeps it at h = 10 ms
 (checked over 5 s).
 
-    python examples/iftomm_four_bar.py
-    python examples/iftomm_four_bar.py --n 2 --t-end 10 --animate four_bars.mp4
+    python examples/iftomm_four_bar.py                      # N = 40 (build(n) for others)
+    python examples/iftomm_four_bar.py --t-end 10 --animate four_bars.mp4
 """
 
 from __future__ import annotations
 
-import argparse
-import time
-import warnings
-from pathlib import Path
+import sys
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -231,46 +228,7 @@ def report(solution: mbs.Solution) -> str:
     return "\n".join(lines)
 
 
-def animate(solution: mbs.Solution, path: str) -> str:
-    """Write an animation with ``VIZ``; a message instead if the viz extra is missing."""
-    try:
-        from mbs import viz
-    except ImportError as exc:
-        return f"animation skipped ({exc}); install with pip install -e '.[viz]'"
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return f"animation: {viz.animate(solution, path, progress=False, **VIZ)}"
-
-
-def main(argv: list[str] | None = None) -> str:
-    """Simulate, compare with the reference solutions and print the conservation summary."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=N_LOOPS, help="number of four-bar loops")
-    parser.add_argument("--solver", default=RECOMMENDED["solver"])
-    parser.add_argument("--h", type=float, default=RECOMMENDED["h"])
-    parser.add_argument("--t-end", type=float, default=RECOMMENDED["t_end"])
-    parser.add_argument("--animate", metavar="FILE", help="write an animation (.mp4, .gif)")
-    args = parser.parse_args(argv)
-    system = build(args.n)
-    started = time.perf_counter()
-    with warnings.catch_warnings():
-        # the 3N removed out-of-plane equations are summarised below
-        warnings.filterwarnings("ignore", message="redundant constraints removed")
-        model = system.compile()
-    compiled = time.perf_counter() - started
-    removed = sum(redundancy.count for redundancy in model.redundancies)
-    print(f"{len(system.bodies)} bars, {len(system.joints)} revolute joints: {model.n} "
-          f"coordinates, {model.m} constraints after removing {removed} redundant ones, "
-          f"{model.degrees_of_freedom} degree(s) of freedom")
-    started = time.perf_counter()
-    solution = mbs.simulate(model, args.solver, h=args.h, t_end=args.t_end)
-    elapsed = time.perf_counter() - started
-    text = "\n".join([f"compiled in {compiled:.2f} s, simulated {args.t_end:g} s in "
-                      f"{elapsed:.2f} s", report(solution), solution.conservation_summary()])
-    print(text)
-    if args.animate:
-        print(animate(solution, args.animate))
-    return text
-
-
 if __name__ == "__main__":
-    main()
+    from mbs.cli import main
+
+    raise SystemExit(main(["run", __file__, *sys.argv[1:]]))

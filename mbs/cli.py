@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "example's recommendation)")
     run.add_argument("--h", type=_positive_float, help="step size [s]")
     run.add_argument("--t-end", type=_positive_float, help="end time [s]")
+    run.add_argument("--order", type=int, choices=(2, 4, 6), default=2,
+                     help="compose em or rattle to order 4 or 6 (default 2: the scheme itself)")
     run.add_argument("--project", action="store_true",
                      help="project an inconsistent initial state onto the constraints")
     out = run.add_argument_group("output")
@@ -196,7 +198,8 @@ def _cmd_run(args) -> int:
         system.summary(model)
         print()
     try:
-        solution = mbs.simulate(model, solver, h=h, t_end=t_end, project=args.project,
+        order = {"order": args.order} if args.order != 2 else {}
+        solution = mbs.simulate(model, solver, h=h, t_end=t_end, project=args.project, **order,
                                 progress=progress)
     except SolverError as exc:
         print(f"error: {exc}", file=sys.stderr)

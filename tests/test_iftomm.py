@@ -138,7 +138,7 @@ def test_example_follows_the_gallery_contract(compiled, name):
     assert set(module.RECOMMENDED) == {"solver", "h", "t_end"} and title
     assert set(viz) <= {"camera", "follow", "view", "zoom", "center", "trails", "directors",
                         "visuals", "joints", "forces", "ground_plane"}
-    assert callable(module.main) and callable(module.report)
+    assert callable(module.report)
     assert model.is_consistent(*model.initial_state())
     assert all(redundancy.consistent for redundancy in model.redundancies)
     assert all("redundant" in message for message in caught)
@@ -336,3 +336,15 @@ def test_bricard_keeps_every_joint_equation(bricard_runs):
     assert np.max(BRICARD.closure_residuals(solution)) < 1e-12
     energy = solution.energy()
     assert np.max(np.abs(energy - energy[0])) < 1e-12 * abs(energy[0])
+
+
+def test_example_scripts_run_through_the_command_line(capsys):
+    """``python examples/iftomm_pendulum.py --order 4 ...`` is ``mbs run``: the composed
+    scheme, the comparison with the published values and the summary."""
+    from mbs.cli import main
+
+    assert main(["run", "iftomm-pendulum", "--order", "4", "--h", "0.01", "--t-end", "1",
+                 "--quiet", "--progress", "off"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("solver em-order4  h = 0.01  steps = 100")
+    assert "P1 against the published values" in out
