@@ -28,6 +28,7 @@ from mbs.liegroup.vcg import COMPOSITIONS, VCG
 from mbs.liegroup.vrkmk import TABLEAUX, VRKMK
 from mbs.run_context import progress_bar, single_threaded_blas
 from mbs.solution import Solution
+from mbs.solvers import REGISTRY
 from mbs.solvers.base import SchemeProperties
 from mbs.validation import as_scalar
 
@@ -67,8 +68,6 @@ def make_method(solver: str | VRKMK | VCG = "vrkmk", **options) -> VRKMK | VCG:
         Stage-equation solver (:class:`mbs.liegroup.SolverSettings`; ``iteration`` is its
         ``method``, "newton" or "fixed-point").
     """
-    from mbs.solvers import REGISTRY
-
     if isinstance(solver, VRKMK | VCG):
         if options:
             raise ModelError("solver options can only be given with a solver name; set them "
