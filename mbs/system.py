@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 import networkx as nx
 
 from mbs.bodies.base import Body, Ground
@@ -109,7 +111,10 @@ class System:
         try:
             return self._names[name]
         except KeyError:
-            raise KeyError(f"no element named {name!r}") from None
+            close = difflib.get_close_matches(str(name), [str(n) for n in self._names], n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else (
+                f"; the system has {sorted(map(str, self._names))[:20]}")
+            raise KeyError(f"no element named {name!r}{hint}") from None
 
     @property
     def forces(self) -> list[Force]:

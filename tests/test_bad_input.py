@@ -219,3 +219,10 @@ def test_infeasible_initial_state_cannot_be_projected():
         model = system.compile()
     with pytest.raises(mbs.InconsistentInitialStateError, match="projecting .* failed"):
         model.initial_state(project=True)
+
+
+def test_a_missing_element_name_suggests_the_close_ones():
+    system = mbs.System()
+    system.add(mbs.PointMass(1.0, name="bob"))
+    with pytest.raises(KeyError, match="no element named 'bobb'; did you mean 'bob'"):
+        system["bobb"]

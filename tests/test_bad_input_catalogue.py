@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 150 inputs: 68 of models (bodies, joints, forces, systems), 32 of run
+The catalogue holds 151 inputs: 69 of models (bodies, joints, forces, systems), 32 of run
 options (step size, interval, solver names and options, step counts, streaming), 36 of files
 (stream directories, model JSON, solution archives) and 14 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 191 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 150 others
-(191 with tests/test_bad_input.py) pass.
+hold 192 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 151 others
+(192 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -265,6 +265,10 @@ MODELS = [
         position=(np.nan, 0, 0)), E, r"PointMass 'bob': position must be finite"),
     Bad("velocity-of-two-components", lambda d: mbs.PointMass(1.0, name="bob").set_state(
         velocity=(1.0, 0.0)), E, r"PointMass 'bob': velocity must have 3 components"),
+    Bad("point-mass-given-an-angular-velocity", lambda d: mbs.PointMass(1.0, name="bob")
+        .set_state(angular_velocity=(1.0, 0.0, 0.0)),
+        T, r"PointMass 'bob': set_state takes position and velocity only, got "
+           r"\['angular_velocity'\]; a point mass has no rotation \(use a RigidBody"),
     Bad("rotation-2x2", lambda d: rigid("spinner").set_state(rotation=np.eye(2)),
         E, r"RigidBody 'spinner': rotation must be a finite 3x3 matrix whose columns are the "
            r"directors"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbs.bodies.base import Body
-from mbs.errors import ModelError
+from mbs.errors import ModelError, ModelTypeError
 from mbs.quadratic import AffineVector
 from mbs.validation import as_scalar, as_vector
 
@@ -33,9 +33,13 @@ class PointMass(Body):
         self.position = np.zeros(3)
         self.velocity = np.zeros(3)
 
-    def set_state(self, position=None, velocity=None) -> PointMass:
+    def set_state(self, position=None, velocity=None, **others) -> PointMass:
         """Set the initial position and velocity (world frame)."""
         owner = f"PointMass {self.name!r}"
+        if others:
+            raise ModelTypeError(f"{owner}: set_state takes position and velocity only, got "
+                                 f"{sorted(others)}; a point mass has no rotation (use a "
+                                 f"RigidBody for orientation and angular velocity)")
         if position is not None:
             self.position = as_vector(position, 3, "position", owner)
         if velocity is not None:
