@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--plot", metavar="PATH", help="energy error plot (.png, .pdf, .svg)")
     out.add_argument("--plot-momentum", metavar="PATH", help="momentum error plot")
     out.add_argument("--plot-constraints", metavar="PATH", help="constraint residual plot")
-    out.add_argument("--save", metavar="PATH", help="save the solution (.npz)")
+    out.add_argument("--save", metavar="PATH",
+                     help="save the solution (.npz: exact round trip; .h5: HDF5 for other tools)")
     out.add_argument("--csv", metavar="PATH", help="observables as CSV")
     out.add_argument("--vtk", metavar="PATH", help="ParaView time series (.pvd + .vtp files)")
     anim = run.add_argument_group("animation")
@@ -226,9 +227,10 @@ def _viz_options(args, defaults: dict) -> dict:
 def _outputs(args, solution, viz_defaults: dict, progress: bool) -> None:
     wrote = []
     if args.save:
-        from mbs.io import save_solution
+        from mbs.io import save_hdf5, save_solution
 
-        wrote.append(save_solution(solution, args.save))
+        hdf5 = args.save.lower().endswith((".h5", ".hdf5"))
+        wrote.append((save_hdf5 if hdf5 else save_solution)(solution, args.save))
     if args.csv:
         from mbs.io import save_csv
 

@@ -62,3 +62,13 @@ def test_without_h5py_the_error_says_what_to_install(solution, tmp_path, monkeyp
     monkeypatch.setitem(sys.modules, "h5py", None)
     with pytest.raises(mbs.ModelError, match="pip install"):
         mbs.io.save_hdf5(solution, tmp_path / "top.h5")
+
+
+def test_the_command_line_saves_hdf5_by_suffix(tmp_path, capsys):
+    from mbs.cli import main
+
+    path = tmp_path / "top.h5"
+    assert main(["run", "heavy-top", "--t-end", "0.02", "--quiet", "--progress", "off",
+                 "--save", str(path)]) == 0
+    with h5py.File(path, "r") as data:
+        assert data["q"].shape == (11, 12) and data.attrs["solver"] == "em"
