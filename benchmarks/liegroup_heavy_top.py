@@ -29,11 +29,8 @@ import json
 import os
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
-
-import numpy as np
 
 import mbs
 from benchmarks import cases, peers, timing
@@ -58,23 +55,12 @@ HEADLINE = wp.HEADLINE_ERRORS
 
 def timed_run(model, solver: str, options: dict) -> Callable[[float], dict]:
     """CPU seconds of ``mbs.simulate(model, solver, h=h, t_end=1, **options)`` and the
-    heavy top's centre-of-mass error (``timing.heavy_top_com_measure``)."""
-    def run(h: float) -> dict:
-        steps = int(round(wp.T_END / h))
-        started = time.process_time()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                solution = mbs.simulate(model, solver, h=h, t_end=wp.T_END, **options)
-        except mbs.SolverError as exc:
-            return {"cpu_s": time.process_time() - started, "steps": steps, "error": None,
-                    "failure": f"step {exc.step}: {str(exc)[:100]}"}
-        cpu = time.process_time() - started
-        return {"cpu_s": cpu, "steps": steps,
-                "newton_per_step": float(np.mean(solution.stats["newton_iterations"])),
-                **timing.heavy_top_com_measure(solution),
+    heavy top's centre-of-mass error (:func:`timing.mbs_timed_run`)."""
+    def measure(solution: mbs.Solution) -> dict:
+        return {**timing.heavy_top_com_measure(solution),
                 **wp.run_facts(solution, momentum_axis=2)}
-    return run
+
+    return timing.mbs_timed_run(model, solver, wp.T_END, measure, **options)
 
 
 def mbs_curve(models: dict, scheme: tuple, budget: float) -> dict:

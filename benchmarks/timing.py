@@ -81,12 +81,18 @@ def machine_info() -> dict:
     return info
 
 
-def solver_for(spec: str, **options) -> mbs.solvers.Solver:
-    """A solver from a row label "name" or "name:backend" (e.g. "em:compiled") and further
-    options of :func:`mbs.solvers.make_solver` (e.g. ``order=4``, ``stages=3``)."""
+def solver_spec(spec: str, **options) -> tuple[str, dict]:
+    """(name, options) of a row label "name" or "name:backend" (e.g. "em:compiled") with
+    further solver options (e.g. ``order=4``, ``stages=3``, ``tableau="gauss-2"``)."""
     name, _, backend = spec.partition(":")
     if backend:
         options["backend"] = backend
+    return name, options
+
+
+def solver_for(spec: str, **options) -> mbs.solvers.Solver:
+    """A director solver from a row label and options (:func:`solver_spec`)."""
+    name, options = solver_spec(spec, **options)
     return make_solver(name, **options)
 
 
@@ -95,17 +101,19 @@ def mbs_timed_run(model: mbs.Model, solver: str, t_end: float,
                   **options) -> Callable[[float], dict]:
     """Search callback: CPU time of an mbs run of length t_end and ``measure(solution)``.
 
-    ``solver`` is a row label ("em", "em:compiled"), ``options`` further solver options
-    (:func:`solver_for`); the CPU time (time.process_time) covers the ``mbs.simulate`` call
-    only. A run that raises :class:`mbs.SolverError` gives ``"failure"``, any other exception
-    ``"crash"``, both with ``"error": None``."""
+    ``solver`` is a row label ("em", "em:compiled", or a Lie-group "vrkmk"), ``options``
+    further solver options (:func:`solver_spec`); the CPU time (time.process_time) covers the
+    ``mbs.simulate`` call only. A run that raises :class:`mbs.SolverError` gives
+    ``"failure"``, any other exception ``"crash"``, both with ``"error": None``."""
+    name, solver_options = solver_spec(solver, **options)
+
     def run(h: float) -> dict:
         steps = int(round(t_end / h))
         started = time.process_time()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                sol = mbs.simulate(model, solver_for(solver, **options), h=h, t_end=t_end)
+                sol = mbs.simulate(model, name, h=h, t_end=t_end, **solver_options)
         except mbs.SolverError as exc:
             return {"cpu_s": time.process_time() - started, "steps": steps, "error": None,
                     "failed_step": exc.step,
