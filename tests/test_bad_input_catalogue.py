@@ -454,7 +454,7 @@ OPTIONS = [
     Bad("solver-option-of-another-scheme", lambda d: run(solver="em", theta=0.5),
         E, r"solver 'em': invalid options \['theta'\]"),
     Bad("lobatto-one-stage", lambda d: run(solver="lobatto", stages=1),
-        E, r"Lobatto: stages must be 2, 3 or 4"),
+        E, r"Lobatto: stages must be an integer from 2 to 10"),
     Bad("em-order-3", lambda d: run(solver="em", order=3),
         E, r"composition: order must be 4 or 6, got 3"),
     Bad("on-failure-ignore", lambda d: run(on_failure="ignore"),

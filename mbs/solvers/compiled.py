@@ -38,6 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.solvers.defects import COEFFICIENT_TABLE
+from mbs.solvers.newton import estimated_error
 
 try:  # optional dependency: pip install "mbs[fast]"
     import numba
@@ -60,6 +61,8 @@ else:  # pragma: no cover - the solvers never call the kernels without numba
 CONVERGED, RESIDUAL_NOT_FINITE, SINGULAR, INCREMENT_NOT_FINITE, NOT_CONVERGED, PAUSED = range(6)
 
 _compile_seconds: float | None = None
+
+estimated_error = _jit(estimated_error)
 
 
 def available() -> bool:
@@ -264,9 +267,9 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
                  constant, linear_data, linear_pattern,
                  override_rows, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
                  term_row, term_scale, row_constant,
-                 segment_lo, segment_hi, floors, tolerance, stagnation, contraction,
-                 refactor_above, max_iterations, block_rows, block_cols, alpha, other_rows,
-                 other_cols, direct_entry, direct_target, coupling_entry, coupling_row,
+                 segment_lo, segment_hi, floors, tolerance, stagnation, estimate_level,
+                 contraction, refactor_above, max_iterations, block_rows, block_cols, alpha,
+                 other_rows, other_cols, direct_entry, direct_target, coupling_entry, coupling_row,
                  coupling_block, block_start, block_col, block_entry, constraint_row,
                  work, residual_out, shift_step):
     """Newton on R(x) = c + L x + 1/2 D(x) x = 0 at step data ``data`` (see polynomial.py),
@@ -356,6 +359,7 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
                 largest_x = max(largest_x, abs(x[j] - shift_step[j]))
             increment = max(increment, largest_step / largest_x)
         if (increment <= tolerance
+                or estimated_error(increment, previous) <= estimate_level
                 or (fresh and increment <= stagnation and increment > 0.5 * previous)):
             # the constraint rows at the accepted iterate (the enforced residuals reported)
             _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_xx_indptr,
@@ -394,8 +398,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
                constant, linear_data, linear_pattern,
                override_rows, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
                term_row, term_scale, row_constant,
-               tolerance, stagnation, contraction, refactor_above, max_iterations,
-               block_rows, block_cols, alpha, other_rows, other_cols, direct_entry,
+               tolerance, stagnation, estimate_level, contraction, refactor_above,
+               max_iterations, block_rows, block_cols, alpha, other_rows, other_cols, direct_entry,
                direct_target, coupling_entry, coupling_row, coupling_block, block_start,
                block_col, block_entry, force, new_weight,
                jac_indptr, jac_indices, jac_data, jac_offset, jac_rows, jac_cols, lag,
@@ -514,8 +518,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
             constant, linear_data, linear_pattern,
             override_rows, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
                  term_row, term_scale, row_constant,
-            segment_lo, segment_hi, floors, tolerance, stagnation, contraction, refactor_above,
-            max_iterations, block_rows, block_cols, alpha, other_rows, other_cols,
+            segment_lo, segment_hi, floors, tolerance, stagnation, estimate_level, contraction,
+            refactor_above, max_iterations, block_rows, block_cols, alpha, other_rows, other_cols,
             direct_entry, direct_target, coupling_entry, coupling_row, coupling_block,
             block_start, block_col, block_entry, constraint_row, work, residual, shift_step)
         if shifted:
@@ -925,7 +929,8 @@ class CompiledSystem:
             x += shift_step
         arguments = (*self.tensors, self.constant, self.linear_data, self.linear_unknowns,
                      *self.override, segments[0], segments[1], floors, options.tolerance,
-                     options.stagnation_level, options.contraction, options.refactor_above,
+                     options.stagnation_level, options.estimate_level, options.contraction,
+                     options.refactor_above,
                      options.max_iterations, *self.condensation, residual_from, work[0],
                      residual, shift_step)
         state = work[0][-1]
@@ -968,6 +973,7 @@ class CompiledSystem:
         middle = (bool(warm_gamma), velocity_maps[0], velocity_maps[1], self.m,
                   *self.tensors, self.constant, self.linear_data, self.linear_unknowns,
                   *self.override, float(options.tolerance), float(options.stagnation_level),
+                  float(options.estimate_level),
                   float(options.contraction), float(options.refactor_above),
                   int(options.max_iterations), *self.condensation, force, float(new_weight),
                   *self.jacobian_map, int(lag))

@@ -72,7 +72,17 @@ class LobattoTableau:
 
     @classmethod
     def with_stages(cls, stages: int) -> LobattoTableau:
-        """The s-stage Lobatto IIIA tableau, s = 2, 3, 4 (orders 2, 4, 6)."""
+        """The s-stage Lobatto IIIA tableau of order 2s - 2, for 2 <= s <= MAX_STAGES.
+
+        s = 2, 3, 4 are the closed forms of Hairer, Wanner, Solving Ordinary Differential
+        Equations II (1996), Sect. IV.5; larger s are the collocation coefficients on the
+        Lobatto nodes (0, 1 and the roots of P'_{s-1} mapped to [0, 1]):
+        a_ij = int_0^{c_i} l_j, b_j = int_0^1 l_j with l_j the Lagrange basis polynomials of
+        the nodes."""
+        if (isinstance(stages, bool) or not isinstance(stages, (int, np.integer))
+                or not 2 <= stages <= MAX_STAGES):
+            raise ModelError(f"Lobatto: stages must be an integer from 2 to {MAX_STAGES} "
+                             f"(order 2s - 2), got {stages!r}")
         root5 = np.sqrt(5.0)
         tables = {
             2: ([[0.0, 0.0], [0.5, 0.5]], [0.5, 0.5]),
@@ -86,17 +96,40 @@ class LobattoTableau:
                  [1 / 12, 5 / 12, 5 / 12, 1 / 12]],
                 [1 / 12, 5 / 12, 5 / 12, 1 / 12]),
         }
-        if stages not in tables:
-            raise ModelError(f"Lobatto: stages must be 2, 3 or 4 (orders 2, 4, 6), got "
-                             f"{stages!r}")
-        a, b = tables[stages]
-        return cls(np.array(a), np.array(b))
+        if stages in tables:
+            a, b = tables[stages]
+            return cls(np.array(a), np.array(b))
+        return cls(*_collocation_tableau(int(stages)))
+
+
+#: The largest number of stages :meth:`LobattoTableau.with_stages` builds (order 18).
+MAX_STAGES = 10
+
+
+def _collocation_tableau(stages: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lobatto IIIA (a, b) with ``stages`` nodes as the collocation integrals of the Lagrange
+    basis (see :meth:`LobattoTableau.with_stages`). Each integral over [0, c_i] is a
+    Gauss-Legendre quadrature with ``stages`` points, exact for the basis polynomials (degree
+    s - 1), which are evaluated in product form: no monomial coefficients, whose
+    cancellation would cost digits as s grows."""
+    interior = np.polynomial.legendre.Legendre.basis(stages - 1).deriv().roots()
+    nodes = (np.concatenate([[-1.0], np.sort(interior.real), [1.0]]) + 1.0) / 2.0
+    points, weights = np.polynomial.legendre.leggauss(stages)
+    points, weights = (points + 1.0) / 2.0, weights / 2.0  # on [0, 1]
+    a = np.zeros((stages, stages))
+    for i, upper in enumerate(nodes[1:], start=1):
+        tau = upper * points  # quadrature points on [0, c_i]
+        for j in range(stages):
+            others = np.delete(nodes, j)
+            basis = np.prod((tau[:, None] - others) / (nodes[j] - others), axis=1)
+            a[i, j] = upper * (weights @ basis)
+    return a, a[-1].copy()  # c_s = 1: the last row is b (stiffly accurate)
 
 
 @dataclass
 class Lobatto(Solver):
-    """Constrained Lobatto IIIA-IIIB with ``stages`` = 2, 3 or 4 (orders 2, 4, 6), or any
-    ``tableau`` of that structure (:meth:`LobattoTableau.check`).
+    """Constrained Lobatto IIIA-IIIB with ``stages`` s = 2 .. 10 (order 2s - 2: 2, 4, 6, 8,
+    ...), or any ``tableau`` of that structure (:meth:`LobattoTableau.check`).
 
     Symplectic; momentum maps of symmetric potentials and constraints are conserved; energy
     oscillates in a band of size O(h^(2s-2)). g holds at every stage (so at both step ends),
@@ -113,7 +146,7 @@ class Lobatto(Solver):
     newton: NewtonOptions = field(default_factory=_stage_newton_options)
 
     properties = SchemeProperties(
-        name="lobatto", order_q="2s - 2 (stages s = 2, 3, 4)", order_p="2s - 2",
+        name="lobatto", order_q="2s - 2 (stages s = 2 .. 10)", order_p="2s - 2",
         symplectic=True, energy="bounded oscillation, O(h^(2s-2))",
         momentum="exact (symmetric potentials)",
         constraints_at_step_end="g at every stage; G M^-1 p^{n+1}",
@@ -126,10 +159,7 @@ class Lobatto(Solver):
             self.tableau.check()
             self.stages = self.tableau.stages
             return
-        if isinstance(self.stages, bool) or not isinstance(self.stages, (int, np.integer)):
-            raise ModelError(f"Lobatto: stages must be an integer 2, 3 or 4, got "
-                             f"{self.stages!r}")
-        self.tableau = LobattoTableau.with_stages(int(self.stages))
+        self.tableau = LobattoTableau.with_stages(self.stages)
 
     #: the unknowns are stage velocities and multipliers, not (q1, p1, lambda, gamma)
     _state_unknowns = False

@@ -80,6 +80,14 @@ class NewtonOptions:
         on its branch through singular positions of mechanisms.
     stagnation_level : float
         Increments below this relative size that no longer halve count as converged.
+    estimate_level : float
+        The iteration also stops when the estimated relative error of the current iterate,
+        theta / (1 - theta) times the last increment with theta the ratio of the last two
+        increments (:func:`estimated_error`), is below this (default 1e-15, round-off). The
+        tolerance test alone would ask for one more iteration to see an increment below
+        1e-12 when the increments fall as 1e-4, 1e-8, 1e-12 (the error of the last iterate
+        is then already about 1e-16): constrained Lobatto with four stages on the heavy top
+        at h = 1/256 stops after 3 instead of 4 iterations, at the same accuracy.
     stall_level : float
         Near a singular configuration the Newton matrix is ill-conditioned and the increments
         stall at about (condition number) x (round-off), above the tolerance, while the
@@ -113,6 +121,7 @@ class NewtonOptions:
     tolerance: float = 1e-12
     max_iterations: int = 12
     stagnation_level: float = 1e-8
+    estimate_level: float = 1e-15
     stall_level: float = 1e-6
     simplified: bool | None = None
     contraction: float = 0.25
@@ -644,17 +653,30 @@ def residual_at_roundoff(residual: np.ndarray, jacobian, size: np.ndarray) -> bo
     return bool(np.all(np.abs(residual) <= ROUNDOFF_RESIDUAL * magnitude))
 
 
+def estimated_error(increment: float, previous: float) -> float:
+    """Estimated relative error of a Newton iterate from its relative ``increment`` and the
+    ``previous`` one: theta / (1 - theta) * increment with the contraction factor
+    theta = increment / previous (Hairer, Wanner, Solving Ordinary Differential Equations II
+    (1996), IV.8, eq. (8.10)); inf unless the iteration contracts (the first iteration has
+    ``previous`` = inf). Compiled unchanged into the numba kernel."""
+    if not previous < math.inf or not increment < previous:
+        return math.inf
+    return increment * increment / (previous - increment)
+
+
 def converged(increment: float, previous: float, fresh: bool, options: NewtonOptions,
               at_roundoff: Callable[[], bool]) -> bool:
     """The stopping rule of every Newton loop of the implicit schemes.
 
-    Accept when the relative increment is at the tolerance; or when it stopped halving
+    Accept when the relative increment is at the tolerance; or when the estimated error of
+    the iterate (:func:`estimated_error`) is below ``estimate_level``; or when it stopped halving
     (``stalled``) at round-off level with a fresh Jacobian (``stagnation_level``); or when it
     stalled below ``stall_level`` and ``at_roundoff()`` (evaluated only then) finds the
     residual at round-off, as at singular configurations (see :class:`NewtonOptions`).
     """
     stalled = increment > 0.5 * previous
     return (increment <= options.tolerance
+            or estimated_error(increment, previous) <= options.estimate_level
             or (fresh and stalled and increment <= options.stagnation_level)
             or (stalled and increment <= options.stall_level and at_roundoff()))
 

@@ -499,9 +499,8 @@ class QuadraticSystem:
         -------
         x, iterations, factorisations, and R at the accepted x (for the enforced residuals).
         """
-        tolerance, stagnation = options.tolerance, options.stagnation_level
+        tolerance = options.tolerance
         contraction, refactor_above = options.contraction, options.refactor_above
-        near = 4.0 * max(tolerance, stagnation)
         extra = self._extra
         accumulate, linear_step_t, constant_step = (self._accumulate_half_xx,
                                                     self._linear_step_t, self.constant_step)
@@ -554,9 +553,10 @@ class QuadraticSystem:
                 if not increment < math.inf:  # NaN or inf in the q, p blocks
                     _raise_failure("increment", residual, iteration)
                 # The estimate bounds the exact value from above, so an estimate at the
-                # tolerance already decides convergence; the exact value (block magnitudes of
-                # the updated x) is needed only between the tolerance and the stagnation rule.
-                if tolerance < increment <= near:
+                # tolerance already decides convergence; above it the exact value (block
+                # magnitudes of the updated x) is needed, by the stagnation rule and by the
+                # contraction estimate of the error, which compares two increments.
+                if tolerance < increment:
                     current = x[lead] if shift is None else x[lead] - shift[lead]
                     increment = float(_max(
                         np.maximum.reduceat(np.abs(step[lead]), starts)
