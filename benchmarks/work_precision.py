@@ -104,6 +104,7 @@ MBS_SCHEMES = (
     Scheme("lobatto s=4", "lobatto", {"stages": 4}, order=6),
     Scheme("lobatto s=3 compiled", "lobatto", {"stages": 3, "backend": "compiled"}, order=4),
     Scheme("lobatto s=4 compiled", "lobatto", {"stages": 4, "backend": "compiled"}, order=6),
+    Scheme("lobatto s=5 compiled", "lobatto", {"stages": 5, "backend": "compiled"}, order=8),
     Scheme("em order 4", "em", {"order": 4}, order=4),
     Scheme("em order 6", "em", {"order": 6}, order=6),
     Scheme("em order 6 compiled", "em", {"order": 6, "backend": "compiled"}, order=6),
@@ -570,6 +571,7 @@ COLOURS = {"em": "#1f77b4", "em compiled": "#17becf", "em order 4": "#3b4cc0",
            "rattle order 4": "#006d2c", "rattle order 6": "#74c476", "hbvm": "#8c564b",
            "lobatto s=2": "#ff7f0e", "lobatto s=3": "#d62728", "lobatto s=4": "#e377c2",
            "lobatto s=3 compiled": "#ff9896", "lobatto s=4 compiled": "#f7b6d2",
+           "lobatto s=5 compiled": "#7b4173",
            "em order 6 compiled": "#6baed6"}
 MARKERS = "osD^v<>phX*Pd"
 
