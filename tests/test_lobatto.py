@@ -182,3 +182,40 @@ def test_orders_on_the_heavy_top_and_the_double_pendulum(name, stages):
     for errors in (errors_q, errors_p):
         slope = -np.polyfit(np.log(steps), np.log(errors), 1)[0]
         assert slope == pytest.approx(order, abs=tolerance)
+
+
+@pytest.mark.skipif(not compiled.available(), reason="needs numba")
+def test_whole_steps_in_the_compiled_kernel(tmp_path):
+    """With a potential linear in q, the compiled backend runs whole steps (guess, Newton,
+    outputs) in the kernel: the states agree with the numpy path to the Newton tolerance
+    (1e-12 relative per step, 100 steps of the heavy top), and blocks of steps, single
+    steps (a streamed run), a resumed run and an ensemble member give the same bits."""
+    import heavy_top
+
+    model = heavy_top.build().compile()
+    solver = Lobatto(stages=4, backend="compiled")
+    kernel = mbs.simulate(model, solver, h=2e-3, t_end=0.2)
+    assert solver.active_backend == "compiled" and solver.batch_capable
+    numpy_path = mbs.simulate(model, "lobatto", stages=4, h=2e-3, t_end=0.2)
+    assert np.abs(kernel.q - numpy_path.q).max() <= 1e-10 * np.abs(numpy_path.q).max()
+    assert np.abs(kernel.p - numpy_path.p).max() <= 1e-10 * np.abs(numpy_path.p).max()
+    np.testing.assert_allclose(kernel.enforced_residuals, 0.0, atol=1e-13)
+    assert_stream_resume_and_ensemble_repeat_the_run(
+        model, "lobatto", {"stages": 4, "backend": "compiled"}, 2e-3, 20, tmp_path)
+
+
+@pytest.mark.parametrize("backend", ["auto", "compiled"])
+def test_refined_steps_continue_the_stage_polynomial_at_their_own_length(backend):
+    """A step redone as sub-steps starts Newton from the last stage polynomial evaluated at
+    the sub-steps' nodes (its time axis scaled by h_sub / h). Five stages on the heavy top
+    at h = 1/64 (2.1 rad of spin per step): steps that fail are refined and the run
+    completes, with the constraints at round-off (a guess continued over the full step
+    length left every refinement depth without convergence)."""
+    import heavy_top
+
+    if backend == "compiled" and not compiled.available():
+        pytest.skip("needs numba")
+    model = heavy_top.build().compile()
+    solution = mbs.simulate(model, "lobatto", stages=5, backend=backend, h=1 / 64, t_end=0.5)
+    assert solution.stats["completed"] and solution.stats["refined_steps"]
+    assert solution.constraint_residuals()["position"].max() <= 1e-12

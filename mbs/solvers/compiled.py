@@ -927,12 +927,9 @@ class CompiledSystem:
         if self.shift[1]:
             _affine_sparse(self.shift[0], data, np.zeros(x.size), shift_step)
             x += shift_step
-        arguments = (*self.tensors, self.constant, self.linear_data, self.linear_unknowns,
-                     *self.override, segments[0], segments[1], floors, options.tolerance,
-                     options.stagnation_level, options.estimate_level, options.contraction,
-                     options.refactor_above,
-                     options.max_iterations, *self.condensation, residual_from, work[0],
-                     residual, shift_step)
+        front, back = self.newton_arguments(options, residual_from)
+        arguments = (*front, segments[0], segments[1], floors, *back, work[0], residual,
+                     shift_step)
         state = work[0][-1]
         if extra is None:
             state[:] = 0.0
@@ -953,6 +950,18 @@ class CompiledSystem:
         if self.shift[1]:
             x -= shift_step
         return code, iterations, norm, increment, factorizations
+
+    def newton_arguments(self, options, residual_from: int) -> tuple[tuple, tuple]:
+        """The arguments of :func:`_newton_step` after (data, x) that do not change from step
+        to step, as the groups before and after (segment_lo, segment_hi, floors); the last
+        three (workspace, residual, shift) follow the second."""
+        front = (*self.tensors, self.constant, self.linear_data, self.linear_unknowns,
+                 *self.override)
+        back = (float(options.tolerance), float(options.stagnation_level),
+                float(options.estimate_level), float(options.contraction),
+                float(options.refactor_above), int(options.max_iterations),
+                *self.condensation, int(residual_from))
+        return front, back
 
     def workspace(self) -> tuple:
         """Scratch arrays of :meth:`solve` (one set per solver run): the kernel's

@@ -86,6 +86,39 @@ class CompiledRun:
         unknowns are (q1, p1, lambda, gamma). Others use :meth:`solve` for Newton only."""
         return self.velocity_maps is not None
 
+    @property
+    def runs_stage_steps(self) -> bool:
+        """Whether whole steps of a stage scheme may run in the kernel
+        (:mod:`mbs.solvers.compiled_stages`): no terms evaluated in Python, unknowns not
+        shifted."""
+        return (not self.solver._state_unknowns
+                and self.solver._polynomial.potential_terms is None
+                and not self.system.shift[1])
+
+    def run_stages(self, q, p, velocities, multipliers, velocity_multipliers, enforced,
+                   iterations, first: int, count: int, scheme: tuple, residual_from: int
+                   ) -> tuple:
+        """Steps ``first`` .. ``first + count - 1`` of a stage scheme in the kernel
+        (:func:`mbs.solvers.compiled_stages.run_stage_steps` with ``scheme``, its arrays
+        updated in place) with the run's warm start. Returns (steps done, code, residual norm,
+        increment, iterations, factorisations) as :meth:`run`."""
+        from mbs.solvers.compiled_stages import run_stage_steps
+
+        solver, warm = self.solver, self.solver._warm
+        if self._work is None:
+            self._work = self.system.workspace()
+            self._residual = np.empty(self.system.constant.shape[0])
+        front, back = self.system.newton_arguments(solver.newton, residual_from)
+        defects = self.defect_rows(self.system.n_unknowns)
+        order = solver.correction_degree
+        *result, defect_count, warm.startup_defects = run_stage_steps(
+            q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
+            count, scheme, (front, back, self._work[0]),
+            (-1 if order is None else order, defects, len(warm.defects),
+             warm.startup_defects))
+        warm.defects.load(defects[:defect_count])
+        return tuple(result)
+
     def solve(self, data: np.ndarray, guess: np.ndarray, blocks: list[slice],
               scales: list[float], residual_from: int) -> tuple[np.ndarray, int, np.ndarray]:
         """Newton on the step from ``data`` = (q0, p0) in the kernel (any scheme's tensor
@@ -129,11 +162,12 @@ class CompiledRun:
             self.velocity_maps, solver.newton, solver._constant_gradient,
             solver._new_momentum_weight, solver._warm.lag, -1 if order is None else order)
 
-    def defect_rows(self) -> np.ndarray:
-        """The kernel's defect buffer, ((degree + 1) L, n_x), with the history's rows
-        (oldest first) in its first rows."""
+    def defect_rows(self, width: int | None = None) -> np.ndarray:
+        """The kernel's defect buffer, ((degree + 1) L, ``width``), with the history's rows
+        (oldest first) in its first rows; ``width`` is n_x, by default 2 n + 2 m."""
         model, warm = self.solver.model, self.solver._warm
-        defects = np.zeros((warm.defects.capacity, 2 * model.n + 2 * model.m))
+        width = 2 * model.n + 2 * model.m if width is None else width
+        defects = np.zeros((warm.defects.capacity, width))
         if warm.defects:
             defects[:len(warm.defects)] = warm.defects.rows()
         return defects
@@ -152,17 +186,24 @@ class CompiledRun:
     def step(self, q0: np.ndarray, p0: np.ndarray) -> tuple:
         """One step: (q1, p1, velocity, lambda, gamma, iterations, enforced, factorisations);
         raises NewtonConvergenceError when the kernel fails."""
+        result = self.single_step(self.run, q0, p0)
+        self.solver._warm.record(result[3], result[4])
+        return result
+
+    def single_step(self, run, q0: np.ndarray, p0: np.ndarray) -> tuple:
+        """One step from (q0, p0) as a block of one of ``run`` (:meth:`run` or a bound
+        :meth:`run_stages`): (q1, p1, velocity, lambda, gamma, iterations, enforced,
+        factorisations); raises NewtonConvergenceError when the kernel fails."""
         n, m = self.solver.model.n, self.solver.model.m
         q, p = np.empty((2, n)), np.empty((2, n))
         q[0], p[0] = q0, p0
         velocity, lam, gam = np.empty((1, n)), np.empty((1, m)), np.empty((1, m))
         enforced, iterations = np.empty((1, 2)), np.zeros(1, dtype=np.int64)
-        _, code, norm, increment, its, factorizations = self.run(
+        _, code, norm, increment, its, factorizations = run(
             q, p, velocity, lam, gam, enforced, iterations, 0, 1)
         if code != _compiled().CONVERGED:
             raise NewtonConvergenceError(*_failure(code, norm, increment, its))
-        self.solver._warm.record(lam[0], gam[0])
-        return (q[1], p[1], velocity[0], lam[0].copy(), gam[0].copy(), int(iterations[0]),
+        return (q[1], p[1], velocity[0], lam[0], gam[0], int(iterations[0]),
                 (float(enforced[0, 0]), float(enforced[0, 1])), factorizations)
 
 

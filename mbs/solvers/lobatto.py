@@ -169,16 +169,26 @@ class Lobatto(Solver):
         self._stage_multipliers = np.zeros((self.tableau.stages, model.m))
         self._stage_velocities = None
         self._x0 = np.zeros(self.tableau.stages * (model.n + model.m) + model.n)
-        nodes = self.tableau.a.sum(axis=1)
-        # Lagrange basis on the nodes c_j evaluated at 1 + c_i: the stage polynomial of the
-        # last step continued over the next one
-        self._continuation = np.array([[np.prod([(1.0 + ci - ck) / (cj - ck)
-                                                 for k, ck in enumerate(nodes) if k != j])
-                                        for j, cj in enumerate(nodes)] for ci in nodes])
+        self._stage_step = h  # the step length the stage values come from
+        self._continuations: dict[float, np.ndarray] = {}
         gradient = self._constant_gradient
         # M^-1 grad V, the acceleration scale of the stage velocities (constant for gravity)
         self._acceleration = (None if gradient is None
                               else self._max(model.inverse_mass_matrix @ gradient))
+
+    def _continuation(self) -> np.ndarray:
+        """The Lagrange basis on the nodes c_j evaluated at 1 + r c_i, r = h / (the length of
+        the step the stage values come from): the last step's stage polynomial continued over
+        the next step, also after a change of h (sub-steps of a refined step)."""
+        ratio = self.h / self._stage_step
+        matrix = self._continuations.get(ratio)
+        if matrix is None:
+            nodes = self.tableau.a.sum(axis=1)
+            matrix = self._continuations[ratio] = np.array(
+                [[np.prod([(1.0 + ratio * ci - ck) / (cj - ck)
+                           for k, ck in enumerate(nodes) if k != j])
+                  for j, cj in enumerate(nodes)] for ci in nodes])
+        return matrix
 
     def _polynomial_key(self) -> tuple:
         return (self.tableau.a.tobytes(), self.tableau.b.tobytes())
@@ -233,8 +243,48 @@ class Lobatto(Solver):
                                      p1.mapped(model.inverse_mass_matrix), 1.0, h)
         return builder
 
+    @property
+    def _runs_in_kernel(self) -> bool:
+        """Whether whole steps run in the compiled kernel (:mod:`~mbs.solvers.compiled_stages`):
+        on the compiled backend, with a potential linear in q and no applied forces."""
+        return (self._compiled is not None and self._compiled.runs_stage_steps
+                and self._acceleration is not None)
+
+    @property
+    def batch_capable(self) -> bool:
+        return self._runs_in_kernel
+
+    def run_compiled(self, q: np.ndarray, p: np.ndarray, velocities: np.ndarray,
+                     multipliers: np.ndarray, velocity_multipliers: np.ndarray,
+                     enforced: np.ndarray, iterations: np.ndarray, first: int,
+                     count: int) -> int:
+        done, *_, factorizations = self._run_kernel(q, p, velocities, multipliers,
+                                                    velocity_multipliers, enforced,
+                                                    iterations, first, count)
+        self._newton_state.factorizations += factorizations
+        return done
+
+    def _run_kernel(self, *arrays_and_range) -> tuple:
+        """:meth:`CompiledRun.run_stages` with this run's stage values, updated in place."""
+        model, s = self.model, self.tableau.stages
+        started = np.array([self._stage_velocities is not None], dtype=np.int64)
+        velocities = (self._stage_velocities if self._stage_velocities is not None
+                      else np.zeros((s, model.n)))
+        momentum_floor = max(self.h * self._constant_force, self._momentum_floor)
+        scheme = (velocities, self._stage_multipliers, started, self.tableau.b,
+                  self._continuation(), float(self.h), self._compiled.inverse_mass,
+                  float(self._acceleration), float(momentum_floor))
+        result = self._compiled.run_stages(*arrays_and_range, scheme, (s + 1) * model.n)
+        if started[0]:
+            self._stage_velocities, self._stage_step = velocities, self.h
+        return result
+
     def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
         self._time = t
+        if self._runs_in_kernel:
+            *result, factorizations = self._compiled.single_step(self._run_kernel, q0, p0)
+            self._newton_state.factorizations += factorizations
+            return StepResult(*result, 0.0)
         model, h, s = self.model, self.h, self.tableau.stages
         n, m = model.n, model.m
         velocity = self._minv @ p0
@@ -243,8 +293,9 @@ class Lobatto(Solver):
             x0[:s * n].reshape(s, n)[:] = velocity
             x0[(s + 1) * n:] = self._stage_multipliers.ravel()
         else:
-            x0[:s * n].reshape(s, n)[:] = self._continuation @ self._stage_velocities
-            x0[(s + 1) * n:] = (self._continuation @ self._stage_multipliers).ravel()
+            continuation = self._continuation()
+            x0[:s * n].reshape(s, n)[:] = continuation @ self._stage_velocities
+            x0[(s + 1) * n:] = (continuation @ self._stage_multipliers).ravel()
         x0[s * n:(s + 1) * n] = p0
         # stage velocities against their natural size: |v|, or the change a force makes in a
         # step when the system starts from rest; p1 against |p| or the impulse of a step
@@ -265,7 +316,7 @@ class Lobatto(Solver):
         velocities = x[:s * n].reshape(s, n)
         multipliers = x[(s + 1) * n:].reshape(s, m)
         self._stage_multipliers = multipliers.copy()
-        self._stage_velocities = velocities.copy()
+        self._stage_velocities, self._stage_step = velocities.copy(), h
         q1 = q0 + h * (self.tableau.b @ velocities)  # = Q_s (last row of a is b)
         constraint_rows = np.abs(residual[(s + 1) * n:])
         enforced = (self._max(constraint_rows[:(s - 1) * m]), self._max(constraint_rows[-m:]))
@@ -293,6 +344,7 @@ class Lobatto(Solver):
         state["stage_multipliers"] = self._stage_multipliers.copy()
         if self._stage_velocities is not None:
             state["stage_velocities"] = self._stage_velocities.copy()
+            state["stage_step"] = self._stage_step
         return state
 
     def restore(self, state: dict) -> None:
@@ -301,3 +353,4 @@ class Lobatto(Solver):
         velocities = state.get("stage_velocities")
         self._stage_velocities = (None if velocities is None
                                   else np.asarray(velocities, dtype=float).copy())
+        self._stage_step = float(state.get("stage_step", self.h))

@@ -1,0 +1,169 @@
+"""Whole steps of the stage schemes in the compiled kernel (see :mod:`mbs.solvers.compiled`).
+
+A step of constrained Lobatto IIIA-IIIB (:class:`~mbs.solvers.lobatto.Lobatto`) is, besides
+Newton on its tensor form, a guess from the previous step's stage values, a defect correction,
+the Newton scales and the step's outputs: a few vector operations that cost more in Python
+than an iteration of the kernel (heavy top, four stages: about 50 us per step in Python
+against 35 us per Newton iteration). :func:`run_stage_steps` runs blocks of such steps in one
+call, with exactly the operations of :meth:`Lobatto.step`; a single step of a run on the
+compiled backend is a block of one, so that blocks, single steps, streaming and resume give
+the same numbers bitwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mbs.solvers.compiled import (
+    CONVERGED,
+    _correct_guess,
+    _jit,
+    _newton_step,
+    _unroll_defects,
+)
+from mbs.solvers.defects import COEFFICIENT_TABLE
+
+
+@_jit
+def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
+                     iterations_out, first, count, stage_velocities, stage_multipliers, started,
+                     weights, continuation, h, inverse_mass, acceleration, momentum_floor,
+                     newton_front, newton_back, work, correction_order, defects, defect_count,
+                     startup_defects, coefficients):
+    """Steps first .. first + count - 1 of constrained Lobatto IIIA-IIIB with s stages.
+
+    The unknowns are (V_1 .. V_s, p1, Lambda_1 .. Lambda_s) (see
+    :meth:`Lobatto._equations`). Newton starts from the previous step's stage velocities
+    and multipliers continued over the new step (``continuation`` (s, s), the Lagrange basis
+    on the nodes evaluated at 1 + c_i; in/out arrays ``stage_velocities`` (s, n),
+    ``stage_multipliers`` (s, m)), or, before the first step (``started[0]`` = 0), from
+    M^-1 p at every stage and the given multipliers; p1 starts from p. With
+    ``correction_order`` >= 0 the guess is corrected by the extrapolated defects (as in
+    :func:`mbs.solvers.compiled._run_steps`). The convergence blocks are the stage velocities,
+    of size max(|M^-1 p|, h ``acceleration``), and p1, of size max(|p|,
+    ``momentum_floor``). ``newton_front`` and ``newton_back`` are the arguments of
+    :func:`~mbs.solvers.compiled._newton_step` before and after the blocks and floors,
+    ``work`` its workspace. Outputs: q1 = q + h sum_i b_i V_i, p1, the last stage velocity,
+    the first and last stage multipliers, the largest stage and velocity constraint rows.
+    Returns (steps done, code of the failed step or CONVERGED, its residual norm, increment,
+    iterations, LU factorisations, defect count, startup defects left)."""
+    n = q_out.shape[1]
+    stages = weights.shape[0]
+    m = stage_multipliers.shape[1]
+    momentum_at = stages * n
+    multipliers_at = (stages + 1) * n
+    n_x = multipliers_at + stages * m
+    data = np.empty(2 * n)
+    no_data = np.empty(0)
+    x = np.empty(n_x)
+    raw_guess = np.empty(n_x)
+    defect_sum = np.empty(n_x)
+    residual = np.empty(n_x)
+    velocity = np.empty(n)
+    shift_step = np.zeros(n_x)
+    segment_lo = np.array([0, momentum_at])
+    segment_hi = np.array([momentum_at, multipliers_at])
+    floors = np.empty(2)
+    state = work[11]
+    total_factorizations = 0
+    oldest = 0
+    for k in range(first, first + count):
+        q0 = q_out[k]
+        p0 = p_out[k]
+        data[:n] = q0
+        data[n:] = p0
+        largest_velocity = 0.0
+        for j in range(n):
+            v = 0.0
+            for i in range(n):
+                v += inverse_mass[j, i] * p0[i]
+            velocity[j] = v
+            largest_velocity = max(largest_velocity, abs(v))
+        for i in range(stages):
+            for j in range(n):
+                if started[0]:
+                    v = 0.0
+                    for previous in range(stages):
+                        v += continuation[i, previous] * stage_velocities[previous, j]
+                    x[i * n + j] = v
+                else:
+                    x[i * n + j] = velocity[j]
+            for j in range(m):
+                if started[0]:
+                    v = 0.0
+                    for previous in range(stages):
+                        v += continuation[i, previous] * stage_multipliers[previous, j]
+                    x[multipliers_at + i * m + j] = v
+                else:
+                    x[multipliers_at + i * m + j] = stage_multipliers[i, j]
+        largest_momentum = 0.0
+        for j in range(n):
+            x[momentum_at + j] = p0[j]
+            largest_momentum = max(largest_momentum, abs(p0[j]))
+        raw_guess[:] = x
+        correcting = correction_order >= 0
+        if correcting:
+            _correct_guess(x, no_data, defects, defect_count, oldest, correction_order, 1,
+                           defect_sum, coefficients)
+        floors[0] = max(largest_velocity, h * acceleration, 1e-300)
+        floors[1] = max(largest_momentum, momentum_floor)
+        state[:] = 0.0
+        code, iterations, norm, increment, factorizations = _newton_step(
+            data, x, *newton_front, segment_lo, segment_hi, floors, *newton_back, work,
+            residual, shift_step)
+        total_factorizations += factorizations
+        if code != CONVERGED:
+            _unroll_defects(defects, oldest)
+            return (k - first, code, norm, increment, iterations, total_factorizations,
+                    defect_count, startup_defects)
+        if correcting and startup_defects > 0:
+            startup_defects -= 1
+        elif correcting:  # keep x - raw guess in the ring, overwriting the oldest when full
+            capacity = defects.shape[0]
+            if defect_count == capacity:
+                slot = oldest
+                oldest = (oldest + 1) % capacity
+            else:
+                slot = (oldest + defect_count) % capacity
+                defect_count += 1
+            for j in range(n_x):
+                defects[slot, j] = x[j] - raw_guess[j]
+        for i in range(stages):
+            for j in range(n):
+                stage_velocities[i, j] = x[i * n + j]
+            for j in range(m):
+                stage_multipliers[i, j] = x[multipliers_at + i * m + j]
+        started[0] = 1
+        for j in range(n):
+            v = 0.0
+            for i in range(stages):
+                v += weights[i] * x[i * n + j]
+            q_out[k + 1, j] = q0[j] + h * v  # = Q_s (the last row of a is b)
+            p_out[k + 1, j] = x[momentum_at + j]
+            velocity_out[k, j] = x[(stages - 1) * n + j]
+        position = 0.0
+        for row in range(multipliers_at, multipliers_at + (stages - 1) * m):
+            position = max(position, abs(residual[row]))
+        hidden = 0.0
+        for row in range(multipliers_at + (stages - 1) * m, n_x):
+            hidden = max(hidden, abs(residual[row]))
+        for j in range(m):
+            lam_out[k, j] = x[multipliers_at + j]
+            gam_out[k, j] = x[multipliers_at + (stages - 1) * m + j]
+        enforced_out[k, 0] = position
+        enforced_out[k, 1] = hidden
+        iterations_out[k] = iterations
+    _unroll_defects(defects, oldest)
+    return count, CONVERGED, 0.0, 0.0, 0, total_factorizations, defect_count, startup_defects
+
+
+def run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
+                    iterations_out, first: int, count: int, scheme: tuple, newton: tuple,
+                    warm: tuple) -> tuple:
+    """:func:`_run_stage_steps` with its arguments grouped: ``scheme`` = (stage velocities,
+    stage multipliers, started, weights b, continuation, h, M^-1 dense, acceleration,
+    momentum floor), ``newton`` = (front, back, work) and ``warm`` = (correction order,
+    defects (capacity, n_x) oldest first, defect count, startup defects)."""
+    return _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
+                            iterations_out, first, count, *scheme, *newton, *warm,
+                            COEFFICIENT_TABLE)
