@@ -107,7 +107,9 @@ class Solver:
         pendulum, four-bar and 3-body chain at h = 2 ms: 2.03-2.20 instead of 2.06-2.47;
         chains of 10 / 100 / 1000 bodies at h = 1 ms, EM 4.10 / 4.65 / 5.55 -> 3.17 / 4.03 /
         5.15, VI-A 5.02 / 5.58 / 6.40 -> 2.70 / 4.47 / 5.75).
-        The converged steps are those of the uncorrected guess to round-off.
+        The converged steps are those of the uncorrected guess to round-off. Constrained
+        Lobatto with "auto" predicts with fitted coefficients instead, once enough defects are
+        known (see :class:`~mbs.solvers.lobatto.Lobatto`); an integer keeps the polynomial.
     """
 
     newton: NewtonOptions = field(default_factory=NewtonOptions)
@@ -151,7 +153,8 @@ class Solver:
         self.model = model
         self.h = h
         self._minv = model.inverse_mass_operator()
-        self._warm = WarmStart(model.m, self.correction_degree, self._multiplier_lag)
+        self._warm = WarmStart(model.m, self.correction_degree, self._multiplier_lag,
+                               *self._fitted_prediction())
         self._newton_state = NewtonState()
         #: steps retried from the "advanced" guess after the "explicit" one failed
         self.guess_retries = 0
@@ -255,6 +258,12 @@ class Solver:
         if self.predictor_correction == "auto":
             return 3 if self._multiplier_lag == 1 else 6
         return None if self.predictor_correction is None else int(self.predictor_correction)
+
+    def _fitted_prediction(self) -> tuple[int | None, np.ndarray | None]:
+        """(order, block boundaries) of the fitted linear prediction of the defects
+        (:func:`~mbs.solvers.defects.fitted_prediction`), or (None, None) for the polynomial
+        extrapolation alone."""
+        return None, None
 
     def _update_floor_minimum(self) -> None:
         """Lower bounds of the Newton scales of q and p (see :meth:`_scales`) when they do

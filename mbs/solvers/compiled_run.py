@@ -115,7 +115,9 @@ class CompiledRun:
             q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
             count, scheme, (front, back, self._work[0]),
             (-1 if order is None else order, defects, len(warm.defects),
-             warm.startup_defects))
+             warm.startup_defects, warm.defects.fit_order or 0,
+             np.zeros(1, np.int64) if warm.defects.fit_blocks is None
+             else np.asarray(warm.defects.fit_blocks, dtype=np.int64)))
         warm.defects.load(defects[:defect_count])
         return tuple(result)
 

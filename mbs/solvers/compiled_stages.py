@@ -18,10 +18,61 @@ from mbs.solvers.compiled import (
     CONVERGED,
     _correct_guess,
     _jit,
+    _lu_factor,
+    _lu_solve,
     _newton_step,
     _unroll_defects,
 )
-from mbs.solvers.defects import COEFFICIENT_TABLE
+from mbs.solvers.defects import COEFFICIENT_TABLE, FIT_RIDGE
+
+
+@_jit
+def _fitted_correction(x, defects, defect_count, oldest, order, blocks, correction, gram,
+                       rhs, pivots):
+    """x += :func:`mbs.solvers.defects.fitted_prediction` of the last 2 ``order`` defects of
+    the ring ``defects`` (logical row 0, the oldest, at ring row ``oldest``), per block
+    ``blocks[b]:blocks[b + 1]``; ``gram`` (r, r), ``rhs`` (r,), ``pivots`` are scratch."""
+    capacity = defects.shape[0]
+    first = oldest + defect_count - 2 * order  # ring row of history[0] (before wrapping)
+    for b in range(blocks.shape[0] - 1):
+        low, high = blocks[b], blocks[b + 1]
+        gram[:] = 0.0
+        rhs[:] = 0.0
+        for target in range(order, 2 * order):
+            t_row = (first + target) % capacity
+            for i in range(order):
+                i_row = (first + target - 1 - i) % capacity
+                s = 0.0
+                for c in range(low, high):
+                    s += defects[i_row, c] * defects[t_row, c]
+                rhs[i] += s
+                for j in range(i, order):
+                    j_row = (first + target - 1 - j) % capacity
+                    s = 0.0
+                    for c in range(low, high):
+                        s += defects[i_row, c] * defects[j_row, c]
+                    gram[i, j] += s
+        scale = 0.0
+        for i in range(order):
+            scale += gram[i, i]
+            for j in range(i):
+                gram[i, j] = gram[j, i]
+        scale /= order
+        for c in range(low, high):
+            correction[c] = 0.0
+        if not 0.0 < scale < np.inf:
+            continue
+        for i in range(order):
+            gram[i, i] += FIT_RIDGE * scale
+        if not _lu_factor(gram, pivots):
+            continue
+        _lu_solve(gram, pivots, rhs)
+        for i in range(order):
+            row = (first + 2 * order - 1 - i) % capacity
+            for c in range(low, high):
+                correction[c] += rhs[i] * defects[row, c]
+    for c in range(x.shape[0]):
+        x[c] += correction[c]
 
 
 @_jit
@@ -29,7 +80,7 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
                      iterations_out, first, count, stage_velocities, stage_multipliers, started,
                      weights, continuation, h, inverse_mass, acceleration, momentum_floor,
                      newton_front, newton_back, work, correction_order, defects, defect_count,
-                     startup_defects, coefficients):
+                     startup_defects, fit_order, fit_blocks, coefficients):
     """Steps first .. first + count - 1 of constrained Lobatto IIIA-IIIB with s stages.
 
     The unknowns are (V_1 .. V_s, p1, Lambda_1 .. Lambda_s) (see
@@ -39,7 +90,9 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
     ``stage_multipliers`` (s, m)), or, before the first step (``started[0]`` = 0), from
     M^-1 p at every stage and the given multipliers; p1 starts from p. With
     ``correction_order`` >= 0 the guess is corrected by the extrapolated defects (as in
-    :func:`mbs.solvers.compiled._run_steps`). The convergence blocks are the stage velocities,
+    :func:`mbs.solvers.compiled._run_steps`), or, with ``fit_order`` r > 0 and 2 r defects
+    known, by their fitted linear prediction over the blocks ``fit_blocks``
+    (:func:`_fitted_correction`). The convergence blocks are the stage velocities,
     of size max(|M^-1 p|, h ``acceleration``), and p1, of size max(|p|,
     ``momentum_floor``). ``newton_front`` and ``newton_back`` are the arguments of
     :func:`~mbs.solvers.compiled._newton_step` before and after the blocks and floors,
@@ -65,6 +118,10 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
     segment_hi = np.array([momentum_at, multipliers_at])
     floors = np.empty(2)
     state = work[11]
+    fit_size = max(fit_order, 1)
+    gram = np.empty((fit_size, fit_size))
+    fit_rhs = np.empty(fit_size)
+    fit_pivots = np.empty(fit_size, dtype=np.int64)
     total_factorizations = 0
     oldest = 0
     for k in range(first, first + count):
@@ -102,7 +159,10 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
             largest_momentum = max(largest_momentum, abs(p0[j]))
         raw_guess[:] = x
         correcting = correction_order >= 0
-        if correcting:
+        if correcting and fit_order > 0 and defect_count >= 2 * fit_order:
+            _fitted_correction(x, defects, defect_count, oldest, fit_order, fit_blocks,
+                               defect_sum, gram, fit_rhs, fit_pivots)
+        elif correcting:
             _correct_guess(x, no_data, defects, defect_count, oldest, correction_order, 1,
                            defect_sum, coefficients)
         floors[0] = max(largest_velocity, h * acceleration, 1e-300)
@@ -163,7 +223,8 @@ def run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
     """:func:`_run_stage_steps` with its arguments grouped: ``scheme`` = (stage velocities,
     stage multipliers, started, weights b, continuation, h, M^-1 dense, acceleration,
     momentum floor), ``newton`` = (front, back, work) and ``warm`` = (correction order,
-    defects (capacity, n_x) oldest first, defect count, startup defects)."""
+    defects (capacity, n_x) oldest first, defect count, startup defects, fit order (0: none),
+    fit block boundaries)."""
     return _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
                             iterations_out, first, count, *scheme, *newton, *warm,
                             COEFFICIENT_TABLE)

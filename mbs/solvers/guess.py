@@ -45,13 +45,18 @@ class WarmStart:
     lag : int
         Steps between the multipliers a new step resembles most: 1 when they vary smoothly
         (EM), 2 for the GGL theta methods, whose lambda^n, gamma^n alternate from step to step.
+    fit_order, fit_blocks : optional
+        Linear prediction of the defects with fitted coefficients (see
+        :class:`~mbs.solvers.defects.DefectHistory`).
     """
 
-    def __init__(self, m: int, degree: int | None, lag: int):
+    def __init__(self, m: int, degree: int | None, lag: int, fit_order: int | None = None,
+                 fit_blocks: np.ndarray | None = None):
         self.degree, self.lag = degree, lag
+        self.fit = (fit_order, fit_blocks)
         self.lam, self.gam = np.zeros(m), np.zeros(m)
         self.lam_before = self.gam_before = None  # one step older (see ``lag``)
-        self.defects = DefectHistory(degree, lag)
+        self.defects = DefectHistory(degree, lag, *self.fit)
         # The first L steps start from multipliers that are not the lag-L warm start (zeros,
         # then for L = 2 the previous step's): their defects hold that jump, not the smooth
         # predictor error, and would spoil the extrapolation while in the history (measured
@@ -129,7 +134,7 @@ class WarmStart:
         self.lam_before = None if before is None else np.asarray(before, dtype=float).copy()
         self.gam_before = (None if before is None
                            else np.asarray(state["gam_before"], dtype=float).copy())
-        self.defects = DefectHistory(self.degree, self.lag)
+        self.defects = DefectHistory(self.degree, self.lag, *self.fit)
         self.defects.load(state.get("defects", ()), state.get("defect_layout"))
         self.startup_defects = int(state.get("startup_defects", 0))
 
