@@ -142,8 +142,9 @@ class Lobatto(Solver):
     block (stage velocities, p1, multipliers; order ``prediction_order``, see
     :func:`~mbs.solvers.defects.fitted_prediction`) once 2 ``prediction_order`` defects are
     known, which follows a fast spin where a polynomial cannot (heavy top, s = 4, h = 1/256,
-    0.53 rad of spin per step: first Newton increment ~1e-6 instead of ~4e-2, 2.05 instead of
-    3.0 iterations and one factorisation per step; double pendulum: 2-6 % fewer iterations);
+    0.53 rad of spin per step: first Newton increment ~3e-4 instead of ~4e-2, below the 1e-3
+    up to which the factorisation is kept: 2.05 instead of 3.0 iterations and one
+    factorisation per step; double pendulum: 2-6 % fewer iterations);
     an integer ``predictor_correction`` keeps the polynomial extrapolation of that degree. On
     the compiled backend whole steps run in the kernel when the potential is linear in q
     and there are no applied forces (:mod:`~mbs.solvers.compiled_stages`). The solution's
