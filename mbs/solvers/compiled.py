@@ -530,21 +530,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
             _unroll_defects(defects, oldest)
             return (k - first, code, norm, increment, iterations, total_factorizations,
                     defect_count, startup_defects)
-        if correcting and startup_defects > 0:
-            startup_defects -= 1
-        elif correcting:  # keep x - raw guess in the ring, overwriting the oldest when full
-            capacity = defects.shape[0]
-            if defect_count == capacity:
-                slot = oldest
-                oldest = (oldest + 1) % capacity
-            else:
-                slot = (oldest + defect_count) % capacity
-                defect_count += 1
-            for j in range(n_x):
-                defects[slot, j] = x[j] - raw_guess[j]
-        else:  # a step from another guess: the history starts afresh
-            defect_count = 0
-            oldest = 0
+        defect_count, oldest, startup_defects = _keep_defect(
+            correcting, startup_defects, defects, defect_count, oldest, x, raw_guess)
         q_out[k + 1] = x[:n]
         p_out[k + 1] = x[n:2 * n]
         # the step's multipliers become the newest; the older buffer is reused
@@ -630,6 +617,28 @@ def _unroll_defects(defects, oldest):
     capacity = defects.shape[0]
     for row in range(capacity):
         defects[row] = ordered[(oldest + row) % capacity]
+
+
+@_jit
+def _keep_defect(correcting, startup_defects, defects, defect_count, oldest, x, guess):
+    """:meth:`mbs.solvers.guess.WarmStart.remember` on the kernels' ring ``defects`` (logical
+    row 0, the oldest, at ring row ``oldest``): skip while ``startup_defects`` remain, else
+    keep x - guess, overwriting the oldest when full; a step from another guess (not
+    ``correcting``) starts the history afresh. Returns (count, oldest, startup defects)."""
+    if not correcting:
+        return 0, 0, startup_defects
+    if startup_defects > 0:
+        return defect_count, oldest, startup_defects - 1
+    capacity = defects.shape[0]
+    if defect_count == capacity:
+        slot = oldest
+        oldest = (oldest + 1) % capacity
+    else:
+        slot = (oldest + defect_count) % capacity
+        defect_count += 1
+    for j in range(x.shape[0]):
+        defects[slot, j] = x[j] - guess[j]
+    return defect_count, oldest, startup_defects
 
 
 @_jit

@@ -18,6 +18,7 @@ from mbs.solvers.compiled import (
     CONVERGED,
     _correct_guess,
     _jit,
+    _keep_defect,
     _lu_factor,
     _lu_solve,
     _newton_step,
@@ -171,23 +172,13 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
         code, iterations, norm, increment, factorizations = _newton_step(
             data, x, *newton_front, segment_lo, segment_hi, floors, *newton_back, work,
             residual, shift_step)
-        total_factorizations += factorizations
-        if code != CONVERGED:
+        if code != CONVERGED:  # the failed step is left to the caller
             _unroll_defects(defects, oldest)
-            return (k - first, code, norm, increment, iterations, total_factorizations,
-                    defect_count, startup_defects)
-        if correcting and startup_defects > 0:
-            startup_defects -= 1
-        elif correcting:  # keep x - raw guess in the ring, overwriting the oldest when full
-            capacity = defects.shape[0]
-            if defect_count == capacity:
-                slot = oldest
-                oldest = (oldest + 1) % capacity
-            else:
-                slot = (oldest + defect_count) % capacity
-                defect_count += 1
-            for j in range(n_x):
-                defects[slot, j] = x[j] - raw_guess[j]
+            return (k - first, code, norm, increment, iterations,
+                    total_factorizations + factorizations, defect_count, startup_defects)
+        total_factorizations += factorizations
+        defect_count, oldest, startup_defects = _keep_defect(
+            correcting, startup_defects, defects, defect_count, oldest, x, raw_guess)
         for i in range(stages):
             for j in range(n):
                 stage_velocities[i, j] = x[i * n + j]
