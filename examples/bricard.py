@@ -278,19 +278,12 @@ def reference_p3(times: np.ndarray, section: float = SECTION, rtol: float = 1e-1
     return {"p3": np.array(p3), "energy": np.array(energy), "closure": np.array(closure)}
 
 
-def nodes_at(t: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the nodes ``t`` nearest to ``times`` and whether they coincide (1e-9)."""
-    right = np.clip(np.searchsorted(t, times), 0, t.size - 1)
-    left = np.clip(right - 1, 0, t.size - 1)
-    nearest = np.where(np.abs(t[left] - times) < np.abs(t[right] - times), left, right)
-    return nearest, np.abs(t[nearest] - times) <= 1e-9 * (1.0 + np.abs(times))
-
 
 def feature_errors(solution: mbs.Solution) -> tuple[np.ndarray, np.ndarray]:
     """Times of ``PUBLISHED_FEATURES`` that are nodes of ``solution`` and max |error| of P3."""
     times = np.array(list(PUBLISHED_FEATURES))
     values = np.array(list(PUBLISHED_FEATURES.values()))
-    nodes, usable = nodes_at(solution.t, times)
+    nodes, usable = solution.nodes_at(times)
     errors = np.abs(point_p3(solution)[nodes[usable]] - values[usable]).max(axis=1)
     return times[usable], errors
 
@@ -299,7 +292,7 @@ def report(solution: mbs.Solution, reference_step: float = 0.05) -> str:
     """P3 against the independent integration (every ``reference_step`` s) and the plot
     features, the joint closure including the removed equation."""
     times = np.arange(0.0, solution.t[-1] + 1e-9, reference_step)
-    nodes, usable = nodes_at(solution.t, times)
+    nodes, usable = solution.nodes_at(times)
     times, nodes = times[usable], nodes[usable]
     lines = []
     if times.size > 1:

@@ -179,13 +179,6 @@ def reduced_b0(times: np.ndarray, n: int = N_LOOPS, speed: float = SPEED) -> np.
     return LENGTH * np.column_stack([np.sin(solution.y[0]), np.cos(solution.y[0])])
 
 
-def nodes_at(t: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the nodes ``t`` nearest to ``times`` and whether they coincide (1e-9)."""
-    right = np.clip(np.searchsorted(t, times), 0, t.size - 1)
-    left = np.clip(right - 1, 0, t.size - 1)
-    nearest = np.where(np.abs(t[left] - times) < np.abs(t[right] - times), left, right)
-    return nearest, np.abs(t[nearest] - times) <= 1e-9 * (1.0 + np.abs(times))
-
 
 def published_errors(solution: mbs.Solution) -> tuple[np.ndarray, np.ndarray]:
     """Published times that are nodes of ``solution`` and max(|dx|, |dy|) of B0 there (only
@@ -193,7 +186,7 @@ def published_errors(solution: mbs.Solution) -> tuple[np.ndarray, np.ndarray]:
     if loops(solution) != N_LOOPS:
         return np.zeros(0), np.zeros(0)
     times = PUBLISHED_STEP * np.arange(len(PUBLISHED))
-    nodes, usable = nodes_at(solution.t, times)
+    nodes, usable = solution.nodes_at(times)
     errors = np.abs(point_b0(solution)[nodes[usable]] - PUBLISHED[usable]).max(axis=1)
     return times[usable], errors
 

@@ -133,17 +133,10 @@ def period(length: float = LENGTH) -> float:
     return 4.0 * ellipk(np.sin(np.pi / 4.0) ** 2) / np.sqrt(GRAVITY / length)
 
 
-def nodes_at(t: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the nodes ``t`` nearest to ``times`` and whether they coincide (1e-9)."""
-    right = np.clip(np.searchsorted(t, times), 0, t.size - 1)
-    left = np.clip(right - 1, 0, t.size - 1)
-    nearest = np.where(np.abs(t[left] - times) < np.abs(t[right] - times), left, right)
-    return nearest, np.abs(t[nearest] - times) <= 1e-9 * (1.0 + np.abs(times))
-
 
 def published_errors(solution: mbs.Solution) -> tuple[np.ndarray, np.ndarray]:
     """Published times that are nodes of ``solution`` and max(|dx|, |dy|) of P1 there."""
-    nodes, usable = nodes_at(solution.t, PUBLISHED[:, 0])
+    nodes, usable = solution.nodes_at(PUBLISHED[:, 0])
     errors = np.abs(point_p1(solution)[nodes[usable]] - PUBLISHED[usable, 1:]).max(axis=1)
     return PUBLISHED[usable, 0], errors
 

@@ -308,7 +308,6 @@ class _BatchedEnergyMomentum:
     contraction = NewtonOptions.contraction
     refactor_above = NewtonOptions.refactor_above
     stagnation_level = NewtonOptions.stagnation_level
-    estimate_level = NewtonOptions.estimate_level
     #: see :data:`mbs.ensemble_numba.STATIC_PIVOT_THRESHOLD` (tests raise it to force the
     #: partially pivoted fallback)
     static_pivot_threshold = 0.1
@@ -452,11 +451,8 @@ class _BatchedEnergyMomentum:
                 increment = self._iterate_numpy(active, q0, p0, q1, p1, lam, gam, q_scale,
                                                 p_scale)
             last = previous[active]
-            with np.errstate(invalid="ignore", divide="ignore"):  # estimated_error, batched
-                estimate = np.where((last < np.inf) & (increment < last),
-                                    increment * increment / (last - increment), np.inf)
-            done = ((increment <= self.tolerance) | (estimate <= self.estimate_level) | (
-                fresh & (increment <= self.stagnation_level) & (increment > 0.5 * last)))
+            done = (increment <= self.tolerance) | (
+                fresh & (increment <= self.stagnation_level) & (increment > 0.5 * last))
             # as newton(): keep the factors once the increment is small and contracting
             self.refresh[active] = ~done & ((increment > self.contraction * last)
                                             | (increment > self.refactor_above))

@@ -61,12 +61,7 @@ from mbs.ensemble_rows import (
 from mbs.solvers.compiled import (  # the pivoted per-member fallback
     _lu_factor,
     _lu_solve,
-    estimated_error,
 )
-from mbs.solvers.newton import NewtonOptions
-
-#: :attr:`NewtonOptions.estimate_level`, a compile-time constant of the kernels
-ESTIMATE_LEVEL = NewtonOptions.estimate_level
 
 
 @njit(cache=True)
@@ -785,8 +780,7 @@ def _lanes_block(first, lanes, pivot_threshold, h, q_out, p_out, force, force_sc
                 step_increment = max(big[0, lane] / max(q_scale[lane], big[2, lane]),
                                      big[1, lane] / max(p_scale[lane], big[3, lane]))
                 increment[k] = step_increment
-                if step_increment <= tolerance or estimated_error(
-                        step_increment, previous[lane]) <= ESTIMATE_LEVEL or (
+                if step_increment <= tolerance or (
                         fresh[lane] and step_increment <= stagnation_level
                         and step_increment > 0.5 * previous[lane]):
                     done[lane] = iteration

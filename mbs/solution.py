@@ -146,6 +146,17 @@ class Solution:
     def __len__(self) -> int:
         return self.t.size
 
+    def nodes_at(self, times) -> tuple[np.ndarray, np.ndarray]:
+        """Indices of the output times nearest to ``times`` and, per time, whether the node
+        coincides with it (to 1e-9 relative): where a solution can be compared with values
+        published at given times without interpolating."""
+        times = np.asarray(times, dtype=float)
+        t = self.t
+        right = np.clip(np.searchsorted(t, times), 0, t.size - 1)
+        left = np.clip(right - 1, 0, t.size - 1)
+        nearest = np.where(np.abs(t[left] - times) < np.abs(t[right] - times), left, right)
+        return nearest, np.abs(t[nearest] - times) <= 1e-9 * (1.0 + np.abs(times))
+
     # -- conserved quantities -------------------------------------------------------------
     def kinetic_energy(self) -> np.ndarray:
         return self.model.kinetic_energy(self.p)

@@ -202,3 +202,12 @@ def test_summary_labels_what_the_model_conserves_and_handles_zero_references():
     text = mbs.simulate(free.compile(), "em", h=0.01, t_end=0.5).conservation_summary()
     assert "linear momentum   L = 0 throughout  (conserved by this model)" in text
     assert "angular momentum  J0 = [1.  0.  2.5]" in text
+
+
+def test_nodes_at_finds_output_times(pendulum):
+    """Times on the output grid map to their nodes; a time between nodes maps to the nearer
+    one and is reported as not coinciding; times outside the run clip to its ends."""
+    solution = mbs.simulate(pendulum, "em", h=0.1, t_end=1.0)
+    nodes, coincide = solution.nodes_at([0.0, 0.3, 0.74, 1.0, 5.0])
+    np.testing.assert_array_equal(nodes, [0, 3, 7, 10, 10])
+    np.testing.assert_array_equal(coincide, [True, True, False, True, False])

@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.solvers.defects import COEFFICIENT_TABLE
-from mbs.solvers.newton import estimated_error
+from mbs.solvers.newton import estimated_error as _estimated_error_python
 
 try:  # optional dependency: pip install "mbs[fast]"
     import numba
@@ -62,7 +62,8 @@ CONVERGED, RESIDUAL_NOT_FINITE, SINGULAR, INCREMENT_NOT_FINITE, NOT_CONVERGED, P
 
 _compile_seconds: float | None = None
 
-estimated_error = _jit(estimated_error)
+#: :func:`mbs.solvers.newton.estimated_error`, compiled for the kernels
+_estimated_error = _jit(_estimated_error_python)
 
 
 def available() -> bool:
@@ -359,7 +360,7 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
                 largest_x = max(largest_x, abs(x[j] - shift_step[j]))
             increment = max(increment, largest_step / largest_x)
         if (increment <= tolerance
-                or estimated_error(increment, previous) <= estimate_level
+                or _estimated_error(increment, previous) <= estimate_level
                 or (fresh and increment <= stagnation and increment > 0.5 * previous)):
             # the constraint rows at the accepted iterate (the enforced residuals reported)
             _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_xx_indptr,

@@ -77,6 +77,19 @@ def _fitted_correction(x, defects, defect_count, oldest, order, blocks, correcti
 
 
 @_jit
+def _continue_stages(continuation, values, x, start):
+    """x[start + i w + j] = sum_l continuation[i, l] values[l, j] for values (s, w): the
+    previous step's stage values continued over the next step."""
+    stages, width = values.shape
+    for i in range(stages):
+        for j in range(width):
+            v = 0.0
+            for previous in range(stages):
+                v += continuation[i, previous] * values[previous, j]
+            x[start + i * width + j] = v
+
+
+@_jit
 def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
                      iterations_out, first, count, stage_velocities, stage_multipliers, started,
                      weights, continuation, h, inverse_mass, acceleration, momentum_floor,
@@ -137,23 +150,13 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
                 v += inverse_mass[j, i] * p0[i]
             velocity[j] = v
             largest_velocity = max(largest_velocity, abs(v))
-        for i in range(stages):
-            for j in range(n):
-                if started[0]:
-                    v = 0.0
-                    for previous in range(stages):
-                        v += continuation[i, previous] * stage_velocities[previous, j]
-                    x[i * n + j] = v
-                else:
-                    x[i * n + j] = velocity[j]
-            for j in range(m):
-                if started[0]:
-                    v = 0.0
-                    for previous in range(stages):
-                        v += continuation[i, previous] * stage_multipliers[previous, j]
-                    x[multipliers_at + i * m + j] = v
-                else:
-                    x[multipliers_at + i * m + j] = stage_multipliers[i, j]
+        if started[0]:
+            _continue_stages(continuation, stage_velocities, x, 0)
+            _continue_stages(continuation, stage_multipliers, x, multipliers_at)
+        else:
+            for i in range(stages):
+                x[i * n:(i + 1) * n] = velocity
+            x[multipliers_at:] = stage_multipliers.ravel()
         largest_momentum = 0.0
         for j in range(n):
             x[momentum_at + j] = p0[j]

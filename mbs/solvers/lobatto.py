@@ -292,10 +292,10 @@ class Lobatto(Solver):
         started = np.array([self._stage_velocities is not None], dtype=np.int64)
         velocities = (self._stage_velocities if self._stage_velocities is not None
                       else np.zeros((s, model.n)))
-        momentum_floor = max(self.h * self._constant_force, self._momentum_floor)
+        # the kernel runs only with a constant force, where the p scale's floor is constant
         scheme = (velocities, self._stage_multipliers, started, self.tableau.b,
                   self._continuation(), float(self.h), self._compiled.inverse_mass,
-                  float(self._acceleration), float(momentum_floor))
+                  float(self._acceleration), float(self._floor_minimum[1]))
         result = self._compiled.run_stages(*arrays_and_range, scheme, (s + 1) * model.n)
         if started[0]:
             self._stage_velocities, self._stage_step = velocities, self.h
