@@ -110,6 +110,8 @@ MBS_SCHEMES = (
     Scheme("em order 6 compiled", "em", {"order": 6, "backend": "compiled"}, order=6),
     Scheme("rattle order 4", "rattle", {"order": 4}, order=4),
     Scheme("rattle order 6", "rattle", {"order": 6}, order=6),
+    Scheme("ggl-vi-a order 4", "ggl-vi-a", {"order": 4}, order=4),
+    Scheme("ggl-vi-a order 6", "ggl-vi-a", {"order": 6}, order=6),
 )
 #: The reduced set of ``python -m benchmarks --quick`` (heavy top only).
 SMOKE_SCHEMES = tuple(s for s in MBS_SCHEMES if s.label in ("em", "lobatto s=4 compiled"))
@@ -572,7 +574,8 @@ COLOURS = {"em": "#1f77b4", "em compiled": "#17becf", "em order 4": "#3b4cc0",
            "lobatto s=2": "#ff7f0e", "lobatto s=3": "#d62728", "lobatto s=4": "#e377c2",
            "lobatto s=3 compiled": "#ff9896", "lobatto s=4 compiled": "#f7b6d2",
            "lobatto s=5 compiled": "#7b4173",
-           "em order 6 compiled": "#6baed6"}
+           "em order 6 compiled": "#6baed6", "ggl-vi-a order 4": "#6a51a3",
+           "ggl-vi-a order 6": "#bcbddc"}
 MARKERS = "osD^v<>phX*Pd"
 
 

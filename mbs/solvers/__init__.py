@@ -62,9 +62,9 @@ def make_solver(solver: str | Solver, **options) -> Solver:
     if order is None and method is None:
         return base
     if not base.composable:
-        raise ModelError(f"solver {solver!r}: order= and composition= compose 'em' or "
-                         f"'rattle' (symmetric, second order, states on the constraint "
-                         f"manifold; see mbs.solvers.composition); for a symplectic scheme of "
+        raise ModelError(f"solver {solver!r}: order= and composition= compose 'em', "
+                         f"'rattle' and 'ggl-vi-a' with theta = 1/2 (symmetric, second "
+                         f"order; see mbs.solvers.composition); for a symplectic scheme of "
                          f"order 4 or 6 use 'lobatto' with stages=3 or 4, or "
                          f"solver='rattle', order=4")
     if order == 2 and method is None:

@@ -120,9 +120,15 @@ class Solver:
     properties = SchemeProperties("base", "-", "-", False, "-", "-", "-", "-", "-")
 
     #: Whether symmetric compositions raise the scheme to order 4 and 6
-    #: (:class:`~mbs.solvers.composition.Composition`): the step is symmetric, of order 2,
-    #: and its states lie on the constraint manifold (g and G M^-1 p hold at the step ends).
+    #: (:class:`~mbs.solvers.composition.Composition`): the step is symmetric and of order 2.
     composable = False
+
+    #: Whether the step tends to a reflection through the constraint manifold rather than to
+    #: the identity as h -> 0 (states off the manifold are mirrored, as by GGL-VI A, whose
+    #: constraints hold at the midpoint only). A composition then takes each of its sub-steps
+    #: as two half steps, whose limit is the identity (see
+    #: :mod:`mbs.solvers.composition`).
+    composed_in_pairs = False
 
     def __post_init__(self):
         from mbs.errors import ModelError

@@ -16,11 +16,17 @@ are longer than h (the triple jump's are 1.35 h and -1.70 h; Kahan and Li's at m
 the step sizes at which Newton converges and the energy error of a symplectic base stays
 small are correspondingly smaller than the base scheme's.
 
-Composable schemes (:attr:`Solver.composable`) are "em" and "rattle". GGL-VI A is symmetric
-but is not composable: its states leave the constraint manifold (g and G v hold at the
-midpoint only), and the component of p^n normal to the constraints is carried by a mode of
-factor -1 per step that compositions do not cancel, so composed it stays of order 2 in p
-(measured on the heavy top and the double pendulum).
+Composable schemes (:attr:`Solver.composable`) are "em", "rattle" and "ggl-vi-a" (theta =
+1/2). GGL-VI A is composed differently. Its constraints hold at the midpoint only,
+g(q^{n+1/2}) = 0 and G(q^{n+1/2}) v^{n+1} = 0, so a state off the constraint manifold is
+mirrored through it by every step, however small h is: Phi_h tends to a reflection R, not to
+the identity, and the error expansion on which composition rests does not exist. Composed
+directly, its sub-steps alternate the sign of the off-manifold error instead of cancelling it,
+and the composition stays of order 2 in p. Since R o R is the identity, the double step
+Phi_{h/2} o Phi_{h/2} is a consistent, symmetric, second-order map near the manifold, and
+the composition is taken over it: each gamma_i h becomes two sub-steps of gamma_i h / 2
+(:attr:`Solver.composed_in_pairs`), which gives orders 4 and 6 in q and in p and keeps the
+scheme symplectic.
 """
 
 from __future__ import annotations
@@ -105,7 +111,7 @@ class Composition(Solver):
     """A symmetric second-order scheme composed to ``order`` 4 or 6 (see the module doc).
 
     Built by :func:`mbs.solvers.make_solver` from ``solver="em", order=4`` (also
-    ``"rattle"``; ``composition=`` picks the coefficients). Each sub-step has
+    ``"rattle"`` and ``"ggl-vi-a"``; ``composition=`` picks the coefficients). Each sub-step has
     its own instance of the base scheme, so Newton starts from the warm start and predictor
     defects of the same sub-step of the previous step.
 
@@ -117,7 +123,8 @@ class Composition(Solver):
         4 or 6.
     method : str or None
         One of :data:`COMPOSITIONS` for that order (default: "triple-jump" for 4, 3
-        sub-steps; "kahan-li" for 6, 9 sub-steps).
+        sub-steps; "kahan-li" for 6, 9 sub-steps; twice as many, of half the size, for a
+        base that is :attr:`~mbs.solvers.base.Solver.composed_in_pairs`).
     """
 
     base: Solver | None = None
@@ -127,10 +134,12 @@ class Composition(Solver):
     def __post_init__(self):
         super().__post_init__()
         if not isinstance(self.base, Solver) or not self.base.composable:
-            raise ModelError(f"composition: the base scheme must be composable (em or "
-                             f"rattle: symmetric, second order, states on the constraint "
-                             f"manifold), got {getattr(self.base, 'name', self.base)!r}")
+            raise ModelError(f"composition: the base scheme must be composable (em, "
+                             f"rattle or ggl-vi-a with theta = 1/2: symmetric, second "
+                             f"order), got {getattr(self.base, 'name', self.base)!r}")
         self.coefficients = composition_coefficients(self.order, self.method)
+        if self.base.composed_in_pairs:
+            self.coefficients = np.repeat(0.5 * self.coefficients, 2)
         self.method = self.method or DEFAULT_COMPOSITION[self.order]
 
     @property
@@ -141,7 +150,8 @@ class Composition(Solver):
             order_p=str(self.order), symplectic=base.symplectic, energy=base.energy,
             momentum=base.momentum, constraints_at_step_end=base.constraints_at_step_end,
             multiplier_times=f"{base.multiplier_times} of the last sub-step",
-            reference=f"{_REFERENCES[self.method]} of {base.name}")
+            reference=f"{_REFERENCES[self.method]} of {base.name}"
+                      + (" over its double step" if self.base.composed_in_pairs else ""))
 
     def start(self, model, q0: np.ndarray, p0: np.ndarray, h: float) -> None:
         self.model, self.h = model, h

@@ -126,6 +126,11 @@ class GGLVI(Solver):
                                  f"{self.vartheta} (vartheta = 1 removes lambda from the "
                                  f"velocity update and leaves the step equations singular)")
         self.properties = _PROPERTIES[variant]
+        # Variant A at theta = 1/2 is the midpoint rule on the GGL equations: symmetric and
+        # of order 2. g(q^{n+1/2}) = 0 and G v^{n+1} = 0 mirror the part of (q^n, p^n) off
+        # the constraint manifold at any h, so the step tends to a reflection as h -> 0.
+        self.composable = variant == "A" and self.theta == 0.5
+        self.composed_in_pairs = self.composable
 
     @property
     def _state_unknowns(self) -> bool:
