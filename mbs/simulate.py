@@ -55,7 +55,8 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
     solver : str or Solver
         A name of :data:`mbs.solvers.REGISTRY`: "em" (default), "ggl-vi-s", "ggl-vi-a",
         "ggl-vi-b", "rattle", "hbvm", "lobatto", "vi-conversion" (options such as
-        ``stages=4`` or, for "em" and "rattle", ``order=4`` / ``6`` as ``**solver_options``),
+        ``stages=4`` or, for "em", "rattle" and "ggl-vi-a", ``order=4`` / ``6`` as
+        ``**solver_options``),
         or an instance such as ``mbs.solvers.GGLVI(variant="A", theta=0.5)``.
     h : float
         Step size (> 0). The number of steps is round((t_end - t_start) / h); a warning is
