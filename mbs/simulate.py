@@ -1,9 +1,12 @@
 """Time integration driver: runs a solver over a time grid and collects a Solution.
 
 Failure contract: with ``on_failure="refine"`` (default) a step that Newton's method cannot
-solve is retried as 2, 4, ... sub-steps (bounded depth) on the same output grid; a step that
-still cannot be solved raises :class:`mbs.SolverError` carrying the partial Solution (every
-accepted step), the step index and time, the residual and a hint. Ctrl-C raises
+solve is retried as 2, 4, ... sub-steps (bounded depth) on the same output grid; when no
+refinement of the step itself succeeds, the run goes back 1, 2, 4, ... steps and takes them
+and all later ones as twice as many sub-steps (a state that earlier steps already spoiled
+cannot be rescued by refining the step that fails on it). A step that still cannot be
+solved raises :class:`mbs.SolverError` carrying the partial Solution (every accepted step),
+the step index and time, the residual and a hint. Ctrl-C raises
 :class:`mbs.SimulationInterrupted` (a KeyboardInterrupt) that carries the partial Solution.
 Long runs can stream to disk (``output=``) and be resumed (``resume=``) with results identical
 to an uninterrupted run.
@@ -74,7 +77,11 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         2, 4, ... 2**max_refinements sub-steps of the same scheme, on the same output grid;
         the sub-steps are steps of the same scheme, so what the scheme conserves is still
         conserved. ``stats["refined_steps"]`` lists (step, depth) pairs, i.e. step k was
-        done as 2**depth sub-steps. "raise" raises :class:`mbs.SolverError` at once.
+        done as 2**depth sub-steps. When no refinement of step k succeeds, the steps from
+        k - 1, k - 2, k - 4, ... (not before the last flush of a stream) are redone, each and
+        every later one as twice as many sub-steps as before; ``stats["restarts"]`` lists
+        (failed step, first redone step, sub-steps per step) triples. "raise" raises
+        :class:`mbs.SolverError` at once.
     max_refinements : int
         Deepest refinement (default 6: up to 64 sub-steps).
     output : str, optional
@@ -186,6 +193,9 @@ class _Run:
     max_refinements: int
     done: int = 0
     refined: list = field(default_factory=list)
+    restarts: list = field(default_factory=list)
+    #: solver steps per output step since the last restart (1 until a restart)
+    substeps: int = 1
     window: int | None = None
     stream: str | None = None
 
@@ -217,6 +227,9 @@ class _Run:
         self.base = self.done = done
         self.solver.start(self.model, q, p, self.h)
         state = read_solver_state(path, manifest)
+        self.substeps = int(state.pop(_SUBSTEPS_KEY, 1)) if state else 1
+        if self.substeps > 1:
+            self.solver.set_step_size(self.h / self.substeps)
         if state:
             try:
                 self.solver.restore(state)
@@ -289,6 +302,7 @@ class _Run:
                    "newton_iterations": held["newton_iterations"],
                    "wall_time": time.perf_counter() - self.started,
                    "completed": count == self.steps, "refined_steps": list(self.refined),
+                   "restarts": list(self.restarts),
                    "guess_retries": getattr(self.solver, "guess_retries", 0),
                    "drive_work_in_steps": bool(getattr(self.solver, "reports_drive_work",
                                                        False)),
@@ -302,7 +316,7 @@ class _Run:
         try:
             k = self.done
             while k < self.steps:
-                if batch:
+                if batch and self.substeps == 1:
                     # compiled backend: a block of steps per call; a step that fails in the
                     # kernel is redone below by step(), which raises or refines as usual
                     count = min(_BATCH_STEPS, self.steps - k)
@@ -315,15 +329,18 @@ class _Run:
                         bar.update(done)
                     if done == count:
                         continue
+                restarts = len(self.restarts)
                 result = self._advance(k)
                 self._store(k, result)
                 k += 1
                 if writer is not None:
+                    if len(self.restarts) > restarts:  # steps since the flush were redone
+                        self._rewrite(writer, self.restarts[-1][1], k - 1)
                     writer.append(result.q, result.p, result.velocity, result.multiplier,
                                   result.velocity_multiplier, result.enforced,
                                   result.iterations, result.work)
                     if self.done % flush_every == 0:
-                        writer.flush(self.solver.checkpoint())
+                        writer.flush(self._checkpoint())
                         self.rotate()
                 if bar is not None:
                     bar.update(1)
@@ -352,7 +369,7 @@ class _Run:
                 bar.close()
         if writer is not None:
             try:
-                writer.flush(self.solver.checkpoint())
+                writer.flush(self._checkpoint())
                 self.rotate()
                 writer.finish()
             except Exception as exc:  # every step is done: hand them over with the error
@@ -382,10 +399,20 @@ class _Run:
         if writer is None:
             return
         try:
-            writer.flush(self.solver.checkpoint())
+            writer.flush(self._checkpoint())
         except Exception as exc:  # the disk, not the run, failed: report both
             error.args = (f"{error.args[0] if error.args else error} (the last steps could "
                           f"not be written to the stream: {type(exc).__name__}: {exc})",)
+
+    def _rewrite(self, writer: StreamWriter, first: int, last: int) -> None:
+        """Replace the buffered steps first .. last - 1 (redone by a restart, which never
+        reaches back before the last flush) by what the run now holds."""
+        writer.discard(last - first)
+        for step in range(first, last):
+            row = step - self.base
+            writer.append(self.q[row + 1], self.p[row + 1], self.velocities[row],
+                          self.lam[row], self.gam[row], self.enforced[row],
+                          self.iterations[row], self.work[row])
 
     def _store(self, k: int, result: StepResult) -> None:
         # one dot product detects NaN/inf cheaply; the exact test confirms (overflow)
@@ -404,15 +431,22 @@ class _Run:
         self.iterations[row] = result.iterations
         self.done = k + 1
 
+    def _checkpoint(self) -> dict:
+        """The solver's checkpoint, with the sub-steps per step a resumed run must take."""
+        state = self.solver.checkpoint()
+        if self.substeps > 1:
+            state[_SUBSTEPS_KEY] = np.array(self.substeps)
+        return state
+
     def _advance(self, k: int) -> StepResult:
         q, p = self.q[k - self.base], self.p[k - self.base]
         try:
             try:
-                return self.solver.step(self.t_start + k * self.h, q, p)
+                return self._substeps(k, q, p, self.substeps)
             except NewtonConvergenceError as failure:
-                refined = (self._refine(q, p, k, failure)
-                           if self.on_failure == "refine" and self.max_refinements > 0
-                           else None)
+                refined = None
+                if self.on_failure == "refine" and self.max_refinements > 0:
+                    refined = self._refine(q, p, k) or self._restart(k)
                 if refined is not None:
                     return refined
                 newton_failure = failure
@@ -430,36 +464,99 @@ class _Run:
             time=self.t_start + k * self.h, residual_norm=newton_failure.residual_norm,
             hint=newton_failure.hint) from newton_failure
 
-    def _refine(self, q, p, k, failure) -> StepResult | None:
-        """Retry step k as 2**depth sub-steps, depth = 1 .. max_refinements."""
+    def _substeps(self, k: int, q: np.ndarray, p: np.ndarray, count: int) -> StepResult:
+        """Output step k as ``count`` steps of the solver, whose step size is h / count."""
+        if count == 1:
+            return self.solver.step(self.t_start + k * self.h, q, p)
+        total, work, h_sub = 0, 0.0, self.h / count
+        for i in range(count):
+            result = self.solver.step(self.t_start + k * self.h + i * h_sub, q, p)
+            q, p = result.q, result.p
+            total += result.iterations
+            work += result.work
+        result.iterations, result.work = total, work
+        return result
+
+    def _refine(self, q, p, k) -> StepResult | None:
+        """Retry step k as 2**depth times the current sub-steps, depth = 1 ..
+        max_refinements."""
         checkpoint = self.solver.checkpoint()
-        for depth in range(1, self.max_refinements + 1):
-            substeps = 2**depth
-            h_sub = self.h / substeps
-            self.solver.restore(checkpoint)
-            self.solver.set_step_size(h_sub)
-            try:
-                q_sub, p_sub, total, work = q, p, 0, 0.0
-                for i in range(substeps):
-                    t_sub = self.t_start + k * self.h + i * h_sub
-                    result = self.solver.step(t_sub, q_sub, p_sub)
-                    q_sub, p_sub, total = result.q, result.p, total + result.iterations
-                    work += result.work
-            except NewtonConvergenceError:
-                continue
-            except BaseException:
-                # the step is not done: the solver goes back to its state before it (what
-                # a flush of the failure checkpoints and a resume starts from)
-                self.solver.set_step_size(self.h)
+        h_step = self.h / self.substeps
+        try:
+            for depth in range(1, self.max_refinements + 1):
                 self.solver.restore(checkpoint)
-                raise
-            finally:
-                self.solver.set_step_size(self.h)
-            self.refined.append((k, depth))
-            result.iterations, result.work = total, work
-            return result
+                self.solver.set_step_size(h_step / 2**depth)
+                try:
+                    result = self._substeps(k, q, p, self.substeps * 2**depth)
+                except NewtonConvergenceError:
+                    continue
+                self.solver.set_step_size(h_step)
+                self.refined.append((k, depth))
+                return result
+        except BaseException:
+            # the step is not done: the solver goes back to its state before it (what a
+            # flush of the failure checkpoints and a resume starts from)
+            self.solver.set_step_size(h_step)
+            self.solver.restore(checkpoint)
+            raise
+        self.solver.set_step_size(h_step)
         self.solver.restore(checkpoint)
         return None
+
+    def _restart(self, k: int) -> StepResult | None:
+        """Redo steps j .. k, j = k - 1, k - 2, k - 4, ... (not before the first step held
+        in memory), with the solver started afresh at step j and twice the sub-steps per
+        step, kept for the rest of the run. Returns step k's result, or None when every j
+        fails or the sub-steps would exceed 2**max_refinements; the run (its steps and the
+        solver's state) is then as before the attempt."""
+        substeps, before = 2 * self.substeps, self.substeps
+        if substeps > 2**self.max_refinements:
+            return None
+        checkpoint, refined, back = self.solver.checkpoint(), self.refined, 1
+        while True:
+            first = max(self.base, k - back)
+            kept = self._rows(first, k)
+            try:
+                self.solver.start(self.model, self.q[first - self.base],
+                                  self.p[first - self.base], self.h / substeps)
+                self.substeps, self.refined = substeps, [r for r in refined if r[0] < first]
+                for step in range(first, k):
+                    row = step - self.base
+                    self._store(step, self._substeps(step, self.q[row], self.p[row], substeps))
+                row = k - self.base
+                result = self._substeps(k, self.q[row], self.p[row], substeps)
+            except BaseException as exc:
+                self._put_rows(first, kept)
+                self.done, self.refined, self.substeps = k, refined, before
+                if isinstance(exc, NewtonConvergenceError) and first > self.base:
+                    back *= 2
+                    continue
+                row = k - self.base
+                self.solver.start(self.model, self.q[row], self.p[row], self.h / before)
+                self.solver.restore(checkpoint)
+                if isinstance(exc, NewtonConvergenceError):
+                    return None
+                raise
+            self.restarts.append((k, first, substeps))
+            return result
+
+    def _rows(self, first: int, last: int) -> list:
+        """Copies of what steps first .. last - 1 stored (see :meth:`_put_rows`)."""
+        steps, states = slice(first - self.base, last - self.base), slice(
+            first - self.base + 1, last - self.base + 1)
+        return [(array, index, array[index].copy()) for array, index in (
+            (self.q, states), (self.p, states), (self.velocities, steps), (self.lam, steps),
+            (self.gam, steps), (self.enforced, steps), (self.work, steps),
+            (self.iterations, steps))]
+
+    @staticmethod
+    def _put_rows(first: int, kept: list) -> None:
+        for array, index, values in kept:
+            array[index] = values
+
+
+#: Stream checkpoint key of the sub-steps per output step after a restart.
+_SUBSTEPS_KEY = "run_substeps"
 
 
 #: Most steps one run may have, and most memory its in-memory states may take.

@@ -120,6 +120,14 @@ class StreamWriter:
                                         enforced, iterations, work)):
             self._buffer[name].append(np.array(value))
 
+    def discard(self, count: int) -> None:
+        """Drop the last ``count`` buffered (not yet flushed) steps, to append them anew."""
+        if not 0 <= count <= len(self._buffer["q"]):
+            raise ValueError(f"cannot discard {count} of {len(self._buffer['q'])} buffered "
+                             f"steps")
+        for values in self._buffer.values():
+            del values[len(values) - count:]
+
     def flush(self, solver_state: dict) -> None:
         """Write the buffered steps and the solver's warm-start state."""
         count = len(self._buffer["q"])
