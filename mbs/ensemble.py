@@ -192,6 +192,7 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
          "backend": "member by member",
          "newton_iterations": np.stack([m.stats["newton_iterations"] for m in members]),
          "refined_steps": [m.stats["refined_steps"] for m in members],
+         "restarts": [m.stats["restarts"] for m in members],
          "wall_time": time.perf_counter() - started},
         work=np.stack([m.work for m in members]) if model.has_applied_forces else None)
 

@@ -435,7 +435,8 @@ def _check_stats(stats: dict, steps: int, path) -> None:
     """The stats the observables and the summary read: of the type they expect."""
     kinds = {"wall_time": (int, float), "h": (int, float), "steps": int, "first_step": int,
              "solver": str, "drive_effort": str, "completed": bool,
-             "drive_work_in_steps": bool, "refined_steps": (list, tuple)}
+             "drive_work_in_steps": bool, "refined_steps": (list, tuple),
+             "restarts": (list, tuple)}
     for key, kind in kinds.items():
         if key in stats and (not isinstance(stats[key], kind)
                              or (kind is not bool and isinstance(stats[key], bool))):

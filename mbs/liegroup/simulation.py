@@ -309,7 +309,7 @@ class _Run:
                    "newton_iterations": self.iterations[:done].copy(),
                    "wall_time": time.perf_counter() - self.started,
                    "completed": done == self.steps, "refined_steps": list(self.refined),
-                   "guess_retries": 0, "drive_work_in_steps": False,
+                   "restarts": [], "guess_retries": 0, "drive_work_in_steps": False,
                    "drive_effort": "multiplier", "formulation": "lie-group"},
             solver_properties=scheme_properties(self.method), step_work=np.zeros(done))
         solution.lie_group_state = model.unpack(q, mu)
