@@ -77,13 +77,13 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         2, 4, ... 2**max_refinements sub-steps of the same scheme, on the same output grid;
         the sub-steps are steps of the same scheme, so what the scheme conserves is still
         conserved. ``stats["refined_steps"]`` lists (step, depth) pairs, i.e. step k was
-        done as 2**depth sub-steps. When no refinement of step k succeeds, the steps from
-        k - 1, k - 2, k - 4, ... (not before the last flush of a stream) are redone, each and
-        every later one as twice as many sub-steps as before; ``stats["restarts"]`` lists
-        (failed step, first redone step, sub-steps per step) triples. "raise" raises
-        :class:`mbs.SolverError` at once.
+        done as 2**depth sub-steps (times the sub-steps per step after a restart). When no
+        refinement of step k succeeds, the steps from k - 1, k - 2, k - 4, ... (not before
+        the last flush of a stream) are redone, each and every later one as twice as many
+        sub-steps as before; ``stats["restarts"]`` lists (failed step, first redone step,
+        sub-steps per step) triples. "raise" raises :class:`mbs.SolverError` at once.
     max_refinements : int
-        Deepest refinement (default 6: up to 64 sub-steps).
+        Deepest refinement (default 6: up to 64 sub-steps per step, also after restarts).
     output : str, optional
         Stream completed steps to this directory (or to ``name.npz``, packed at the end),
         flushing every ``flush_every`` steps; see :mod:`mbs.streaming`.
@@ -526,15 +526,18 @@ class _Run:
                 row = k - self.base
                 result = self._substeps(k, self.q[row], self.p[row], substeps)
             except BaseException as exc:
+                # Newton failing or a non-finite step (SolverError from _store) ends this
+                # attempt; anything else (Ctrl-C, a user function) ends the run
+                failed = isinstance(exc, (NewtonConvergenceError, SolverError))
                 self._put_rows(first, kept)
                 self.done, self.refined, self.substeps = k, refined, before
-                if isinstance(exc, NewtonConvergenceError) and first > self.base:
+                if failed and first > self.base:
                     back *= 2
                     continue
                 row = k - self.base
                 self.solver.start(self.model, self.q[row], self.p[row], self.h / before)
                 self.solver.restore(checkpoint)
-                if isinstance(exc, NewtonConvergenceError):
+                if failed:
                     return None
                 raise
             self.restarts.append((k, first, substeps))
