@@ -27,9 +27,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.errors import ModelError, SolverError
+from mbs.liegroup.model import LieGroupModel
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
 from mbs.simulate import simulate
-from mbs.solvers import Solver, make_solver
+from mbs.solvers import Solver
 from mbs.solvers.defects import COEFFICIENT_TABLE, MAX_CORRECTION_DEGREE, extrapolated_defect
 from mbs.solvers.newton import NewtonOptions
 from mbs.validation import as_scalar
@@ -86,9 +87,11 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
 
     Parameters
     ----------
-    model : Model
+    model : Model or LieGroupModel
         The compiled model; the batched EM path needs ``model.dense`` and quadratic
-        constraints (all built-in joints).
+        constraints (all built-in joints). A Lie-group model runs its members one by one
+        (``solver`` "vrkmk", the default for it, or "vcg"), from director states of
+        ``model.director_model``.
     initial_states : (Q0, P0) arrays of shape (K, n), or an array (K, 2, n)
         Consistent initial states (check them with ``model.is_consistent``).
     h, t_end : float
@@ -117,6 +120,13 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     EnsembleSolution
         Every member conserves energy and momentum maps as a single EM run does.
     """
+    if isinstance(model, LieGroupModel):
+        # Lie-group members run one by one; their states are the director model's
+        h = as_scalar(h, "h", "simulate_ensemble", positive=True)
+        t_end = as_scalar(t_end, "t_end", "simulate_ensemble", positive=True)
+        q0, p0 = _initial_arrays(model.director_model, initial_states)
+        return _member_by_member(model, q0, p0, h, t_end,
+                                 "vrkmk" if solver == "em" else solver, solver_options)
     if not isinstance(model, Model):
         raise ModelError("simulate_ensemble expects a compiled Model")
     h = as_scalar(h, "h", "simulate_ensemble", positive=True)
@@ -172,14 +182,14 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
                    if key in solver_options}
     for k in range(q0.shape[0]):
         try:
-            members.append(simulate(model, make_solver(solver, **solver_options), h=h,
-                                    t_end=t_end, initial_state=(q0[k], p0[k]),
-                                    **run_options))
+            members.append(simulate(model, solver, h=h, t_end=t_end,
+                                    initial_state=(q0[k], p0[k]), **run_options,
+                                    **solver_options))
         except SolverError as error:
             partial = [*members, error.solution]
             size = partial[-1].t.size
             error.solution = EnsembleSolution(
-                model, partial[-1].t, np.stack([m.q[:size] for m in partial]),
+                partial[-1].model, partial[-1].t, np.stack([m.q[:size] for m in partial]),
                 np.stack([m.p[:size] for m in partial]),
                 {"solver": f"{partial[-1].stats['solver']} (ensemble)", "h": h,
                  "members": len(partial), "failed_member": k})
@@ -187,14 +197,14 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
             raise
     first = members[0]
     return EnsembleSolution(
-        model, first.t, np.stack([m.q for m in members]), np.stack([m.p for m in members]),
+        first.model, first.t, np.stack([m.q for m in members]), np.stack([m.p for m in members]),
         {"solver": f"{first.stats['solver']} (ensemble)", "h": h, "members": len(members),
          "backend": "member by member",
          "newton_iterations": np.stack([m.stats["newton_iterations"] for m in members]),
          "refined_steps": [m.stats["refined_steps"] for m in members],
          "restarts": [m.stats["restarts"] for m in members],
          "wall_time": time.perf_counter() - started},
-        work=np.stack([m.work for m in members]) if model.has_applied_forces else None)
+        work=np.stack([m.work for m in members]) if first.model.has_applied_forces else None)
 
 
 def simulate_many(runs: Iterable[tuple[Model, dict]], executor: Executor | None = None) -> list:

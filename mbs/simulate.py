@@ -30,7 +30,7 @@ from mbs.errors import (
     SolverError,
 )
 from mbs.liegroup.model import LieGroupModel
-from mbs.liegroup.simulation import is_lie_group_solver, simulate_lie_group
+from mbs.liegroup.simulation import is_lie_group_solver, lie_group_solver
 from mbs.model import Model
 from mbs.run_context import progress_bar, single_threaded_blas
 from mbs.solution import Solution
@@ -43,7 +43,7 @@ from mbs.validation import as_scalar
 ON_FAILURE = ("raise", "refine")
 
 
-def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: float,
+def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: float, t_end: float,
              t_start: float = 0.0, project: bool = False, progress: bool | None = None,
              initial_state: tuple[np.ndarray, np.ndarray] | None = None,
              on_failure: str = "refine", max_refinements: int = 6,
@@ -53,8 +53,10 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
 
     Parameters
     ----------
-    model : Model
-        From ``System.compile()``.
+    model : Model or LieGroupModel
+        From ``System.compile()``; with ``formulation="lie-group"`` the solver is "vrkmk"
+        or "vcg" (:func:`mbs.liegroup.simulation.make_method` lists their options) and the
+        run returns the Solution of the director model.
     solver : str or Solver
         A name of :data:`mbs.solvers.REGISTRY`: "em" (default), "ggl-vi-s", "ggl-vi-a",
         "ggl-vi-b", "rattle", "hbvm", "lobatto", "vi-conversion" (options such as
@@ -101,11 +103,10 @@ def simulate(model: Model, solver: str | Solver = "em", *, h: float, t_end: floa
         On Ctrl-C; ``error.solution`` holds every completed step.
     """
     if isinstance(model, LieGroupModel) or is_lie_group_solver(solver):
-        return simulate_lie_group(model, solver, h=h, t_end=t_end, t_start=t_start,
-                                  project=project, progress=progress,
-                                  initial_state=initial_state, on_failure=on_failure,
-                                  max_refinements=max_refinements, output=output,
-                                  flush_every=flush_every, resume=resume, **solver_options)
+        # the director model's states, stepped by the Lie-group scheme
+        model, solver, initial_state = lie_group_solver(model, solver, initial_state,
+                                                        **solver_options)
+        solver_options = {}
     if not isinstance(model, Model):
         raise ModelError(f"simulate expects a compiled Model (system.compile()), got "
                          f"{type(model).__name__}")
@@ -292,7 +293,7 @@ class _Run:
 
     def _build(self, first: int, held: dict) -> Solution:
         count = self.done
-        return Solution(
+        solution = Solution(
             model=self.model, t=self.t_start + self.h * np.arange(first, count + 1),
             q=held["q"], p=held["p"], scheme_velocities=held["scheme_velocities"],
             multipliers=held["multipliers"], velocity_multipliers=held["velocity_multipliers"],
@@ -308,6 +309,8 @@ class _Run:
                                                        False)),
                    "drive_effort": getattr(self.solver, "drive_effort", "multiplier")},
             solver_properties=self.solver.properties)
+        self.solver.annotate(solution)
+        return solution
 
     def execute(self, writer: StreamWriter | None, flush_every: int,
                 progress: bool | None) -> Solution:

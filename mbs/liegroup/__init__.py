@@ -13,8 +13,8 @@ Hamiltonian systems in right-trivialised form q' = xi . q, mu' = n - ad*_xi mu (
 * :mod:`mbs.liegroup.integrator`: the Newton stage solver and :func:`integrate`;
 * :mod:`mbs.liegroup.model`: ``System.compile(formulation="lie-group")``, the
   :class:`LieGroupModel` of a system on SO(3)^R x (R^3)^T and the state conversions to and from
-  the director formulation; :mod:`mbs.liegroup.simulation`: what :func:`mbs.simulate` runs for
-  it;
+  the director formulation; :mod:`mbs.liegroup.simulation`: the scheme :func:`mbs.simulate`
+  drives for it;
 * :mod:`mbs.liegroup.homogeneous`: Method B of R. T. Sato Martin de Almagro (preprint), the
   nonholonomic partitioned RKMK integrators on S^2 = SO(3)/SO(2).
 """
@@ -52,7 +52,7 @@ from mbs.liegroup.problems import (
     euler_tensor,
     lie_state,
 )
-from mbs.liegroup.simulation import make_method, simulate_lie_group
+from mbs.liegroup.simulation import LieGroupSolver, lie_group_solver, make_method
 from mbs.liegroup.vcg import COMPOSITIONS, VCG, VCGTableauStep, composition_tableau
 from mbs.liegroup.vrkmk import TABLEAUX, VRKMK, Tableau, adjoint_weights
 
@@ -64,5 +64,5 @@ __all__ = [
     "adjoint_weights", "composition_tableau", "finite_difference_jacobian", "integrate",
     "solve_stage_equations", "so3", "LieGroupModel", "LieGroupState", "ProductGroup",
     "compile_lie_group", "director_to_lie_group", "lie_group_to_director", "make_method",
-    "simulate_lie_group", "MethodB", "SphericalPendulum", "integrate_method_b",
+    "LieGroupSolver", "lie_group_solver", "MethodB", "SphericalPendulum", "integrate_method_b",
 ]

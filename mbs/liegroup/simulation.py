@@ -1,36 +1,32 @@
-"""Running a :class:`~mbs.liegroup.model.LieGroupModel`: the path :func:`mbs.simulate` takes for
-``system.compile(formulation="lie-group")`` models.
+"""Running a :class:`~mbs.liegroup.model.LieGroupModel`: the scheme :func:`mbs.simulate` drives
+for ``system.compile(formulation="lie-group")`` models.
 
 The schemes are those of G. Bogfjellmo and H. Marthinsen, "High order symplectic partitioned
 Lie group methods" (preprint, 2014): ``solver="vrkmk"`` (eq. (16), tableaux of Table 1) and
-``solver="vcg"`` (eq. (18), the compositions of Table 2). Each step's state is converted to
-the director coordinates and momenta of the same system, so the run returns the standard
-:class:`mbs.Solution` of :attr:`LieGroupModel.director_model`.
+``solver="vcg"`` (eq. (18), the compositions of Table 2). :class:`LieGroupSolver` presents
+such a method as a :class:`~mbs.solvers.base.Solver` on the director coordinates and momenta
+of the same system, so that the one driver of :func:`mbs.simulate` runs it (refinement,
+restarts, streaming and resume included) and returns the standard :class:`mbs.Solution` of
+:attr:`LieGroupModel.director_model`.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from mbs.errors import (
-    MbsError,
-    ModelError,
-    ModelTypeError,
-    SimulationError,
-    SimulationInterrupted,
-    SolverError,
-)
+from mbs.errors import ModelError, ModelTypeError, SolverError
 from mbs.liegroup.integrator import SolverSettings
 from mbs.liegroup.model import LieGroupModel, LieGroupState
 from mbs.liegroup.vcg import COMPOSITIONS, VCG
 from mbs.liegroup.vrkmk import TABLEAUX, VRKMK
-from mbs.run_context import progress_bar, single_threaded_blas
+from mbs.model import Model
 from mbs.solution import Solution
 from mbs.solvers import REGISTRY
-from mbs.solvers.base import SchemeProperties
-from mbs.validation import as_scalar
+from mbs.solvers.base import SchemeProperties, Solver, StepResult
+from mbs.solvers.newton import NewtonConvergenceError
 
 #: Solver names of the Lie-group formulation.
 LIE_GROUP_SOLVERS = ("vrkmk", "vcg")
@@ -121,13 +117,11 @@ def scheme_properties(method: VRKMK | VCG) -> SchemeProperties:
         multiplier_times="none (no multipliers)", reference=reference)
 
 
-def simulate_lie_group(model, solver: str | VRKMK | VCG = "vrkmk", *, h: float, t_end: float,
-                       t_start: float = 0.0, project: bool = False, progress: bool | None = None,
-                       initial_state=None, on_failure: str = "refine", max_refinements: int = 6,
-                       output: str | None = None, flush_every: int = 100,
-                       resume: str | None = None, **options) -> Solution:
-    """Integrate a :class:`LieGroupModel` with VRKMK or VCG (what :func:`mbs.simulate` runs for
-    it); the arguments are those of :func:`mbs.simulate`.
+def lie_group_solver(model, solver: str | VRKMK | VCG = "vrkmk", initial_state=None,
+                     **options) -> tuple[Model, LieGroupSolver, Any]:
+    """What :func:`mbs.simulate` runs for a Lie-group model: (the director model, the
+    :class:`LieGroupSolver` of ``solver`` and ``options``, ``initial_state`` as director
+    arrays or None).
 
     Parameters
     ----------
@@ -135,35 +129,14 @@ def simulate_lie_group(model, solver: str | VRKMK | VCG = "vrkmk", *, h: float, 
     solver : {"vrkmk", "vcg"} or VRKMK or VCG
         With options ``tableau``, ``truncation`` (VRKMK), ``composition``, ``form`` (VCG),
         ``tol``, ``max_iterations``, ``iteration`` (see :func:`make_method`).
-    h, t_end, t_start, project, progress, on_failure, max_refinements
-        As for :func:`mbs.simulate`; "refine" redoes a step whose stage equations Newton does
-        not solve as 2, 4, ... sub-steps.
     initial_state : (q0, p0) or LieGroupState, optional
-        Director coordinates and momenta, or a Lie-group state; default the state set on the
-        bodies.
-    output, resume
-        Streaming to disk is not available for Lie-group runs (ModelError if given).
-
-    Returns
-    -------
-    Solution
-        The :class:`mbs.Solution` of ``model.director_model``: ``q``, ``p`` are every step's
-        Lie-group state converted to director coordinates and momenta
-        (:func:`mbs.liegroup.lie_group_to_director`), so positions, rotations, energies,
-        momenta, plots, export and animation work as for director runs. The scheme has no
-        velocity unknowns and no multipliers: ``scheme_velocities``, ``multipliers`` and
-        ``velocity_multipliers`` are NaN; ``enforced_residuals`` holds max |R^T R - I| and 0.
-        The raw states are kept as the attribute ``lie_group_state``
-        (:class:`LieGroupState` with a leading time axis), and ``stats["formulation"]`` is
-        "lie-group".
+        Director coordinates and momenta, or a Lie-group state; None for the state set on
+        the bodies.
 
     Raises
     ------
     ModelError
-        A director model with a Lie-group solver, a director solver, unknown options,
-        streaming.
-    SolverError
-        When a step fails; ``error.solution`` holds every step accepted before it.
+        A director model with a Lie-group solver, a director solver, unknown options.
     """
     if not isinstance(model, LieGroupModel):
         name = solver if isinstance(solver, str) else type(solver).__name__
@@ -172,148 +145,106 @@ def simulate_lie_group(model, solver: str | VRKMK | VCG = "vrkmk", *, h: float, 
                          f"director solver (em, ggl-vi-*, rattle, lobatto, hbvm) on this "
                          f"director model")
     method = make_method(solver, **options)
-    h = as_scalar(h, "h", "simulate", positive=True)
-    t_end = as_scalar(t_end, "t_end", "simulate")
-    t_start = as_scalar(t_start, "t_start", "simulate")
-    if t_end <= t_start:
-        raise ModelError(f"simulate: t_end = {t_end} must be greater than t_start = {t_start}")
-    if on_failure not in ("raise", "refine"):
-        raise ModelError(f"simulate: on_failure must be 'raise' or 'refine', got "
-                         f"{on_failure!r}")
-    if not isinstance(max_refinements, int) or not 0 <= max_refinements <= 20:
-        raise ModelError(f"simulate: max_refinements must be an integer in [0, 20], got "
-                         f"{max_refinements!r}")
-    if output is not None or resume is not None:
-        raise ModelError("simulate: streaming (output=, resume=) is not available for "
-                         "Lie-group models; run in memory, or use formulation='director'")
-    del flush_every  # streaming only
-    steps = max(1, int(round((t_end - t_start) / h)))
-    q0, mu0 = _initial_state(model, initial_state, project)
-    run = _Run(model, method, h, t_start, steps, on_failure, max_refinements)
-    with single_threaded_blas():
-        return run.execute(q0, mu0, progress)
-
-
-def _initial_state(model: LieGroupModel, initial_state, project: bool):
-    if initial_state is None:
-        return model.initial_state(project=project)
     if isinstance(initial_state, LieGroupState):
-        return model.pack(initial_state)
-    q0, p0 = (np.asarray(a, dtype=float) for a in initial_state)
-    n = model.director_model.n
-    if q0.shape != (n,) or p0.shape != (n,):
-        raise ModelError(f"simulate: initial_state arrays must have shape ({n},) (director "
-                         f"coordinates and momenta) or be a LieGroupState, got {q0.shape} and "
-                         f"{p0.shape}")
-    return model.from_director(q0, p0)
+        initial_state = model.to_director(*model.pack(initial_state))
+    return model.director_model, LieGroupSolver(method=method, lie_model=model), initial_state
 
 
-class _Run:
-    """One Lie-group run: preallocated flat states filled step by step."""
+@dataclass
+class LieGroupSolver(Solver):
+    """A VRKMK or VCG method as a :class:`~mbs.solvers.base.Solver` on director states.
 
-    def __init__(self, model: LieGroupModel, method, h: float, t_start: float, steps: int,
-                 on_failure: str, max_refinements: int):
-        self.model, self.method, self.h, self.t_start, self.steps = (model, method, h, t_start,
-                                                                     steps)
-        self.on_failure, self.max_refinements = on_failure, max_refinements
-        self.q = np.empty((steps + 1,) + model.group.element_shape)
-        self.mu = np.empty((steps + 1, model.dim))
-        self.iterations = np.zeros(steps, dtype=int)
-        self.refined: list[tuple[int, int]] = []
-        self.done = 0
-        self.started = time.perf_counter()
+    Each step converts the director state it is given to the Lie-group state (rotation,
+    position, momentum), unless it is the state the previous step returned, whose exact
+    Lie-group state is kept (a run's own steps are the method's steps on SO(3) x R^3, with no
+    round trip through director coordinates). The result is converted to director
+    coordinates and momenta. The scheme has no velocity unknowns and no multipliers (NaN in
+    the Solution); its enforced residual is max |R^T R - I|.
 
-    def execute(self, q0: np.ndarray, mu0: np.ndarray, progress: bool | None) -> Solution:
-        self.q[0], self.mu[0] = q0, mu0
-        bar = progress_bar(self.steps, self.method.name, progress)
-        history: list = []
+    Parameters
+    ----------
+    method : VRKMK or VCG
+    lie_model : LieGroupModel
+    """
+
+    method: Any = None
+    lie_model: LieGroupModel | None = None
+    _cache: tuple | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.properties = scheme_properties(self.method)
+
+    @property
+    def batch_capable(self) -> bool:
+        return False
+
+    def start(self, model: Model, q0: np.ndarray, p0: np.ndarray, h: float) -> None:
+        self.model, self.h, self.guess_retries = model, h, 0
+        self._history: list = []
+        self._cache = None
+        n, m = model.n, model.m
+        self._no_velocity, self._no_multiplier = np.full(n, np.nan), np.full(m, np.nan)
+
+    def step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
+        lie = self.lie_model
+        cache = self._cache
+        if cache is not None and np.array_equal(cache[0], q) and np.array_equal(cache[1], p):
+            group_q, group_mu = cache[2], cache[3]
+        else:
+            group_q, group_mu = lie.from_director(q, p)
         try:
-            for k in range(self.steps):
-                converged = self._advance(k, _extrapolate(history))
-                history = [] if converged is None else [converged, *history[:2]]
-                if bar is not None:
-                    bar.update(1)
-        except KeyboardInterrupt:
-            raise SimulationInterrupted(
-                f"simulation interrupted after {self.done} of {self.steps} steps; "
-                f"error.solution holds them", solution=self.solution()) from None
-        except MbsError as error:
-            if getattr(error, "solution", None) is None:
-                error.solution = self.solution()
-            raise
-        except Exception as exc:  # a user potential failed: keep what was computed
-            raise SimulationError(
-                f"{self.method.name}: the run stopped at step {self.done} by "
-                f"{type(exc).__name__}: {exc}; error.solution holds the {self.done} accepted "
-                f"steps", solution=self.solution(), step=self.done,
-                time=self.t_start + self.done * self.h, hint="see the exception's cause") from exc
-        finally:
-            if bar is not None:
-                bar.close()
-        return self.solution()
-
-    def _advance(self, k: int, guess):
-        """Step k -> k + 1; returns the next step's guess."""
-        try:
-            result = self.method.step(self.model, self.q[k], self.mu[k], self.h, guess)
-            q, mu, guess, iterations = result.q, result.mu, result.guess, result.iterations
+            result = self.method.step(lie, group_q, group_mu, self.h,
+                                      _extrapolate(self._history))
         except SolverError as failure:
-            refined = self._refine(k) if self.on_failure == "refine" else None
-            if refined is None:
-                raise SolverError(
-                    f"{self.method.name}: step {k} (t = {self.t_start + k * self.h:.6g}) "
-                    f"failed: {failure}; error.solution holds the {self.done} accepted steps",
-                    solution=self.solution(), step=k, time=self.t_start + k * self.h,
-                    residual_norm=failure.residual_norm, hint="reduce the step size") \
-                    from failure
-            q, mu, iterations = refined
-            guess = None
-        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(mu))):
-            raise SolverError(f"{self.method.name}: step {k} produced non-finite values; "
-                              f"reduce the step size", solution=self.solution(), step=k,
-                              time=self.t_start + k * self.h, hint="reduce the step size")
-        self.q[k + 1], self.mu[k + 1] = q, mu
-        self.iterations[k] = iterations
-        self.done = k + 1
-        return guess
+            raise NewtonConvergenceError(str(failure), failure.residual_norm or np.inf,
+                                         np.inf, 0, "reduce the step size") from failure
+        self._history = [result.guess, *self._history[:2]]
+        q1, p1 = lie.to_director(result.q, result.mu)
+        self._cache = (q1, p1, result.q, result.mu)
+        defect = float(lie.orthogonality_defect(result.q))
+        return StepResult(q1.copy(), p1.copy(), self._no_velocity, self._no_multiplier,
+                          self._no_multiplier, result.iterations, (defect, 0.0))
 
-    def _refine(self, k: int):
-        """Step k as 2**depth sub-steps, depth = 1 .. max_refinements; None if all fail."""
-        for depth in range(1, self.max_refinements + 1):
-            h_sub = self.h / 2**depth
-            q, mu, guess, total = self.q[k], self.mu[k], None, 0
-            try:
-                for _ in range(2**depth):
-                    result = self.method.step(self.model, q, mu, h_sub, guess)
-                    q, mu, guess = result.q, result.mu, result.guess
-                    total += result.iterations
-            except SolverError:
-                continue
-            self.refined.append((k, depth))
-            return q, mu, total
-        return None
+    def set_step_size(self, h: float) -> None:
+        if h != self.h:
+            self._history = []  # the stage unknowns scale with h
+        self.h = h
 
-    def solution(self) -> Solution:
-        model, done = self.model, self.done
-        director = model.director_model
-        q, mu = self.q[:done + 1], self.mu[:done + 1]
-        coordinates, momenta = model.to_director(q, mu)
-        nan_n, nan_m = np.full((done, director.n), np.nan), np.full((done, director.m), np.nan)
-        solution = Solution(
-            model=director, t=self.t_start + self.h * np.arange(done + 1), q=coordinates,
-            p=momenta, scheme_velocities=nan_n, multipliers=nan_m,
-            velocity_multipliers=nan_m.copy(),
-            enforced_residuals=np.column_stack([model.orthogonality_defect(q[1:]),
-                                                np.zeros(done)]),
-            stats={"solver": self.method.name, "h": self.h, "steps": done, "first_step": 0,
-                   "newton_iterations": self.iterations[:done].copy(),
-                   "wall_time": time.perf_counter() - self.started,
-                   "completed": done == self.steps, "refined_steps": list(self.refined),
-                   "restarts": [], "guess_retries": 0, "drive_work_in_steps": False,
-                   "drive_effort": "multiplier", "formulation": "lie-group"},
-            solver_properties=scheme_properties(self.method), step_work=np.zeros(done))
-        solution.lie_group_state = model.unpack(q, mu)
-        return solution
+    def checkpoint(self) -> dict:
+        state = {"history_count": np.array(len(self._history))}
+        for i, guess in enumerate(self._history):
+            parts = guess if isinstance(guess, list) else [guess]
+            state[f"history_{i}_parts"] = np.array(len(parts) if isinstance(guess, list)
+                                                   else -1)
+            for j, part in enumerate(parts):
+                state[f"history_{i}_{j}"] = np.asarray(part).copy()
+        if self._cache is not None:
+            for key, value in zip(("director_q", "director_p", "group_q", "group_mu"),
+                                  self._cache):
+                state[key] = value.copy()
+        return state
+
+    def restore(self, state: dict) -> None:
+        history = []
+        for i in range(int(state.get("history_count", 0))):
+            parts = int(state[f"history_{i}_parts"])
+            if parts < 0:
+                history.append(np.asarray(state[f"history_{i}_0"], dtype=float).copy())
+            else:
+                history.append([np.asarray(state[f"history_{i}_{j}"], dtype=float).copy()
+                                for j in range(parts)])
+        self._history = history
+        self._cache = (tuple(np.asarray(state[key], dtype=float).copy() for key in
+                             ("director_q", "director_p", "group_q", "group_mu"))
+                       if "group_q" in state else None)
+
+    def annotate(self, solution: Solution) -> None:
+        """``stats["formulation"] = "lie-group"`` and the Lie-group states of the run as
+        ``solution.lie_group_state`` (:class:`LieGroupState` with a leading time axis)."""
+        solution.stats["formulation"] = "lie-group"
+        solution.lie_group_state = self.lie_model.unpack(
+            *self.lie_model.from_director(solution.q, solution.p))
 
 
 def _extrapolate(history: list):
@@ -335,5 +266,5 @@ def _extrapolate(history: list):
     return 3.0 * newest - 3.0 * middle + oldest
 
 
-__all__ = ["LIE_GROUP_SOLVERS", "is_lie_group_solver", "make_method", "scheme_properties",
-           "simulate_lie_group"]
+__all__ = ["LIE_GROUP_SOLVERS", "LieGroupSolver", "is_lie_group_solver", "lie_group_solver",
+           "make_method", "scheme_properties"]

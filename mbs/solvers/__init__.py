@@ -40,8 +40,8 @@ def make_solver(solver: str | Solver, **options) -> Solver:
     """A solver instance from a registered name or an instance (returned unchanged).
 
     ``order=4`` or ``6`` (with an optional ``composition=`` name of
-    :data:`~mbs.solvers.composition.COMPOSITIONS`) composes "em" or "rattle" to that order
-    (:class:`Composition`); ``order=2`` is the scheme itself."""
+    :data:`~mbs.solvers.composition.COMPOSITIONS`) composes "em", "rattle" or "ggl-vi-a" to
+    that order (:class:`Composition`); ``order=2`` is the scheme itself."""
     if isinstance(solver, Solver):
         if options:
             raise ModelError("solver options can only be given with a solver name; set them "

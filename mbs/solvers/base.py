@@ -509,6 +509,10 @@ class Solver:
         self._predictor = self._make_predictor()
         self._update_floor_minimum()
 
+    def annotate(self, solution) -> None:
+        """Add to a run's :class:`~mbs.solution.Solution` (complete or partial) what only
+        this scheme knows; nothing for the director schemes."""
+
     def checkpoint(self) -> dict:
         """Everything the next step depends on, as plain arrays (restored by :meth:`restore`
         on resume, so that a resumed run repeats the uninterrupted one bitwise): the warm
