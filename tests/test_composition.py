@@ -210,3 +210,21 @@ def test_composed_ggl_vi_a_streams_resumes_and_runs_in_ensembles(heavy_top_model
     vertical = run.angular_momentum()[:, 2]
     assert np.abs(vertical - vertical[0]).max() <= 1e-12 * np.abs(vertical).max()
     assert run.stats["solver"] == "ggl-vi-a-order4"
+
+
+@pytest.mark.slow
+def test_composed_ggl_vi_a_energy_error_is_bounded_and_of_order_four(heavy_top_model):
+    """Composed GGL-VI A is symplectic: on the heavy top its energy error oscillates in a
+    band that does not grow (largest error over the last quarter of 10 s within 10 % of that
+    over the first) and whose width is O(h^4): halving h divides it by 2^4 = 16 (between 12
+    and 20, the asymptotic ratio with the slack of a two-point estimate)."""
+    bands = []
+    for h in (2e-3, 1e-3):
+        run = mbs.simulate(heavy_top_model, "ggl-vi-a", order=4, h=h, t_end=10.0)
+        energy = run.energy()
+        error = np.abs(energy - energy[0]) / abs(energy[0])
+        quarter = error.size // 4
+        first, last = error[:quarter].max(), error[-quarter:].max()
+        assert last <= 1.1 * first
+        bands.append(first)
+    assert 12.0 <= bands[0] / bands[1] <= 20.0
