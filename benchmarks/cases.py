@@ -84,7 +84,7 @@ HEAVY_TOP_SOLVERS = ("em", "ggl-vi-a", "ggl-vi-s", "rattle", "hbvm", "em:compile
 CASES: dict[str, Case] = {
     # 15 rounds for the heavy top: VI-A and EM differ by a few per cent, less than the
     # host's run-to-run noise, so their comparison (target 1, best of the rounds) needs many
-    "heavy_top": Case("heavy_top", "heavy top", heavy_top, h=1e-3, steps=300, repeats=15,
+    "heavy_top": Case("heavy_top", "heavy top", heavy_top, h=1e-3, steps=2000, repeats=15,
                       solvers=HEAVY_TOP_SOLVERS),
     "four_particle": Case("four_particle", "four-particle", four_particle, h=0.01, steps=300,
                           repeats=5, solvers=("em", "ggl-vi-a")),
@@ -92,9 +92,9 @@ CASES: dict[str, Case] = {
                             steps=300, repeats=5, solvers=("em", "ggl-vi-a")),
     "four_bar": Case("four_bar", "four-bar (closed loop)", four_bar, h=2e-3, steps=300,
                      repeats=5, solvers=("em", "ggl-vi-a")),
-    "chain10": Case("chain10", "chain N=10", lambda: chain(10), h=1e-3, steps=200, repeats=3,
+    "chain10": Case("chain10", "chain N=10", lambda: chain(10), h=1e-3, steps=1000, repeats=3,
                     solvers=("em", "ggl-vi-a"), n_links=10),
-    "chain100": Case("chain100", "chain N=100", lambda: chain(100), h=1e-3, steps=40,
+    "chain100": Case("chain100", "chain N=100", lambda: chain(100), h=1e-3, steps=200,
                      repeats=5, solvers=("em", "ggl-vi-a"), warm_steps=2, n_links=100),
     "chain1000": Case("chain1000", "chain N=1000", lambda: chain(1000), h=1e-3, steps=20,
                       repeats=5, solvers=("em", "ggl-vi-a"), warm_steps=1, n_links=1000),

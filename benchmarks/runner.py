@@ -618,17 +618,16 @@ def main(argv=None) -> int:
         if args.quick and name in cases.QUICK:
             solvers, steps, repeats = cases.QUICK[name]
         rows.extend(mbs_case(case, solvers, steps, repeats))
+        # the peer integrates as many steps as mbs: the per-step times of runs of different
+        # lengths would carry different shares of each code's fixed cost per run
         if name == "heavy_top":
             rows.extend(exudyn_rows(case, peers.EXUDYN_STEP_CONFIGS[:1] if args.quick
                                     else peers.EXUDYN_STEP_CONFIGS,
-                                    500 if args.quick else 2000, 3 if args.quick else 5,
-                                    use_exudyn, exudyn_reason))
+                                    steps, 3 if args.quick else 5, use_exudyn, exudyn_reason))
         elif name.startswith("chain"):
-            peer_steps = {10: 1000, 100: 200, 1000: 20}[case.n_links]
             rows.extend(exudyn_rows(case, peers.EXUDYN_CHAIN_CONFIGS[:1] if args.quick
                                     else peers.EXUDYN_CHAIN_CONFIGS,
-                                    peer_steps // 5 if args.quick else peer_steps,
-                                    2 if args.quick else 3, use_exudyn, exudyn_reason))
+                                    steps, 2 if args.quick else 3, use_exudyn, exudyn_reason))
         elif name == "four_particle":
             found, pydykit_meta = pydykit_rows(3 if args.quick else 9, 1 if args.quick else 3,
                                                use_pydykit, pydykit_reason)
