@@ -120,17 +120,15 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     EnsembleSolution
         Every member conserves energy and momentum maps as a single EM run does.
     """
-    if isinstance(model, LieGroupModel):
-        # Lie-group members run one by one; their states are the director model's
-        h = as_scalar(h, "h", "simulate_ensemble", positive=True)
-        t_end = as_scalar(t_end, "t_end", "simulate_ensemble", positive=True)
-        q0, p0 = _initial_arrays(model.director_model, initial_states)
-        return _member_by_member(model, q0, p0, h, t_end,
-                                 "vrkmk" if solver == "em" else solver, solver_options)
-    if not isinstance(model, Model):
+    if not isinstance(model, Model | LieGroupModel):
         raise ModelError("simulate_ensemble expects a compiled Model")
     h = as_scalar(h, "h", "simulate_ensemble", positive=True)
     t_end = as_scalar(t_end, "t_end", "simulate_ensemble", positive=True)
+    if isinstance(model, LieGroupModel):
+        # Lie-group members run one by one; their states are the director model's
+        q0, p0 = _initial_arrays(model.director_model, initial_states)
+        return _member_by_member(model, q0, p0, h, t_end,
+                                 "vrkmk" if solver == "em" else solver, solver_options)
     q0, p0 = _initial_arrays(model, initial_states)
     if backend not in ("auto", "numba", "numpy", "compiled"):
         raise ModelError(f"simulate_ensemble: backend must be 'auto', 'numba' or 'numpy', "

@@ -333,15 +333,14 @@ class _Run:
                     if done == count:
                         continue
                 restarts = len(self.restarts)
-                result = self._advance(k)
-                self._store(k, result)
+                self._store(k, self._advance(k))
                 k += 1
                 if writer is not None:
+                    first = k - 1
                     if len(self.restarts) > restarts:  # steps since the flush were redone
-                        self._rewrite(writer, self.restarts[-1][1], k - 1)
-                    writer.append(result.q, result.p, result.velocity, result.multiplier,
-                                  result.velocity_multiplier, result.enforced,
-                                  result.iterations, result.work)
+                        first = self.restarts[-1][1]
+                        writer.discard(k - 1 - first)
+                    self._append(writer, first, k)
                     if self.done % flush_every == 0:
                         writer.flush(self._checkpoint())
                         self.rotate()
@@ -407,10 +406,9 @@ class _Run:
             error.args = (f"{error.args[0] if error.args else error} (the last steps could "
                           f"not be written to the stream: {type(exc).__name__}: {exc})",)
 
-    def _rewrite(self, writer: StreamWriter, first: int, last: int) -> None:
-        """Replace the buffered steps first .. last - 1 (redone by a restart, which never
-        reaches back before the last flush) by what the run now holds."""
-        writer.discard(last - first)
+    def _append(self, writer: StreamWriter, first: int, last: int) -> None:
+        """Buffer the stored steps first .. last - 1 in the stream (a restart redoes steps
+        already buffered, never flushed ones: they are discarded and appended anew)."""
         for step in range(first, last):
             row = step - self.base
             writer.append(self.q[row + 1], self.p[row + 1], self.velocities[row],
@@ -485,6 +483,7 @@ class _Run:
         max_refinements."""
         checkpoint = self.solver.checkpoint()
         h_step = self.h / self.substeps
+        result = None
         try:
             for depth in range(1, self.max_refinements + 1):
                 self.solver.restore(checkpoint)
@@ -493,18 +492,15 @@ class _Run:
                     result = self._substeps(k, q, p, self.substeps * 2**depth)
                 except NewtonConvergenceError:
                     continue
-                self.solver.set_step_size(h_step)
                 self.refined.append((k, depth))
-                return result
-        except BaseException:
-            # the step is not done: the solver goes back to its state before it (what a
-            # flush of the failure checkpoints and a resume starts from)
+                break
+        finally:
             self.solver.set_step_size(h_step)
-            self.solver.restore(checkpoint)
-            raise
-        self.solver.set_step_size(h_step)
-        self.solver.restore(checkpoint)
-        return None
+            if result is None:
+                # the step is not done: the solver goes back to its state before it (what
+                # a flush of the failure checkpoints and a resume starts from)
+                self.solver.restore(checkpoint)
+        return result
 
     def _restart(self, k: int) -> StepResult | None:
         """Redo steps j .. k, j = k - 1, k - 2, k - 4, ... (not before the first step held
