@@ -14,16 +14,19 @@ Newton's method to F(z) = z - Phi(z):
   1e-8 relative and then contracts by about 1e-8 per iteration. All n columns are evaluated in
   one stacked call of Phi (the problems and group maps work on leading axes), so a Jacobian
   costs one vectorised evaluation rather than n.
-* Convergence: the increment of every unknown is divided by the natural size s_j of its block
-  (for instance h |xi| for the X_i, |mu| + h |n| for the M_i). The iteration stops when
-  ``rate / (1 - rate) * increment <= tol``, with rate the ratio of successive scaled increments,
-  an estimate of the remaining error (Hairer and Wanner, Solving ODEs II, section IV.8); the
-  first iteration stops only if its increment is below ``tol`` by itself. After a Newton
-  increment of 1e-12 relative the remaining error is about 1e-8 of that, far below round-off.
-  Newton increments that stop decreasing (rate >= 1/2) at round-off level (1e3 u) are accepted
-  as converged too, since no further progress is possible.
-* Fixed-point iteration (the paper's solver) is available with ``method="fixed-point"`` and the
-  same stopping rule.
+* Convergence: Newton runs in the engine of the director schemes
+  (:func:`mbs.solvers.newton.newton`), each unknown a convergence block whose floor is the
+  natural size s_j of its block (for instance h |xi| for the X_i, |mu| + h |n| for the M_i).
+  The iteration stops when the increment relative to max(s_j, |z_j|) is below ``tol``, or when
+  ``rate / (1 - rate) * increment <= tol`` with rate the ratio of successive increments, an
+  estimate of the remaining error (Hairer and Wanner, Solving ODEs II, section IV.8). After a
+  Newton increment of 1e-12 relative the remaining error is about 1e-8 of that, far below
+  round-off. Increments that stop halving at round-off level (1e3 u) are accepted as
+  converged too, since no further progress is possible. Close to the solution (increments
+  below ``NewtonOptions.refactor_above``) the last Jacobian is reused, which saves its n
+  stage-map evaluations.
+* Fixed-point iteration (the paper's solver) is available with ``method="fixed-point"``; it
+  stops when the increment relative to s_j meets the same error estimate.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import numpy as np
 
 from mbs.errors import SolverError
 from mbs.liegroup.problems import Problem
+from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, newton
 
 #: Unit round-off of float64.
 UNIT_ROUNDOFF = float(np.finfo(float).eps)
@@ -73,11 +77,20 @@ class SolverSettings:
 
 @dataclass
 class SolveResult:
-    """Converged unknowns of one stage system and how they were obtained."""
+    """Converged unknowns of one stage system and how they were obtained.
+
+    Attributes
+    ----------
+    z : ndarray (n,)
+        The converged unknowns.
+    iterations : int
+    residual_norm : float
+        max |z - Phi(z)| at the last evaluated iterate (before its final increment).
+    """
 
     z: np.ndarray
     iterations: int
-    increment: float
+    residual_norm: float
 
 
 def finite_difference_jacobian(fixed_point_map: Callable[[np.ndarray], np.ndarray],
@@ -121,14 +134,13 @@ def solve_stage_equations(fixed_point_map: Callable[[np.ndarray], np.ndarray],
         ``settings.max_iterations`` iterations or become non-finite.
     """
     z = np.array(z0, dtype=float)
+    if settings.method == "newton":
+        return _newton(fixed_point_map, z, scales, settings)
     previous = math.inf
     increment = math.inf
     for iteration in range(1, settings.max_iterations + 1):
-        if settings.method == "newton":
-            jacobian, phi = finite_difference_jacobian(fixed_point_map, z, scales)
-            delta = np.linalg.solve(jacobian, phi - z)
-        else:
-            delta = fixed_point_map(z[None, :])[0] - z
+        delta = fixed_point_map(z[None, :])[0] - z
+        residual_norm = float(np.max(np.abs(delta), initial=0.0))
         z = z + delta
         increment = float(np.max(np.abs(delta) / scales))
         if not math.isfinite(increment):
@@ -136,15 +148,36 @@ def solve_stage_equations(fixed_point_map: Callable[[np.ndarray], np.ndarray],
         rate = increment / previous
         if increment <= settings.tol if iteration == 1 else (
                 rate < 1.0 and rate / (1.0 - rate) * increment <= settings.tol):
-            return SolveResult(z, iteration, increment)
-        # A Newton increment at round-off level (1e3 u relative) cannot be reduced further.
-        if settings.method == "newton" and increment <= 1e3 * UNIT_ROUNDOFF and rate >= 0.5:
-            return SolveResult(z, iteration, increment)
+            return SolveResult(z, iteration, residual_norm)
         previous = increment
     raise SolverError(
         f"stage equations not solved: scaled increment {increment:.3e} after "
-        f"{settings.max_iterations} {settings.method} iterations (tolerance {settings.tol:.1e})",
+        f"{settings.max_iterations} fixed-point iterations (tolerance {settings.tol:.1e})",
         residual_norm=increment, hint="reduce the step size")
+
+
+def _newton(fixed_point_map: Callable[[np.ndarray], np.ndarray], z: np.ndarray,
+            scales: np.ndarray, settings: SolverSettings) -> SolveResult:
+    """Newton's method on F(z) = z - Phi(z) by the engine of every scheme."""
+
+    def system(x: np.ndarray, with_jacobian: bool = True):
+        if with_jacobian:
+            jacobian, phi = finite_difference_jacobian(fixed_point_map, x, scales)
+            return x - phi, jacobian
+        return x - fixed_point_map(x[None, :])[0], None
+
+    options = NewtonOptions(tolerance=settings.tol, estimate_level=settings.tol,
+                            max_iterations=settings.max_iterations,
+                            stagnation_level=1e3 * UNIT_ROUNDOFF, stall_level=0.0)
+    try:
+        z, iterations, residual_norm = newton(
+            system, z, [slice(j, j + 1) for j in range(z.size)], list(scales), options)
+    except NewtonConvergenceError as failure:
+        raise SolverError(
+            f"stage equations not solved (tolerance {settings.tol:.1e}): {failure}",
+            residual_norm=failure.residual_norm,
+            hint="reduce the step size") from failure
+    return SolveResult(z, iterations, residual_norm)
 
 
 def block_scales(sizes: Sequence[float], block_lengths: Sequence[int]) -> np.ndarray:

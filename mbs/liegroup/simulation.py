@@ -26,6 +26,7 @@ from mbs.model import Model
 from mbs.solution import Solution
 from mbs.solvers import REGISTRY
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
+from mbs.solvers.defects import extrapolation_coefficients
 from mbs.solvers.newton import NewtonConvergenceError
 
 #: Solver names of the Lie-group formulation.
@@ -260,10 +261,17 @@ def _extrapolate(history: list):
         return None
     if len(history) < 3:
         return history[0]
-    newest, middle, oldest = history
-    if isinstance(newest, list):
-        return [3.0 * a - 3.0 * b + c for a, b, c in zip(newest, middle, oldest)]
-    return 3.0 * newest - 3.0 * middle + oldest
+
+    def quadratic(*values):
+        return sum(c * value for c, value in zip(QUADRATIC, values))
+
+    if isinstance(history[0], list):
+        return [quadratic(*values) for values in zip(*history)]
+    return quadratic(*history)
+
+
+#: Weights of the quadratic through three equally spaced values, newest first: (3, -3, 1).
+QUADRATIC = extrapolation_coefficients(3)
 
 
 __all__ = ["LIE_GROUP_SOLVERS", "LieGroupSolver", "is_lie_group_solver", "lie_group_solver",

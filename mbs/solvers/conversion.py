@@ -29,6 +29,7 @@ from scipy.linalg import lapack
 from mbs.errors import ModelError
 from mbs.model import Model
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
+from mbs.solvers.defects import extrapolation_coefficients
 from mbs.solvers.newton import NewtonConvergenceError, NewtonState
 
 _getrf = lapack.dgetrf
@@ -781,12 +782,9 @@ class VariationalConversion(Solver):
 
 def _extrapolate(defects: np.ndarray) -> np.ndarray:
     """The next row of equally spaced rows by the polynomial through them (0 if none)."""
-    count = defects.shape[0]
-    if count == 0:
+    if not defects.shape[0]:
         return 0.0
-    # Newton backward differences: sum_j (-1)^j C(count, j + 1) row_{-1-j}
-    weights = np.array([(-1) ** j * math.comb(count, j + 1) for j in range(count)], float)
-    return weights @ defects[::-1]
+    return np.array(extrapolation_coefficients(defects.shape[0])) @ defects[::-1]
 
 
 def _dense(matrix) -> np.ndarray:

@@ -104,27 +104,29 @@ class Rattle(Solver):
 
     def _forced_kick(self, t1: float, q1: np.ndarray, p_unconstrained: np.ndarray, drift):
         """(p1, mu, F1) of p1 = p_u + h/2 (F(t1, q1, M^-1 p1) - G(q1)^T mu),
-        G(q1) M^-1 p1 + dg/dt = 0, by Newton from p_u (exact in one iteration for forces
-        linear in the velocity)."""
+        G(q1) M^-1 p1 + dg/dt = 0, by the Newton engine on (p1, mu) from (p_u, 0) with the
+        Jacobian from dF/dv (exact in one iteration for forces linear in the velocity)."""
         model, h, m, minv = self.model, self.h, self.model.m, self._minv
+        n = model.n
         jac1 = model.jacobian_matrix(q1, t1)
-        dense = model.dense
-        p1, mu = p_unconstrained.copy(), np.zeros(m)
-        scale = max(self._max(p_unconstrained), 1e-300)
-        for _ in range(self.newton.max_iterations):
+        constraint_rows = jac1 @ (minv if model.dense else model.inverse_mass_matrix)
+
+        def residual_and_jacobian(x, jacobian=True):
+            p1, mu = x[:n], x[n:]
             force, _, by_velocity = model.applied_force_derivatives(t1, q1, minv @ p1)
             residual = np.concatenate([p1 - p_unconstrained - 0.5 * h * (force - jac1.T @ mu),
                                        jac1 @ (minv @ p1) + drift])
-            top = (np.eye(model.n) if dense else sp.identity(model.n)) \
+            if not jacobian:
+                return residual, None
+            top = (np.eye(n) if model.dense else sp.identity(n)) \
                 - 0.5 * h * (by_velocity @ model.inverse_mass_matrix)
-            matrix = (np.block([[top, 0.5 * h * jac1.T], [jac1 @ minv, np.zeros((m, m))]])
-                      if dense else sp.bmat([[top, 0.5 * h * jac1.T],
-                                             [jac1 @ model.inverse_mass_matrix, None]],
-                                            format="csc"))
-            step = solve_linear(matrix, residual)
-            p1, mu = p1 - step[:model.n], mu - step[model.n:]
-            if self._max(step[:model.n]) <= self.newton.tolerance * scale:
-                return p1, mu, model.applied_force(t1, q1, minv @ p1)
-        raise NewtonConvergenceError(
-            "the implicit velocity kick of the applied forces did not converge", np.inf,
-            np.inf, self.newton.max_iterations, "reduce the step size")
+            matrix = (np.block([[top, 0.5 * h * jac1.T], [constraint_rows, np.zeros((m, m))]])
+                      if model.dense else sp.bmat([[top, 0.5 * h * jac1.T],
+                                                   [constraint_rows, None]], format="csc"))
+            return residual, matrix
+
+        scale = max(self._max(p_unconstrained), 1e-300)
+        x, _, _ = newton(residual_and_jacobian, np.concatenate([p_unconstrained, np.zeros(m)]),
+                         [slice(0, n)], [scale], self.newton)
+        p1, mu = x[:n], x[n:]
+        return p1, mu, model.applied_force(t1, q1, minv @ p1)
