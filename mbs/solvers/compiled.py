@@ -32,6 +32,7 @@ first call in this process took (~0.3-0.5 s when loaded from the cache).
 from __future__ import annotations
 
 import time
+from collections import namedtuple
 from collections.abc import Callable
 
 import numpy as np
@@ -64,6 +65,36 @@ _compile_seconds: float | None = None
 
 #: :func:`mbs.solvers.newton.estimated_error`, compiled for the kernels
 _estimated_error = _jit(_estimated_error_python)
+
+
+#: The arrays of a scheme's tensor form that :func:`_newton_step` reads (see
+#: :class:`CompiledSystem`): D_dd by non-empty (equation, datum) rows; the Jacobian's
+#: pattern (row starts, columns) with the pattern rows of D_xd that are not empty and the CSR
+#: rows of D_xx; c, L_d (CSR tuple) and L_x on the pattern; the factored constraint rows.
+QuadraticArrays = namedtuple("QuadraticArrays", (
+    "tensor_dd_equation", "tensor_dd_datum", "tensor_dd_indptr", "tensor_dd_indices",
+    "tensor_dd_data", "pattern_start", "tensor_xd_entry", "tensor_xd_indptr",
+    "tensor_xd_indices", "tensor_xd_data", "pattern_col", "tensor_xx_indptr",
+    "tensor_xx_indices", "tensor_xx_data", "constant", "linear_data", "linear_pattern",
+    "override_rows", "uv_indptr", "uv_indices", "uv_data", "uv_from_data", "uv_const",
+    "term_row", "term_scale", "row_constant"))
+#: The split of the Newton matrix's pattern that condenses its alpha I block
+#: (:func:`_condense`, :func:`_condensation_plan`).
+Condensation = namedtuple("Condensation", (
+    "block_rows", "block_cols", "alpha", "other_rows", "other_cols", "direct_entry",
+    "direct_target", "coupling_entry", "coupling_row", "coupling_block", "block_start",
+    "block_col", "block_entry"))
+#: The stopping rules of :class:`mbs.solvers.newton.NewtonOptions` as kernel arguments.
+NewtonLimits = namedtuple("NewtonLimits", (
+    "tolerance", "stagnation", "estimate_level", "contraction", "refactor_above",
+    "max_iterations"))
+
+
+def newton_limits(options) -> NewtonLimits:
+    """The kernel's :class:`NewtonLimits` of a :class:`~mbs.solvers.newton.NewtonOptions`."""
+    return NewtonLimits(float(options.tolerance), float(options.stagnation_level),
+                        float(options.estimate_level), float(options.contraction),
+                        float(options.refactor_above), int(options.max_iterations))
 
 
 def available() -> bool:
@@ -164,8 +195,7 @@ def _lu_solve(a, pivots, b):
 
 
 @_jit
-def _condense(values, alpha, direct_entry, direct_target, coupling_entry, coupling_row,
-              coupling_block, block_start, block_col, block_entry, schur):
+def _condense(values, condensation, schur):
     """Schur complement S = J_oo - J_ob J_ao / alpha of the Newton matrix J on its block
     J_ab = alpha I (a: block rows, b: block columns, o: the others), see
     :class:`mbs.solvers.newton.Factorization`, from the values of J on its fixed sparsity
@@ -175,7 +205,10 @@ def _condense(values, alpha, direct_entry, direct_target, coupling_entry, coupli
     with their flat position in S; ``coupling_*`` the entries of J_ob (row of S, block index k),
     sorted by (row, k); row k of J_ao is ``block_entry[block_start[k]:block_start[k + 1]]``
     with its columns of S in ``block_col``. Only structural products are formed (heavy top:
-    375 instead of 1890 of a dense row update per coupling)."""
+    375 instead of 1890 of a dense row update per coupling). ``condensation`` is
+    :attr:`CompiledSystem.condensation`."""
+    (_, _, alpha, _, _, direct_entry, direct_target, coupling_entry, coupling_row,
+     coupling_block, block_start, block_col, block_entry) = condensation
     flat = schur.reshape(-1)
     flat[:] = 0.0
     for t in range(direct_entry.shape[0]):
@@ -192,11 +225,11 @@ def _condense(values, alpha, direct_entry, direct_target, coupling_entry, coupli
 
 
 @_jit
-def _condensed_solve(values, schur, pivots, block_rows, block_cols, alpha, other_rows,
-                     other_cols, coupling_entry, coupling_row, coupling_block, block_start,
-                     block_col, block_entry, rhs, reduced, out):
+def _condensed_solve(values, schur, pivots, condensation, rhs, reduced, out):
     """Solve J out = rhs with the LU factors of the Schur complement of :func:`_condense`
     (same pattern split)."""
+    (block_rows, block_cols, alpha, other_rows, other_cols, _, _, coupling_entry,
+     coupling_row, coupling_block, block_start, block_col, block_entry) = condensation
     inverse = 1.0 / alpha
     for i in range(other_rows.shape[0]):
         reduced[i] = rhs[other_rows[i]]
@@ -215,9 +248,8 @@ def _condensed_solve(values, schur, pivots, block_rows, block_cols, alpha, other
 
 
 @_jit
-def _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_indptr, tensor_indices,
-              tensor_data, jac_values, override_rows, uv_indptr, uv_indices, uv_data, uv_step,
-              term_row, term_scale, row_constant, residual, first_row):
+def _residual(x, c_step, l_step, quadratic, jac_values, factored, uv_step, residual,
+              first_row):
     """R(x) = c + (L + D(x)/2) x into ``residual``; the values of the Jacobian L + D(x) on its
     pattern into ``jac_values`` when it is given (size > 0); constraint rows from the
     factored form. Only rows from ``first_row`` on are formed (0 for all of R).
@@ -225,7 +257,11 @@ def _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_indptr, tens
     L and D live on the Jacobian's fixed sparsity pattern, sorted by row: row i holds the
     entries p = pattern_start[i] .. pattern_start[i + 1] - 1, in column pattern_col[p], with
     ``l_step[p]`` and row p of the CSR tensor (D(x)[p] = T[p] . x). A row is summed in a
-    register, in the order of its entries."""
+    register, in the order of its entries. ``quadratic`` = (pattern_start, pattern_col, T's
+    indptr, indices, data); ``factored`` = the constraint rows' factored form, as
+    :attr:`CompiledSystem.override` without its data map and constant."""
+    pattern_start, pattern_col, tensor_indptr, tensor_indices, tensor_data = quadratic
+    override_rows, uv_indptr, uv_indices, uv_data, term_row, term_scale, row_constant = factored
     with_jacobian = jac_values.shape[0] > 0
     for row in range(first_row, c_step.shape[0]):
         total = c_step[row]
@@ -260,19 +296,8 @@ def _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_indptr, tens
 
 
 @_jit
-def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
-                 tensor_dd_indices, tensor_dd_data,
-                 pattern_start, tensor_xd_entry, tensor_xd_indptr, tensor_xd_indices,
-                 tensor_xd_data,
-                 pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
-                 constant, linear_data, linear_pattern,
-                 override_rows, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
-                 term_row, term_scale, row_constant,
-                 segment_lo, segment_hi, floors, tolerance, stagnation, estimate_level,
-                 contraction, refactor_above, max_iterations, block_rows, block_cols, alpha,
-                 other_rows, other_cols, direct_entry, direct_target, coupling_entry, coupling_row,
-                 coupling_block, block_start, block_col, block_entry, constraint_row,
-                 work, residual_out, shift_step):
+def _newton_step(data, x, equations, segments, options, condensation, constraint_row, work,
+                 residual_out, shift_step):
     """Newton on R(x) = c + L x + 1/2 D(x) x = 0 at step data ``data`` (see polynomial.py),
     with the stopping rules and factorisation reuse of :func:`mbs.solvers.newton.newton`.
 
@@ -291,7 +316,22 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
     call, keeping its progress in ``state`` = (iterations done, last increment, fresh
     Jacobian, pausing) and returning PAUSED, so that the caller evaluates those terms at the
     new iterate; R then is the tensor form plus the extra terms.
+
+    The argument groups: ``equations`` is :attr:`CompiledSystem.equations`; ``segments`` =
+    (first index, stop index, floor) of each convergence block; ``options`` =
+    :class:`NewtonLimits`; ``condensation`` is :attr:`CompiledSystem.condensation`.
     """
+    (tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr, tensor_dd_indices, tensor_dd_data,
+     pattern_start, tensor_xd_entry, tensor_xd_indptr, tensor_xd_indices, tensor_xd_data,
+     pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data, constant, linear_data,
+     linear_pattern, override_rows, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
+     term_row, term_scale, row_constant) = equations
+    segment_lo, segment_hi, floors = segments
+    tolerance, stagnation, estimate_level, contraction, refactor_above, max_iterations = options
+    quadratic = (pattern_start, pattern_col, tensor_xx_indptr, tensor_xx_indices,
+                 tensor_xx_data)
+    factored = (override_rows, uv_indptr, uv_indices, uv_data, term_row, term_scale,
+                row_constant)
     n_eq = constant.shape[0]
     n_x = x.shape[0]
     (c_step, l_step, uv_step, jac_values, no_jacobian, schur, reduced, pivots, step,
@@ -322,10 +362,8 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
     fresh = state[2] != 0.0 if pausing and first_iteration > 1 else True
     factorizations = 0
     for iteration in range(first_iteration, max_iterations + 1):
-        _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_xx_indptr,
-                  tensor_xx_indices, tensor_xx_data, jac_values if fresh else no_jacobian,
-                  override_rows, uv_indptr, uv_indices, uv_data, uv_step, term_row,
-                  term_scale, row_constant, residual_out, 0)
+        _residual(x, c_step, l_step, quadratic, jac_values if fresh else no_jacobian,
+                  factored, uv_step, residual_out, 0)
         if pausing:
             for row in range(n_eq):
                 residual_out[row] += extra_residual[row]
@@ -339,14 +377,10 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
             return RESIDUAL_NOT_FINITE, iteration, norm, increment, factorizations
         if fresh:
             factorizations += 1
-            _condense(jac_values, alpha, direct_entry, direct_target, coupling_entry,
-                      coupling_row, coupling_block, block_start, block_col, block_entry,
-                      schur)
+            _condense(jac_values, condensation, schur)
             if not _lu_factor(schur, pivots):
                 return SINGULAR, iteration, norm, increment, factorizations
-        _condensed_solve(jac_values, schur, pivots, block_rows, block_cols, alpha, other_rows,
-                         other_cols, coupling_entry, coupling_row, coupling_block, block_start,
-                         block_col, block_entry, residual_out, reduced, step)
+        _condensed_solve(jac_values, schur, pivots, condensation, residual_out, reduced, step)
         for j in range(n_x):
             if not np.isfinite(step[j]):
                 return INCREMENT_NOT_FINITE, iteration, norm, increment, factorizations
@@ -363,10 +397,8 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
                 or _estimated_error(increment, previous) <= estimate_level
                 or (fresh and increment <= stagnation and increment > 0.5 * previous)):
             # the constraint rows at the accepted iterate (the enforced residuals reported)
-            _residual(x, c_step, l_step, pattern_start, pattern_col, tensor_xx_indptr,
-                      tensor_xx_indices, tensor_xx_data, no_jacobian, override_rows,
-                      uv_indptr, uv_indices, uv_data, uv_step, term_row, term_scale,
-                      row_constant, residual_out, constraint_row)
+            _residual(x, c_step, l_step, quadratic, no_jacobian, factored, uv_step,
+                      residual_out, constraint_row)
             return CONVERGED, iteration, norm, increment, factorizations
         fresh = increment > contraction * previous or increment > refactor_above
         previous = increment
@@ -377,10 +409,13 @@ def _newton_step(data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
 
 
 @_jit
-def _newton_workspace(n_eq, pattern_size, uv_size, reduced_size, n_x):
-    """Scratch arrays of :func:`_newton_step`, allocated once per block of steps: (c_step,
-    l_step, uv_step, Jacobian values, empty Jacobian, Schur complement, reduced right-hand
-    side, pivots, increment, extra residual, extra Jacobian values, iteration state)."""
+def _newton_workspace(equations, condensation, n_x):
+    """Scratch arrays of :func:`_newton_step` for its ``equations`` and ``condensation``,
+    allocated once per block of steps: (c_step, l_step, uv_step, Jacobian values, empty
+    Jacobian, Schur complement, reduced right-hand side, pivots, increment, extra residual,
+    extra Jacobian values, iteration state)."""
+    n_eq, pattern_size = equations.constant.shape[0], equations.linear_pattern.shape[0]
+    uv_size, reduced_size = equations.uv_const.shape[0], condensation.other_rows.shape[0]
     return (np.empty(n_eq), np.empty(pattern_size), np.empty(uv_size), np.empty(pattern_size),
             np.empty(0), np.empty((reduced_size, reduced_size)), np.empty(reduced_size),
             np.empty(reduced_size, dtype=np.int64), np.empty(n_x), np.zeros(n_eq),
@@ -390,22 +425,10 @@ def _newton_workspace(n_eq, pattern_size, uv_size, reduced_size, n_x):
 @_jit
 def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
                first, count, inverse_mass, h, guess_mode, force_scale, length_scale, lam_guess,
-               gam_guess, warm_gamma, velocity_from_data, velocity_from_unknowns, m,
-               tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr, tensor_dd_indices,
-               tensor_dd_data,
-               pattern_start, tensor_xd_entry, tensor_xd_indptr, tensor_xd_indices,
-               tensor_xd_data,
-               pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
-               constant, linear_data, linear_pattern,
-               override_rows, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
-               term_row, term_scale, row_constant,
-               tolerance, stagnation, estimate_level, contraction, refactor_above,
-               max_iterations, block_rows, block_cols, alpha, other_rows, other_cols, direct_entry,
-               direct_target, coupling_entry, coupling_row, coupling_block, block_start,
-               block_col, block_entry, force, new_weight,
-               jac_indptr, jac_indices, jac_data, jac_offset, jac_rows, jac_cols, lag,
-               lam_before_guess, gam_before_guess, constraint_row, correction_order, defects,
-               defect_count, shift_map, shifted, startup_defects, coefficients):
+               gam_guess, warm_gamma, velocity_from_data, velocity_from_unknowns, m, equations,
+               limits, condensation, force, new_weight, jacobian_map, lag, lam_before_guess,
+               gam_before_guess, constraint_row, correction_order, defects, defect_count,
+               shift_map, shifted, startup_defects, coefficients):
     """Steps first .. first + count - 1 of a run whose unknowns are (q1, p1, lambda, gamma).
 
     Row k of q_out/p_out is the state at step k; rows k + 1 are written. The predictor
@@ -424,13 +447,16 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     :data:`mbs.solvers.defects.COEFFICIENT_TABLE` (read per step instead of recomputing the
     binomials, whose integer divisions cost ~0.3 us per step at degree 6). Returns (steps
     done, code of the failed step or CONVERGED, its residual norm, increment, iterations, LU
-    factorisations, defect count, startup defects left).
+    factorisations, defect count, startup defects left). ``equations``, ``limits`` and
+    ``condensation`` are the arguments of :func:`_newton_step`; ``jacobian_map`` is
+    :attr:`CompiledSystem.jacobian_map`.
     """
     n = q_out.shape[1]
     n_x = 2 * n + 2 * m
+    jac_indptr, jac_indices, jac_data, jac_offset, jac_rows, jac_cols = jacobian_map
     data = np.empty(2 * n)
     x = np.empty(n_x)
-    residual = np.empty(constant.shape[0])
+    residual = np.empty(equations.constant.shape[0])
     segment_lo = np.array([0, n])
     segment_hi = np.array([n, 2 * n])
     floors = np.empty(2)
@@ -448,8 +474,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     shift_step = np.zeros(n_x)
     raw_guess = np.empty(n_x)
     defect_sum = np.empty(n_x)
-    work = _newton_workspace(constant.shape[0], linear_pattern.shape[0], uv_const.shape[0],
-                             other_rows.shape[0], n_x)
+    work = _newton_workspace(equations, condensation, n_x)
     total_factorizations = 0
     oldest = 0  # ring position of the oldest defect (rows rotate instead of shifting)
     for k in range(first, first + count):
@@ -511,18 +536,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
             for j in range(n_x):
                 x[j] += shift_step[j]
         code, iterations, norm, increment, factorizations = _newton_step(
-            data, x, tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr,
-            tensor_dd_indices, tensor_dd_data,
-            pattern_start, tensor_xd_entry, tensor_xd_indptr, tensor_xd_indices,
-            tensor_xd_data,
-            pattern_col, tensor_xx_indptr, tensor_xx_indices, tensor_xx_data,
-            constant, linear_data, linear_pattern,
-            override_rows, uv_indptr, uv_indices, uv_data, uv_from_data, uv_const,
-                 term_row, term_scale, row_constant,
-            segment_lo, segment_hi, floors, tolerance, stagnation, estimate_level, contraction,
-            refactor_above, max_iterations, block_rows, block_cols, alpha, other_rows, other_cols,
-            direct_entry, direct_target, coupling_entry, coupling_row, coupling_block,
-            block_start, block_col, block_entry, constraint_row, work, residual, shift_step)
+            data, x, equations, (segment_lo, segment_hi, floors), limits, condensation,
+            constraint_row, work, residual, shift_step)
         if shifted:
             for j in range(n_x):
                 x[j] -= shift_step[j]
@@ -713,14 +728,15 @@ def csr_arrays(matrix: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarra
 ORDER_MIN_SAVING = 0.05
 
 
-def _measured_column_order(values: np.ndarray, alpha: float, plan: tuple, size: int
+def _measured_column_order(values: np.ndarray, condensation: Condensation
                            ) -> tuple[str, np.ndarray | None]:
     """(name, permutation of the condensed matrix's columns, or None to keep them) with the
     least LU work on the sample ``values`` (see :class:`CompiledSystem`)."""
     from scipy.sparse.linalg import splu
 
+    size = condensation.other_rows.size
     schur = np.empty((size, size))
-    _condense(values, alpha, *plan, schur)
+    _condense(values, condensation, schur)
     if not np.isfinite(schur).all():
         return "count", None
     best_name, best_order = "count", None
@@ -869,11 +885,11 @@ class CompiledSystem:
         # the pattern (keys, sorted) by row: entries pattern_start[i] .. of row i
         pattern_start = np.searchsorted(keys // n_x, np.arange(system.constant.shape[0] + 1)
                                         ).astype(np.int64)
-        self.tensors = (dd_rows // n_d, dd_rows % n_d,
-                        *csr_arrays(sp.csr_matrix(system.tensor_dd)[dd_rows]),
-                        pattern_start, xd_entries,
-                        *csr_arrays(sp.csr_matrix(system.tensor_xd)[keys][xd_entries]),
-                        keys % n_x, *csr_arrays(sp.csr_matrix(system.tensor_xx)[keys]))
+        tensors = (dd_rows // n_d, dd_rows % n_d,
+                   *csr_arrays(sp.csr_matrix(system.tensor_dd)[dd_rows]),
+                   pattern_start, xd_entries,
+                   *csr_arrays(sp.csr_matrix(system.tensor_xd)[keys][xd_entries]),
+                   keys % n_x, *csr_arrays(sp.csr_matrix(system.tensor_xx)[keys]))
         self.pattern_size = keys.size
         self.pattern_row, self.pattern_col = keys // n_x, keys % n_x
         # rows 2n.. of the step equations are the constraint rows
@@ -897,27 +913,28 @@ class CompiledSystem:
             other_cols = np.r_[0:cols.start, cols.stop:size]
             other_cols = other_cols[np.argsort(column_count[other_cols],
                                               kind="stable")].astype(np.int64)
-        plan = _condensation_plan(keys // n_x, keys % n_x, size, block_rows, block_cols,
-                                  other_rows, other_cols)
+        def condensation(columns):
+            return Condensation(block_rows, block_cols, float(alpha), other_rows, columns,
+                                *_condensation_plan(keys // n_x, keys % n_x, size, block_rows,
+                                                    block_cols, other_rows, columns))
+
+        #: :class:`Condensation` of the Newton matrix
+        self.condensation = condensation(other_cols)
         self.column_order = "count"
         if sample_jacobian is not None and other_cols.size > 1:
             values = np.ascontiguousarray(np.asarray(sample_jacobian)[keys // n_x, keys % n_x],
                                           dtype=float)
-            self.column_order, order = _measured_column_order(values, float(alpha), plan,
-                                                              other_rows.size)
+            self.column_order, order = _measured_column_order(values, self.condensation)
             if order is not None:
-                other_cols = other_cols[order]
-                plan = _condensation_plan(keys // n_x, keys % n_x, size, block_rows,
-                                          block_cols, other_rows, other_cols)
-        self.condensation = (block_rows, block_cols, float(alpha), other_rows, other_cols,
-                             *plan)
-        self.constant = system.constant
-        self.linear_data = csr_arrays(system.linear_data)  # (indptr, indices, data)
+                self.condensation = condensation(other_cols[order])
         shift = getattr(system, "shift", None)
         self.shift = (csr_arrays(sp.csr_matrix(shift)) if shift is not None
                       else csr_arrays(sp.csr_matrix((n_x, n_d))), shift is not None)
-        self.linear_unknowns = np.ascontiguousarray(linear_x.ravel()[keys])
-        self.override = _merged_overrides(overrides, n_x, n_d)
+        #: :class:`QuadraticArrays` of the step equations
+        self.equations = QuadraticArrays(
+            *tensors, system.constant, csr_arrays(system.linear_data),
+            np.ascontiguousarray(linear_x.ravel()[keys]),
+            *_merged_overrides(overrides, n_x, n_d))
 
     def solve(self, data: np.ndarray, x: np.ndarray, segments: tuple[np.ndarray, np.ndarray],
               floors: np.ndarray, options, residual_from: int, work: tuple,
@@ -937,9 +954,8 @@ class CompiledSystem:
         if self.shift[1]:
             _affine_sparse(self.shift[0], data, np.zeros(x.size), shift_step)
             x += shift_step
-        front, back = self.newton_arguments(options, residual_from)
-        arguments = (*front, segments[0], segments[1], floors, *back, work[0], residual,
-                     shift_step)
+        arguments = (self.equations, (*segments, floors), newton_limits(options),
+                     self.condensation, int(residual_from), work[0], residual, shift_step)
         state = work[0][-1]
         if extra is None:
             state[:] = 0.0
@@ -961,24 +977,11 @@ class CompiledSystem:
             x -= shift_step
         return code, iterations, norm, increment, factorizations
 
-    def newton_arguments(self, options, residual_from: int) -> tuple[tuple, tuple]:
-        """The arguments of :func:`_newton_step` after (data, x) that do not change from step
-        to step, as the groups before and after (segment_lo, segment_hi, floors); the last
-        three (workspace, residual, shift) follow the second."""
-        front = (*self.tensors, self.constant, self.linear_data, self.linear_unknowns,
-                 *self.override)
-        back = (float(options.tolerance), float(options.stagnation_level),
-                float(options.estimate_level), float(options.contraction),
-                float(options.refactor_above), int(options.max_iterations),
-                *self.condensation, int(residual_from))
-        return front, back
-
     def workspace(self) -> tuple:
         """Scratch arrays of :meth:`solve` (one set per solver run): the kernel's
         (:func:`_newton_workspace`) and the shift of the unknowns."""
-        return (_newton_workspace(self.constant.shape[0], self.pattern_size,
-                                  self.override[5].shape[0], self.condensation[3].shape[0],
-                                  self.n_unknowns), np.zeros(self.n_unknowns))
+        return (_newton_workspace(self.equations, self.condensation, self.n_unknowns),
+                np.zeros(self.n_unknowns))
 
     def argument_groups(self, inverse_mass, h: float, guess_mode: int, force_scale: float,
                         length_scale: float, warm_gamma: bool, velocity_maps, options,
@@ -990,12 +993,8 @@ class CompiledSystem:
         front = (inverse_mass, float(h), int(guess_mode), float(force_scale),
                  float(length_scale))
         middle = (bool(warm_gamma), velocity_maps[0], velocity_maps[1], self.m,
-                  *self.tensors, self.constant, self.linear_data, self.linear_unknowns,
-                  *self.override, float(options.tolerance), float(options.stagnation_level),
-                  float(options.estimate_level),
-                  float(options.contraction), float(options.refactor_above),
-                  int(options.max_iterations), *self.condensation, force, float(new_weight),
-                  *self.jacobian_map, int(lag))
+                  self.equations, newton_limits(options), self.condensation, force,
+                  float(new_weight), self.jacobian_map, int(lag))
         return front, middle, (self.constraint_row, int(correction_order)), self.shift
 
     def run(self, q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,

@@ -107,13 +107,13 @@ class CompiledRun:
         solver, warm = self.solver, self.solver._warm
         if self._work is None:
             self._work = self.system.workspace()
-            self._residual = np.empty(self.system.constant.shape[0])
-        front, back = self.system.newton_arguments(solver.newton, residual_from)
+            self._residual = np.empty(self.system.equations.constant.shape[0])
         defects = self.defect_rows(self.system.n_unknowns)
         order = solver.correction_degree
         *result, defect_count, warm.startup_defects = run_stage_steps(
             q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
-            count, scheme, (front, back, self._work[0]),
+            count, scheme, (self.system.equations, _compiled().newton_limits(solver.newton),
+                            self.system.condensation, residual_from, self._work[0]),
             (-1 if order is None else order, defects, len(warm.defects),
              warm.startup_defects, warm.defects.fit_order or 0,
              np.zeros(1, np.int64) if warm.defects.fit_blocks is None
@@ -128,7 +128,7 @@ class CompiledRun:
         NewtonConvergenceError when it fails."""
         if self._work is None:
             self._work = self.system.workspace()
-            self._residual = np.empty(self.system.constant.shape[0])
+            self._residual = np.empty(self.system.equations.constant.shape[0])
         segments = (np.array([b.start for b in blocks], dtype=np.int64),
                     np.array([b.stop for b in blocks], dtype=np.int64))
         x = np.array(guess, dtype=float)

@@ -93,7 +93,8 @@ def _continue_stages(continuation, values, x, start):
 def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
                      iterations_out, first, count, stage_velocities, stage_multipliers, started,
                      weights, continuation, h, inverse_mass, acceleration, momentum_floor,
-                     newton_front, newton_back, work, correction_order, defects, defect_count,
+                     equations, limits, condensation, residual_from, work, correction_order,
+                     defects, defect_count,
                      startup_defects, fit_order, fit_blocks, coefficients):
     """Steps first .. first + count - 1 of constrained Lobatto IIIA-IIIB with s stages.
 
@@ -108,12 +109,12 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
     known, by their fitted linear prediction over the blocks ``fit_blocks``
     (:func:`_fitted_correction`). The convergence blocks are the stage velocities,
     of size max(|M^-1 p|, h ``acceleration``), and p1, of size max(|p|,
-    ``momentum_floor``). ``newton_front`` and ``newton_back`` are the arguments of
-    :func:`~mbs.solvers.compiled._newton_step` before and after the blocks and floors,
-    ``work`` its workspace. Outputs: q1 = q + h sum_i b_i V_i, p1, the last stage velocity,
-    the first and last stage multipliers, the largest stage and velocity constraint rows.
-    Returns (steps done, code of the failed step or CONVERGED, its residual norm, increment,
-    iterations, LU factorisations, defect count, startup defects left)."""
+    ``momentum_floor``). ``equations``, ``limits``, ``condensation``, ``residual_from`` and
+    ``work`` are the arguments of :func:`~mbs.solvers.compiled._newton_step`. Outputs: q1 =
+    q + h sum_i b_i V_i, p1, the last stage velocity, the first and last stage multipliers,
+    the largest stage and velocity constraint rows. Returns (steps done, code of the failed
+    step or CONVERGED, its residual norm, increment, iterations, LU factorisations, defect
+    count, startup defects left)."""
     n = q_out.shape[1]
     stages = weights.shape[0]
     m = stage_multipliers.shape[1]
@@ -173,8 +174,8 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
         floors[1] = max(largest_momentum, momentum_floor)
         state[:] = 0.0
         code, iterations, norm, increment, factorizations = _newton_step(
-            data, x, *newton_front, segment_lo, segment_hi, floors, *newton_back, work,
-            residual, shift_step)
+            data, x, equations, (segment_lo, segment_hi, floors), limits, condensation,
+            residual_from, work, residual, shift_step)
         if code != CONVERGED:  # the failed step is left to the caller
             _unroll_defects(defects, oldest)
             return (k - first, code, norm, increment, iterations,
@@ -216,9 +217,9 @@ def run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
                     warm: tuple) -> tuple:
     """:func:`_run_stage_steps` with its arguments grouped: ``scheme`` = (stage velocities,
     stage multipliers, started, weights b, continuation, h, M^-1 dense, acceleration,
-    momentum floor), ``newton`` = (front, back, work) and ``warm`` = (correction order,
-    defects (capacity, n_x) oldest first, defect count, startup defects, fit order (0: none),
-    fit block boundaries)."""
+    momentum floor), ``newton`` = (equations, limits, condensation, residual_from, work) and
+    ``warm`` = (correction order, defects (capacity, n_x) oldest first, defect count, startup
+    defects, fit order (0: none), fit block boundaries)."""
     return _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
                             iterations_out, first, count, *scheme, *newton, *warm,
                             COEFFICIENT_TABLE)
