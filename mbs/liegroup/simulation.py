@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from mbs.errors import ModelError, ModelTypeError, SolverError
+from mbs.errors import ModelError, SolverError
 from mbs.liegroup.integrator import SolverSettings
 from mbs.liegroup.model import LieGroupModel, LieGroupState
 from mbs.liegroup.vcg import COMPOSITIONS, VCG
@@ -25,7 +25,7 @@ from mbs.liegroup.vrkmk import TABLEAUX, VRKMK
 from mbs.model import Model
 from mbs.solution import Solution
 from mbs.solvers import REGISTRY
-from mbs.solvers.base import SchemeProperties, Solver, StepResult
+from mbs.solvers.base import SchemeProperties, Solver, StepResult, instance_or_key
 from mbs.solvers.defects import extrapolation_coefficients
 from mbs.solvers.newton import NewtonConvergenceError
 
@@ -65,15 +65,11 @@ def make_method(solver: str | VRKMK | VCG = "vrkmk", **options) -> VRKMK | VCG:
         Stage-equation solver (:class:`mbs.liegroup.SolverSettings`; ``iteration`` is its
         ``method``, "newton" or "fixed-point").
     """
-    if isinstance(solver, VRKMK | VCG):
-        if options:
-            raise ModelError("solver options can only be given with a solver name; set them "
-                             "on the VRKMK / VCG instance instead")
-        return solver
-    if not isinstance(solver, str):
-        raise ModelTypeError(f"a Lie-group model needs solver 'vrkmk' or 'vcg' (or a "
-                             f"mbs.liegroup.VRKMK / VCG instance), got {solver!r}")
-    key = solver.lower()
+    key = instance_or_key(solver, VRKMK | VCG, options,
+                          "a Lie-group model needs solver 'vrkmk' or 'vcg' (or a "
+                          "mbs.liegroup.VRKMK / VCG instance)")
+    if isinstance(key, VRKMK | VCG):
+        return key
     if key in REGISTRY:
         raise ModelError(f"solver {solver!r} integrates the director formulation; this model "
                          f"was compiled with formulation='lie-group', whose solvers are "

@@ -12,8 +12,8 @@ model, the reference) and "compiled" (optional numba kernel, :mod:`mbs.solvers.c
 
 from __future__ import annotations
 
-from mbs.errors import ModelError, ModelTypeError
-from mbs.solvers.base import SchemeProperties, Solver, StepResult
+from mbs.errors import ModelError
+from mbs.solvers.base import SchemeProperties, Solver, StepResult, instance_or_key
 from mbs.solvers.composition import COMPOSITIONS, Composition
 from mbs.solvers.conversion import VariationalConversion
 from mbs.solvers.energy_momentum import EnergyMomentum
@@ -42,15 +42,10 @@ def make_solver(solver: str | Solver, **options) -> Solver:
     ``order=4`` or ``6`` (with an optional ``composition=`` name of
     :data:`~mbs.solvers.composition.COMPOSITIONS`) composes "em", "rattle" or "ggl-vi-a" to
     that order (:class:`Composition`); ``order=2`` is the scheme itself."""
-    if isinstance(solver, Solver):
-        if options:
-            raise ModelError("solver options can only be given with a solver name; set them "
-                             "on the instance instead")
-        return solver
-    if not isinstance(solver, str):
-        raise ModelTypeError(f"solver must be a name {sorted(REGISTRY)} or a Solver "
-                             f"instance, got {solver!r}")
-    key = solver.lower()
+    key = instance_or_key(solver, Solver, options,
+                          f"solver must be a name {sorted(REGISTRY)} or a Solver instance")
+    if isinstance(key, Solver):
+        return key
     if key not in REGISTRY:
         raise ModelError(f"unknown solver {solver!r}; choose one of {sorted(REGISTRY)}")
     order = options.pop("order", None)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbs.errors import ModelError, ModelTypeError
 from mbs.model import Model
 from mbs.solvers.cache import model_cache
 from mbs.solvers.compiled_run import CompiledRun
@@ -28,6 +29,20 @@ from mbs.solvers.polynomial import QuadraticSystemBuilder
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
 _max = np.maximum.reduce
 
+
+
+def instance_or_key(solver, kinds: type | tuple, options: dict, expected: str):
+    """``solver`` itself when it is an instance of ``kinds`` (then ``options`` must be
+    empty: they belong to a name), else its name in lower case; ``expected`` says what a
+    valid ``solver`` is, for the error raised on anything else."""
+    if isinstance(solver, kinds):
+        if options:
+            raise ModelError("solver options can only be given with a solver name; set them "
+                             "on the instance instead")
+        return solver
+    if not isinstance(solver, str):
+        raise ModelTypeError(f"{expected}, got {solver!r}")
+    return solver.lower()
 
 
 @dataclass(frozen=True)

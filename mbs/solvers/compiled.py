@@ -423,6 +423,14 @@ def _newton_workspace(equations, condensation, n_x):
 
 
 @_jit
+def _step_buffers(n, n_x, n_eq):
+    """Per-step arrays of the step kernels: (data (q0, p0), unknowns, raw guess, defect sum,
+    residual, shift of the unknowns (zero), convergence floors of the two blocks)."""
+    return (np.empty(2 * n), np.empty(n_x), np.empty(n_x), np.empty(n_x), np.empty(n_eq),
+            np.zeros(n_x), np.empty(2))
+
+
+@_jit
 def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
                first, count, inverse_mass, h, guess_mode, force_scale, length_scale, lam_guess,
                gam_guess, warm_gamma, velocity_from_data, velocity_from_unknowns, m, equations,
@@ -454,12 +462,10 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     n = q_out.shape[1]
     n_x = 2 * n + 2 * m
     jac_indptr, jac_indices, jac_data, jac_offset, jac_rows, jac_cols = jacobian_map
-    data = np.empty(2 * n)
-    x = np.empty(n_x)
-    residual = np.empty(equations.constant.shape[0])
+    data, x, raw_guess, defect_sum, residual, shift_step, floors = _step_buffers(
+        n, n_x, equations.constant.shape[0])
     segment_lo = np.array([0, n])
     segment_hi = np.array([n, 2 * n])
-    floors = np.empty(2)
     lam = lam_guess.copy()
     gam = gam_guess.copy()
     lam_before = lam_before_guess.copy()
@@ -471,9 +477,6 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     velocity_part = np.empty(n)
     zero_velocity = np.zeros(n)
     zero_unknowns = np.zeros(n_x)
-    shift_step = np.zeros(n_x)
-    raw_guess = np.empty(n_x)
-    defect_sum = np.empty(n_x)
     work = _newton_workspace(equations, condensation, n_x)
     total_factorizations = 0
     oldest = 0  # ring position of the oldest defect (rows rotate instead of shifting)

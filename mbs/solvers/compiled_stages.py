@@ -22,6 +22,7 @@ from mbs.solvers.compiled import (
     _lu_factor,
     _lu_solve,
     _newton_step,
+    _step_buffers,
     _unroll_defects,
 )
 from mbs.solvers.defects import COEFFICIENT_TABLE, FIT_RIDGE
@@ -121,17 +122,11 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
     momentum_at = stages * n
     multipliers_at = (stages + 1) * n
     n_x = multipliers_at + stages * m
-    data = np.empty(2 * n)
+    data, x, raw_guess, defect_sum, residual, shift_step, floors = _step_buffers(n, n_x, n_x)
     no_data = np.empty(0)
-    x = np.empty(n_x)
-    raw_guess = np.empty(n_x)
-    defect_sum = np.empty(n_x)
-    residual = np.empty(n_x)
     velocity = np.empty(n)
-    shift_step = np.zeros(n_x)
     segment_lo = np.array([0, momentum_at])
     segment_hi = np.array([momentum_at, multipliers_at])
-    floors = np.empty(2)
     state = work[11]
     fit_size = max(fit_order, 1)
     gram = np.empty((fit_size, fit_size))

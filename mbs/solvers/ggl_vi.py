@@ -24,25 +24,22 @@ import scipy.sparse as sp
 from mbs.errors import ModelError
 from mbs.solvers.base import SchemeProperties, Solver
 
+#: Per variant: (order in q and p, constraints at the step end, multiplier times, equation of
+#: Kinon, Betsch, Schneider (2023)); every variant is symplectic, with bounded energy error and
+#: exact momentum maps for symmetric potentials.
+_VARIANTS = {
+    "S": ("1", "g(q^{n+1}); G(q_bar) M^-1 p^{n+1} at q_bar = q^n + h v^n",
+          "lambda^n, gamma^{n+1}", "(55)"),
+    "A": ("2", "none: g and G v hold at q^{n+theta} only", "lambda^n, gamma^n", "(79)"),
+    "B": ("1", "g(q^{n+1}); G v^{n+1} at q^{n+theta}", "lambda^n, gamma^n", "(82)"),
+}
 _PROPERTIES = {
-    "S": SchemeProperties(
-        name="ggl-vi-s", order_q="1", order_p="1", symplectic=True,
+    variant: SchemeProperties(
+        name=f"ggl-vi-{variant.lower()}", order_q=order, order_p=order, symplectic=True,
         energy="bounded oscillation", momentum="exact (symmetric potentials)",
-        constraints_at_step_end="g(q^{n+1}); G(q_bar) M^-1 p^{n+1} at q_bar = q^n + h v^n",
-        multiplier_times="lambda^n, gamma^{n+1}",
-        reference="Kinon, Betsch, Schneider (2023), (55)"),
-    "A": SchemeProperties(
-        name="ggl-vi-a", order_q="2", order_p="2", symplectic=True,
-        energy="bounded oscillation", momentum="exact (symmetric potentials)",
-        constraints_at_step_end="none: g and G v hold at q^{n+theta} only",
-        multiplier_times="lambda^n, gamma^n",
-        reference="Kinon, Betsch, Schneider (2023), (79)"),
-    "B": SchemeProperties(
-        name="ggl-vi-b", order_q="1", order_p="1", symplectic=True,
-        energy="bounded oscillation", momentum="exact (symmetric potentials)",
-        constraints_at_step_end="g(q^{n+1}); G v^{n+1} at q^{n+theta}",
-        multiplier_times="lambda^n, gamma^n",
-        reference="Kinon, Betsch, Schneider (2023), (82)"),
+        constraints_at_step_end=constraints, multiplier_times=multipliers,
+        reference=f"Kinon, Betsch, Schneider (2023), {equation}")
+    for variant, (order, constraints, multipliers, equation) in _VARIANTS.items()
 }
 
 
