@@ -229,6 +229,9 @@ class Solver:
 
     #: Whether the compiled kernel starts gamma from the previous step (else from zero).
     _warm_gamma = False
+    #: Whether gamma is a velocity-level multiplier the explicit predictor applies (see
+    #: :class:`~mbs.solvers.guess.ExplicitPredictor`); False when it is a constraint force.
+    _predict_with_gamma = True
 
     @property
     def batch_capable(self) -> bool:
@@ -326,10 +329,12 @@ class Solver:
             key = ("predictor", type(self).__name__, self._polynomial_key(), self.h)
             if key not in cache:
                 cache[key] = build_map(self.model, self.h, self._new_momentum_weight,
-                                       self._warm_gamma, self._constant_gradient)
+                                       self._warm_gamma, self._predict_with_gamma,
+                                       self._constant_gradient)
             tensor_map = cache[key].for_run()
         return ExplicitPredictor(self.model, self.h, self._new_momentum_weight,
-                                 self._warm_gamma, self._constant_gradient, tensor_map)
+                                 self._warm_gamma, self._predict_with_gamma,
+                                 self._constant_gradient, tensor_map)
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
         """Newton's x0 = (q1, p1, lambda, gamma) from the predictor and the multiplier warm

@@ -434,7 +434,8 @@ def _step_buffers(n, n_x, n_eq):
 def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
                first, count, inverse_mass, h, guess_mode, force_scale, length_scale, lam_guess,
                gam_guess, warm_gamma, velocity_from_data, velocity_from_unknowns, m, equations,
-               limits, condensation, force, new_weight, jacobian_map, lag, lam_before_guess,
+               limits, condensation, force, new_weight, gamma_weight, jacobian_map, lag,
+               lam_before_guess,
                gam_before_guess, constraint_row, correction_order, defects, defect_count,
                shift_map, shifted, startup_defects, coefficients):
     """Steps first .. first + count - 1 of a run whose unknowns are (q1, p1, lambda, gamma).
@@ -444,9 +445,11 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     explicit one (2): p1 = p - h (grad V + G(q)^T lambda), q1 = q + h M^-1 ((1 - w) p + w p1)
     with G from the table's Jacobian map (data = map q + offset at (jac_rows, jac_cols));
     lambda and gamma are those of the previous step (``lag`` 1) or of the one before (2, for
-    multipliers that alternate); gamma starts from zero unless ``warm_gamma``. The scheme
-    velocity is V_d (q, p) + V_x x with the CSR arrays (indptr, indices, data) of V_d and V_x
-    in ``velocity_from_data`` and ``velocity_from_unknowns``. With the explicit guess and
+    multipliers that alternate); gamma starts from zero unless ``warm_gamma``; its terms of
+    :class:`~mbs.solvers.guess.ExplicitPredictor` are weighted by ``gamma_weight`` (1 or
+    0). The scheme velocity is V_d (q, p) + V_x x with the CSR arrays (indptr, indices, data)
+    of V_d and V_x in ``velocity_from_data`` and ``velocity_from_unknowns``. With the explicit
+    guess and
     ``correction_order`` >= 0 the guess is corrected by the extrapolated defects (rows
     0 .. defect_count - 1 of ``defects``, newest last, updated in place; see
     ``Solver.predictor_correction``). With ``shifted`` the system's unknowns are x + S d,
@@ -500,9 +503,9 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
                     value += jac_data[t] * q0[jac_indices[t]]
                     curvature += jac_data[t] * velocity_part[jac_indices[t]]
                 column = jac_cols[e]
-                momentum[column] += (value * lam_guess_k[jac_rows[e]]
-                                     + curvature * gam_guess_k[jac_rows[e]])
-                correction[column] += value * gam_guess_k[jac_rows[e]]
+                gamma = gamma_weight * gam_guess_k[jac_rows[e]]
+                momentum[column] += value * lam_guess_k[jac_rows[e]] + curvature * gamma
+                correction[column] += value * gamma
             for j in range(n):
                 momentum[j] = p0[j] - h * momentum[j]
                 blend[j] = ((1.0 - new_weight) * p0[j] + new_weight * momentum[j]
@@ -988,7 +991,7 @@ class CompiledSystem:
 
     def argument_groups(self, inverse_mass, h: float, guess_mode: int, force_scale: float,
                         length_scale: float, warm_gamma: bool, velocity_maps, options,
-                        force: np.ndarray, new_weight: float, lag: int,
+                        force: np.ndarray, new_weight: float, gamma_weight: float, lag: int,
                         correction_order: int) -> tuple[tuple, tuple, tuple, tuple]:
         """The arguments of :func:`_run_steps` other than the outputs, the step range, the
         warm start and the coefficient table, as the four groups (front, middle, late,
@@ -997,7 +1000,7 @@ class CompiledSystem:
                  float(length_scale))
         middle = (bool(warm_gamma), velocity_maps[0], velocity_maps[1], self.m,
                   self.equations, newton_limits(options), self.condensation, force,
-                  float(new_weight), self.jacobian_map, int(lag))
+                  float(new_weight), float(gamma_weight), self.jacobian_map, int(lag))
         return front, middle, (self.constraint_row, int(correction_order)), self.shift
 
     def run(self, q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,

@@ -162,7 +162,8 @@ class CompiledRun:
             self.inverse_mass, solver.h, _GUESS_MODES[solver.initial_guess],
             solver._constant_force, solver.model.length_scale, solver._warm_gamma,
             self.velocity_maps, solver.newton, solver._constant_gradient,
-            solver._new_momentum_weight, solver._warm.lag, -1 if order is None else order)
+            solver._new_momentum_weight, 1.0 if solver._predict_with_gamma else 0.0,
+            solver._warm.lag, -1 if order is None else order)
 
     def defect_rows(self, width: int | None = None) -> np.ndarray:
         """The kernel's defect buffer, ((degree + 1) L, ``width``), with the history's rows

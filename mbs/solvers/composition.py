@@ -213,8 +213,9 @@ class Composition(Solver):
 
     @property
     def batch_capable(self) -> bool:
-        """True when every sub-step runs whole steps in the compiled kernel (EM with
-        ``backend="compiled"``): then blocks of composed steps run in one kernel call."""
+        """True when every sub-step runs whole steps in the compiled kernel (EM, RATTLE or
+        GGL-VI A with ``backend="compiled"``): then blocks of composed steps run in one
+        kernel call."""
         return all(solver.batch_capable for solver in self.substeps)
 
     def run_compiled(self, q: np.ndarray, p: np.ndarray, velocities: np.ndarray,

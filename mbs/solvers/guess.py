@@ -151,6 +151,10 @@ class ExplicitPredictor:
         Weight w of p^{n+1} in the scheme's position update.
     warm_gamma : bool
         Whether gamma starts from the previous step's (else from zero).
+    gamma_terms : bool
+        Whether gamma is a velocity-level multiplier that the prediction applies (G(q)^T
+        gamma in q^{n+1}, H(gamma) M^-1 p in the force), as in EM and the GGL schemes; False
+        for a second constraint force (RATTLE's mu), which the prediction leaves out.
     constant_gradient : array or None
         grad V when the potential is linear in q.
     tensor_map : QuadraticMap or None
@@ -158,8 +162,10 @@ class ExplicitPredictor:
     """
 
     def __init__(self, model: Model, h: float, weight: float, warm_gamma: bool,
-                 constant_gradient: np.ndarray | None, tensor_map: QuadraticMap | None):
+                 gamma_terms: bool, constant_gradient: np.ndarray | None,
+                 tensor_map: QuadraticMap | None):
         self.model, self.h, self.weight, self.warm_gamma = model, h, weight, warm_gamma
+        self.gamma_terms = gamma_terms
         self.constant_gradient, self.tensor_map = constant_gradient, tensor_map
         self.inverse_mass = model.inverse_mass_operator()
         self.time = 0.0  # the step's start time (constraint directions of drives)
@@ -177,6 +183,8 @@ class ExplicitPredictor:
                  else model.potential_gradient(q))
         table = model.quadratic_constraint_table
         velocity = self.inverse_mass @ p
+        if not self.gamma_terms:
+            gam = np.zeros_like(gam)
         if table is not None:
             constraint_force = (table.jacobian_transpose_product(q, lam)
                                 + table.hessian_vector_transpose_product(velocity, gam))
@@ -199,12 +207,13 @@ class ExplicitPredictor:
                                gam if self.warm_gamma else np.zeros_like(gam)])
 
 
-def build_map(model: Model, h: float, weight: float, warm_gamma: bool,
+def build_map(model: Model, h: float, weight: float, warm_gamma: bool, gamma_terms: bool,
               constant_gradient: np.ndarray) -> QuadraticMap:
     """The "explicit" prediction as a quadratic map of (q, p, lambda, gamma): p1 = p - h F,
     q1 = q + h M^-1 (p - w h F + G(q)^T gamma) with the force F = grad V + G(q)^T lambda +
-    H(gamma) M^-1 p; gamma is passed on only when ``warm_gamma``. Needs a potential linear
-    in q (``constant_gradient``) and quadratic constraints."""
+    H(gamma) M^-1 p (the gamma terms only with ``gamma_terms``); gamma is passed on only
+    when ``warm_gamma``. Needs a potential linear in q (``constant_gradient``) and quadratic
+    constraints."""
     n, m = model.n, model.m
     builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
                                      {"q": n, "p": n, "lam": m, "gam": m}, {})
@@ -216,8 +225,9 @@ def build_map(model: Model, h: float, weight: float, warm_gamma: bool,
     builder.add_linear("p", p)
     builder.add_constant("force", constant_gradient)
     builder.add_jacobian_transpose_product("force", q, lam)
-    builder.add_hessian_product("force", q, gam, p.mapped(model.inverse_mass_matrix))
-    builder.add_jacobian_transpose_product("correction", q, gam)
+    if gamma_terms:
+        builder.add_hessian_product("force", q, gam, p.mapped(model.inverse_mass_matrix))
+        builder.add_jacobian_transpose_product("correction", q, gam)
     builder.add_linear("lam", lam)
     builder.add_linear("gam", gam)
     inverse, identity = sp.csr_matrix(model.inverse_mass_matrix), sp.identity(n)

@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
-from mbs.solvers.base import SchemeProperties, Solver, StepResult
-from mbs.solvers.newton import NewtonConvergenceError, newton, solve_linear
+from mbs.solvers.base import SchemeProperties, Solver
 
 
 @dataclass
@@ -22,9 +20,7 @@ class Rattle(Solver):
     Applied forces F (loads, dampers, actuators) enter both half kicks as -F, evaluated at
     (t, q0, M^-1 p0) and (t + h, q1, M^-1 p1): the forced discrete Euler-Lagrange equations
     of the trapezoidal discrete Lagrangian, so a momentum map changes by exactly the impulse
-    h/2 (F0 . xi(q0) + F1 . xi(q1)). A velocity-dependent F makes the second kick implicit;
-    it is solved by Newton on (p1, mu) with dF/dv. The work reported per step is
-    (F0 + F1) . (q1 - q0) / 2.
+    h/2 (F0 . xi(q0) + F1 . xi(q1)). The work reported per step is (F0 + F1) . (q1 - q0) / 2.
 
     Order, symplecticity, what the scheme conserves, which constraint levels hold at the step
     ends and the times of its multipliers are declared once in ``properties``
@@ -33,11 +29,11 @@ class Rattle(Solver):
 
     The energy error oscillates with amplitude O(h^2).
 
-    The position step is Newton's method on lambda (m unknowns) with the exact Jacobian
-    -h^2/2 G(q1) M^-1 G(q0)^T, started from the previous step's lambda (``initial_guess`` has
-    no effect) and stopped when the change of q1 it causes is below the relative tolerance;
-    mu follows from one linear solve. The step is explicit in the
-    potential force, so stiff springs limit h as for Stormer-Verlet.
+    The step equations are written once (:meth:`_equations`) over the unknowns (q1, p1,
+    lambda, mu), with p_half eliminated by the position update, and solved by the shared
+    Newton engine on every backend (tensor form, compiled kernel, or through the model).
+    The step is explicit in the potential force, so stiff springs limit h as for
+    Stormer-Verlet.
     """
 
     properties = SchemeProperties(
@@ -48,85 +44,61 @@ class Rattle(Solver):
         reference="Hairer, Lubich, Wanner, Geometric Numerical Integration (2006), VII.1")
     composable = True
     drive_effort = "mean"  # lambda^n and mu^{n+1} act for half a step each
+    # mu is a constraint force like lambda: it starts from the last step's and is not a
+    # position correction of the predictor
+    _warm_gamma = True
+    _predict_with_gamma = False
 
-    def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
-        model, h, m = self.model, self.h, self.model.m
-        minv = self._minv
-        t1 = t + h
-        jac0 = model.jacobian_matrix(q0, t)
-        forced = model.has_applied_forces
-        force0 = model.applied_force(t, q0, minv @ p0) if forced else 0.0
-        p_free = p0 - 0.5 * h * (model.potential_gradient(q0) - force0)
-        q_free = q0 + h * (minv @ p_free)
-        minv_jac0_t = minv @ jac0.T
-        if m:
-            def residual_and_jacobian(lam, jacobian=True):
-                q1 = q_free - 0.5 * h * h * (minv_jac0_t @ lam)
-                if not jacobian:
-                    return model.constraints(q1, t1), None
-                return (model.constraints(q1, t1),
-                        -0.5 * h * h * (model.jacobian_matrix(q1, t1) @ minv_jac0_t))
+    def _equations(self, layout, shifted: bool = False):
+        """RATTLE over the data (q0, p0) and the unknowns (q1, p1, lambda, mu)::
 
-            def position_change(lam):
-                return -0.5 * h * h * (minv_jac0_t @ lam)
+            (a)  M (q1 - q0)/h - p0 + h/2 (grad V(q0) + G(q0)^T lambda - F0)          = 0
+            (b)  (p1 - p0)/h + 1/2 (grad V(q0) + G(q0)^T lambda - F0)
+                             + 1/2 (grad V(q1) + G(q1)^T mu - F1)                    = 0
+            (c)  g(q1) = 0,   (d)  G(q1) M^-1 p1 + dg/dt = 0
 
-            # converged when lambda's effect on q1 is below the tolerance: lambda passes
-            # through zero (a pendulum released from rest), its effect has the size of q
-            scale = max(float(np.max(np.abs(q0))), model.length_scale)
-            lam, iterations, _ = newton(residual_and_jacobian, self._warm.lam.copy(),
-                                        [slice(0, model.n)], [scale], self.newton,
-                                        state_map=position_change, state_offset=q_free)
-        else:
-            lam, iterations = np.zeros(0), 0
-        p_half = p_free - 0.5 * h * (jac0.T @ lam)
-        q1 = q0 + h * (minv @ p_half)
-        p_unconstrained = p_half - 0.5 * h * model.potential_gradient(q1)
-        drift = model.constraint_time_derivative(q1, t1) if model.is_rheonomic else 0.0
-        if forced:
-            p1, mu, force1 = self._forced_kick(t1, q1, p_unconstrained, drift)
-        elif m:
-            jac1 = model.jacobian_matrix(q1, t1)
-            gram = jac1 @ minv @ jac1.T
-            try:
-                mu = solve_linear(gram, (2.0 / h) * (jac1 @ (minv @ p_unconstrained) + drift))
-            except (np.linalg.LinAlgError, RuntimeError) as exc:
-                raise NewtonConvergenceError(
-                    f"singular velocity projection ({exc})", np.inf, np.inf, iterations,
-                    "redundant constraints or a singular configuration") from exc
-            p1 = p_unconstrained - 0.5 * h * (jac1.T @ mu)
-        else:
-            mu, p1 = np.zeros(0), p_unconstrained
-        self._warm.lam = lam
-        enforced = (self._max(model.constraints(q1, t1)),
-                    self._max(model.velocity_constraints(q1, p1, t1)))
-        work = float(0.5 * (force0 + force1) @ (q1 - q0)) if forced else 0.0
-        return StepResult(q1, p1, minv @ p_half, lam.copy(), mu, iterations, enforced, work)
+        (a) is the position update with p_half = M (q1 - q0)/h; (b) the sum of both half
+        kicks."""
+        model, h, n, m = self.model, self.h, self.model.n, self.model.m
+        builder = layout({"q0": n, "p0": n}, {"q1": n, "p1": n, "lam": m, "mu": m})
+        q0, p0, q1, p1, lam, mu = builder.variables("q0", "p0", "q1", "p1", "lam", "mu")
+        v0, v1 = p0.mapped(model.inverse_mass_matrix), p1.mapped(model.inverse_mass_matrix)
+        for name, size in (("a", n), ("b", n), ("c", m), ("d", m)):
+            builder.equation(name, size)
+        builder.add_linear("a", (q1 - q0).mapped(model.mass_matrix / h) - p0)
+        for equation, scale in (("a", 0.5 * h), ("b", 0.5)):  # the first half kick
+            builder.add_potential_gradient(equation, q0, scale)
+            builder.add_jacobian_transpose_product(equation, q0, lam, scale, 0.0)
+            builder.add_applied_force(equation, q0, v0, 0.0, -scale)
+        builder.add_linear("b", (p1 - p0) * (1.0 / h))
+        builder.add_potential_gradient("b", q1, 0.5)  # the second half kick
+        builder.add_jacobian_transpose_product("b", q1, mu, 0.5, h)
+        builder.add_applied_force("b", q1, v1, h, -0.5)
+        builder.add_constraints("c", q1, h)
+        builder.add_jacobian_product("d", q1, v1, 1.0, h)
+        return builder
 
-    def _forced_kick(self, t1: float, q1: np.ndarray, p_unconstrained: np.ndarray, drift):
-        """(p1, mu, F1) of p1 = p_u + h/2 (F(t1, q1, M^-1 p1) - G(q1)^T mu),
-        G(q1) M^-1 p1 + dg/dt = 0, by the Newton engine on (p1, mu) from (p_u, 0) with the
-        Jacobian from dF/dv (exact in one iteration for forces linear in the velocity)."""
-        model, h, m, minv = self.model, self.h, self.model.m, self._minv
-        n = model.n
-        jac1 = model.jacobian_matrix(q1, t1)
-        constraint_rows = jac1 @ (minv if model.dense else model.inverse_mass_matrix)
+    def _work(self, x: np.ndarray) -> float:
+        """(F0 + F1) . (q1 - q0) / 2, the work of the trapezoidal forcing."""
+        model = self.model
+        if not model.has_applied_forces:
+            return 0.0
+        n, h, t = model.n, self.h, self._time
+        q0, p0, q1, p1 = self._step_data[:n], self._step_data[n:], x[:n], x[n:2 * n]
+        forces = (model.applied_force(t, q0, self._minv @ p0)
+                  + model.applied_force(t + h, q1, self._minv @ p1))
+        return 0.5 * float(forces @ (q1 - q0))
 
-        def residual_and_jacobian(x, jacobian=True):
-            p1, mu = x[:n], x[n:]
-            force, _, by_velocity = model.applied_force_derivatives(t1, q1, minv @ p1)
-            residual = np.concatenate([p1 - p_unconstrained - 0.5 * h * (force - jac1.T @ mu),
-                                       jac1 @ (minv @ p1) + drift])
-            if not jacobian:
-                return residual, None
-            top = (np.eye(n) if model.dense else sp.identity(n)) \
-                - 0.5 * h * (by_velocity @ model.inverse_mass_matrix)
-            matrix = (np.block([[top, 0.5 * h * jac1.T], [constraint_rows, np.zeros((m, m))]])
-                      if model.dense else sp.bmat([[top, 0.5 * h * jac1.T],
-                                                   [constraint_rows, None]], format="csc"))
-            return residual, matrix
+    def _identity_block(self):
+        n = self.model.n
+        return (slice(n, 2 * n), slice(n, 2 * n), 1.0 / self.h)  # d(b)/dp1 = I/h
 
-        scale = max(self._max(p_unconstrained), 1e-300)
-        x, _, _ = newton(residual_and_jacobian, np.concatenate([p_unconstrained, np.zeros(m)]),
-                         [slice(0, n)], [scale], self.newton)
-        p1, mu = x[:n], x[n:]
-        return p1, mu, model.applied_force(t1, q1, minv @ p1)
+    def _step_velocity(self, q0: np.ndarray, p0: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return (x[:self.model.n] - q0) / self.h  # M^-1 p_half
+
+    def _velocity_map(self):
+        n, m, h = self.model.n, self.model.m, self.h
+        from_data, from_unknowns = np.zeros((n, 2 * n)), np.zeros((n, 2 * n + 2 * m))
+        from_data[:, :n] = -np.eye(n) / h  # M^-1 p_half = (q1 - q0)/h
+        from_unknowns[:, :n] = np.eye(n) / h
+        return from_data, from_unknowns
