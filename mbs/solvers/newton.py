@@ -777,9 +777,8 @@ class NewtonState:
 def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
            blocks: list[slice], scales: list[float], options: NewtonOptions,
            state: NewtonState | None = None, simplified: bool = False,
-           identity_block: tuple[slice, slice, float] | None = None,
-           state_map: Callable[[np.ndarray], np.ndarray] | None = None,
-           state_offset: np.ndarray | None = None) -> tuple[np.ndarray, int, float]:
+           identity_block: tuple[slice, slice, float] | None = None
+           ) -> tuple[np.ndarray, int, float]:
     """Solve R(x) = 0 from ``x0``.
 
     Parameters
@@ -796,13 +795,6 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
         Keeps the factorisation between calls when ``simplified``.
     identity_block : (rows, cols, alpha), optional
         A block of the Jacobian known to be alpha I (see :class:`Factorization`).
-    state_map, state_offset : optional
-        For unknowns that are not the state itself (e.g. RATTLE's multipliers, whose size
-        passes through zero when a constraint force vanishes): the state is
-        ``state_offset + state_map(x)`` with a linear ``state_map``, and the increment test
-        is applied to ``state_map(dx)`` against that state, block by block. A multiplier is
-        then converged when its effect on the coordinates is below the tolerance, a test
-        that stays valid when the multiplier itself is zero.
 
     Returns
     -------
@@ -845,18 +837,13 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
                                          "configuration, redundant constraints, or a too large "
                                          "step")
         x += delta
-        if state_map is None:
-            measured, value = delta, x
-        else:
-            measured = state_map(delta)
-            value = state_offset + state_map(x)
         # relative increment per block: max|dx_b| / max(scale_b, max|x_b|)
-        increment = (float((np.maximum.reduceat(np.abs(measured[lead]), segment_starts)
-                            / np.maximum(floors, np.maximum.reduceat(np.abs(value[lead]),
+        increment = (float((np.maximum.reduceat(np.abs(delta[lead]), segment_starts)
+                            / np.maximum(floors, np.maximum.reduceat(np.abs(x[lead]),
                                                                       segment_starts))).max())
                      if floors.size else 0.0)
         if converged(increment, previous, fresh, options,
-                     lambda x=x: state_map is None and residual_at_roundoff(
+                     lambda x=x: residual_at_roundoff(
                          *system(x), natural_size(x, segment_starts, floors, lead))):
             state.factorization = factorization if simplified else None
             return x, iteration, float(np.abs(residual).max()) if residual.size else 0.0
