@@ -179,17 +179,8 @@ class Solver:
         self._newton_state = NewtonState()
         #: steps retried from the "advanced" guess after the "explicit" one failed
         self.guess_retries = 0
-        # The compiled kernel does exact Newton at any dense size (measured on a 10-body chain,
-        # n = 120: 1.8 ms per step against 1.9 ms for simplified Newton on the numpy path),
-        # unless terms evaluated in Python (potentials not linear in q, applied forces) would
-        # then need their Jacobian every step (Andrews' mechanism, n = 84: 1.8 ms per step
-        # against 1.0 ms with simplified Newton).
-        python_terms = (model.has_applied_forces
-                        or model.constant_potential_gradient() is None)
-        compiled_exact = (self.backend == "compiled" and model.dense
-                          and not (python_terms and model.n > SIMPLIFIED_NEWTON_ABOVE))
         self._simplified = (self.newton.simplified if self.newton.simplified is not None
-                            else model.n > SIMPLIFIED_NEWTON_ABOVE and not compiled_exact)
+                            else model.n > SIMPLIFIED_NEWTON_ABOVE)
         constant = model.constant_potential_gradient()
         self._constant_gradient = constant
         # |grad V| enters the Newton scale of p; constant for uniform gravity

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from mbs.model import DENSE_LIMIT
 from mbs.solvers.cache import model_cache
-from mbs.solvers.newton import SIMPLIFIED_NEWTON_ABOVE, NewtonConvergenceError
+from mbs.solvers.newton import NewtonConvergenceError
 
 if TYPE_CHECKING:
     from mbs.solvers.compiled import CompiledSystem
@@ -49,13 +49,9 @@ class CompiledRun:
         reason = None
         if not compiled.available():
             reason = "numba is not installed (pip install numba)"
-        elif solver.uses_simplified_newton and model.dense:
-            reason = ("simplified Newton (NewtonOptions.simplified, the default above "
-                      f"{SIMPLIFIED_NEWTON_ABOVE} coordinates when potentials that are not "
-                      "linear in q or applied forces are evaluated in Python) is not compiled")
         elif not model.dense:
-            reason = (f"large models (n > {DENSE_LIMIT}) use sparse linear algebra and "
-                      f"simplified Newton, which are not compiled")
+            reason = (f"large models (n > {DENSE_LIMIT}) use sparse linear algebra, which "
+                      f"is not compiled")
         if reason is not None:
             warnings.warn(f"{type(solver).__name__}: backend='compiled' falls back to the "
                           f"numpy polynomial path: {reason}", stacklevel=5)
@@ -112,7 +108,7 @@ class CompiledRun:
         order = solver.correction_degree
         *result, defect_count, warm.startup_defects = run_stage_steps(
             q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
-            count, scheme, (self.system.equations, _compiled().newton_limits(solver.newton),
+            count, scheme, (self.system.equations, self.limits(),
                             self.system.condensation, residual_from, self._work[0]),
             (-1 if order is None else order, defects, len(warm.defects),
              warm.startup_defects, warm.defects.fit_order or 0,
@@ -133,7 +129,7 @@ class CompiledRun:
                     np.array([b.stop for b in blocks], dtype=np.int64))
         x = np.array(guess, dtype=float)
         code, iterations, norm, increment, factorizations = self.system.solve(
-            data, x, segments, np.asarray(scales, dtype=float), self.solver.newton,
+            data, x, segments, np.asarray(scales, dtype=float), self.limits(),
             residual_from, self._work, self._residual, self.solver._bound_terms)
         self.solver._newton_state.factorizations += factorizations
         if code != _compiled().CONVERGED:
@@ -161,9 +157,13 @@ class CompiledRun:
         return self.system.argument_groups(
             self.inverse_mass, solver.h, _GUESS_MODES[solver.initial_guess],
             solver._constant_force, solver.model.length_scale, solver._warm_gamma,
-            self.velocity_maps, solver.newton, solver._constant_gradient,
+            self.velocity_maps, self.limits(), solver._constant_gradient,
             solver._new_momentum_weight, 1.0 if solver._predict_with_gamma else 0.0,
             solver._warm.lag, -1 if order is None else order)
+
+    def limits(self):
+        """The kernel's :class:`~mbs.solvers.compiled.NewtonLimits` of this run."""
+        return _compiled().newton_limits(self.solver.newton, self.solver.uses_simplified_newton)
 
     def defect_rows(self, width: int | None = None) -> np.ndarray:
         """The kernel's defect buffer, ((degree + 1) L, ``width``), with the history's rows

@@ -127,7 +127,7 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
     velocity = np.empty(n)
     segment_lo = np.array([0, momentum_at])
     segment_hi = np.array([momentum_at, multipliers_at])
-    state = work[11]
+    state = work[-1]
     fit_size = max(fit_order, 1)
     gram = np.empty((fit_size, fit_size))
     fit_rhs = np.empty(fit_size)
@@ -167,7 +167,7 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
                            defect_sum, coefficients)
         floors[0] = max(largest_velocity, h * acceleration, 1e-300)
         floors[1] = max(largest_momentum, momentum_floor)
-        state[:] = 0.0
+        state[:4] = 0.0  # state[4], a factorisation held, stays for simplified Newton
         code, iterations, norm, increment, factorizations = _newton_step(
             data, x, equations, (segment_lo, segment_hi, floors), limits, condensation,
             residual_from, work, residual, shift_step)
