@@ -30,7 +30,6 @@ from mbs.solvers.polynomial import QuadraticSystemBuilder
 _max = np.maximum.reduce
 
 
-
 def instance_or_key(solver, kinds: type | tuple, options: dict, expected: str):
     """``solver`` itself when it is an instance of ``kinds`` (then ``options`` must be
     empty: they belong to a name), else its name in lower case; ``expected`` says what a

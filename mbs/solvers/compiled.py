@@ -12,8 +12,10 @@ can run in compiled code with no Python in the loop (:func:`_run_steps`, blocks 
   momentum block (as :class:`mbs.solvers.newton.Factorization` does for sparse models) with
   only the structural products (a pattern split made once, :func:`_condensation_plan`), and
   factorised by a small dense LU with partial pivoting that skips zero multipliers, reused
-  while the increments are below ``refactor_above``; stopping rules as in
-  :func:`mbs.solvers.newton.newton`.
+  while the increments are below ``refactor_above`` or, with simplified Newton (above 48
+  coordinates), from step to step while it contracts; when the factors fill little of the
+  matrix the triangular solves visit only their nonzeros (:func:`_compress_lu`); stopping
+  rules as in :func:`mbs.solvers.newton.newton`.
 
 Terms the tensor form does not hold (potentials that are not linear in q, applied forces:
 Python code) are evaluated between iterations: the Newton loop pauses after each iteration
