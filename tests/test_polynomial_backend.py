@@ -126,7 +126,7 @@ needs_numba = pytest.mark.skipif(not compiled.available(), reason="numba not ins
 
 #: Every scheme whose step equations are written as terms, with its options.
 SCHEMES = {"em": {}, "ggl-vi-a": {}, "ggl-vi-s": {}, "ggl-vi-b": {}, "lobatto": {},
-           "hbvm": {"iteration": "newton"}}
+           "hbvm": {"iteration": "newton"}, "rattle": {}}
 
 
 @functools.cache
@@ -280,6 +280,7 @@ PYTHON_TERM_SCHEMES = {
     "ggl-vi-a": lambda **kw: GGLVI(variant="A", **kw),
     "ggl-vi-s": lambda **kw: GGLVI(variant="S", **kw),
     "lobatto-3": lambda **kw: make_solver("lobatto", stages=3, **kw),
+    "rattle": lambda **kw: make_solver("rattle", **kw),
     "hbvm": lambda **kw: make_solver("hbvm", k=2, s=2, iteration="newton", **kw),
 }
 
