@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import mbs
+from mbs.solvers import compiled
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +176,37 @@ def test_ensembles_of_every_scheme_are_the_single_runs(top, scheme):
         single = mbs.simulate(top, scheme, h=2e-3, t_end=0.02, initial_state=(q0[k], p0[k]))
         np.testing.assert_array_equal(ensemble.q[k], single.q)
         np.testing.assert_array_equal(ensemble.p[k], single.p)
+
+
+@pytest.mark.skipif(not compiled.available(), reason="numba not installed")
+@pytest.mark.parametrize("scheme", ["rattle", "lobatto"])
+def test_compiled_members_on_threads_are_the_single_runs(top, scheme):
+    """With backend="numba" members whose steps run in the kernel run on one thread per
+    core; each is still bitwise the single compiled run from its initial state."""
+    q0, p0 = rotated_states(top, 5)
+    ensemble = mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.04, solver=scheme,
+                                     backend="numba")
+    for k in range(5):
+        single = mbs.simulate(top, scheme, h=2e-3, t_end=0.04, backend="compiled",
+                              initial_state=(q0[k], p0[k]))
+        np.testing.assert_array_equal(ensemble.q[k], single.q)
+        np.testing.assert_array_equal(ensemble.p[k], single.p)
+
+
+@pytest.mark.skipif(not compiled.available(), reason="numba not installed")
+def test_a_failing_member_on_threads_carries_the_members_before_it(top):
+    """The members before the failing one (in member order, whatever order the threads
+    finish in) and the failing one up to its failed step."""
+    q0, p0 = rotated_states(top, 4)
+    p0[2] *= 40.0  # a spin that RATTLE cannot follow at this step
+    with pytest.raises(mbs.SolverError, match="ensemble member 2") as info:
+        mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.04, solver="rattle",
+                              backend="numba", on_failure="raise")
+    partial = info.value.solution
+    assert partial.q.shape[0] == 3
+    single = mbs.simulate(top, "rattle", h=2e-3, t_end=0.04, backend="compiled",
+                          initial_state=(q0[0], p0[0]))
+    np.testing.assert_array_equal(partial.q[0], single.q[:partial.q.shape[1]])
 
 
 def test_ensemble_of_a_large_model_runs_member_by_member():
