@@ -189,13 +189,19 @@ def _lu_factor_counted(a, pivots):
     return work
 
 
+@_jit
+def _apply_pivots(pivots, b):
+    """The row swaps of :func:`_lu_factor` applied to ``b`` in order."""
+    for k in range(b.shape[0]):
+        if pivots[k] != k:
+            b[k], b[pivots[k]] = b[pivots[k]], b[k]
+
+
 @_jit_dots
 def _lu_solve(a, pivots, b):
     """Solve with the factors of :func:`_lu_factor`, overwriting ``b``."""
     n = a.shape[0]
-    for k in range(n):
-        if pivots[k] != k:
-            b[k], b[pivots[k]] = b[pivots[k]], b[k]
+    _apply_pivots(pivots, b)
     for i in range(n):
         s = b[i]
         for j in range(i):
@@ -237,9 +243,7 @@ def _lu_solve_compressed(a, pivots, factors, b):
     of U from ``a``)."""
     row_start, row_split, cols, vals = factors
     n = b.shape[0]
-    for k in range(n):
-        if pivots[k] != k:
-            b[k], b[pivots[k]] = b[pivots[k]], b[k]
+    _apply_pivots(pivots, b)
     for i in range(n):
         s = b[i]
         for e in range(row_start[i], row_split[i]):
