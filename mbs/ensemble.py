@@ -2,11 +2,11 @@
 
 :func:`simulate_ensemble` advances K copies of a small model at once with the energy-momentum
 scheme (seed 003, (84)): residuals and Jacobians of all members are evaluated with batched
-kernels (compiled with numba when it is installed, :mod:`mbs.ensemble_numba`, else numpy);
-each member runs the Newton iteration of a single run (explicit predictor, exact Newton that
-keeps its factors near the solution) on a condensed system (p^{n+1} eliminated exactly) and
-stops as soon as it converges, so the cost per member is a fraction of a separate run (e.g.
-Monte Carlo studies of tops).
+kernels compiled with numba (:mod:`mbs.ensemble_numba`); without numba the members run one
+by one through :func:`mbs.simulate`. With the kernels each member runs the Newton iteration
+of a single run (explicit predictor, exact Newton that keeps its factors near the solution)
+on a condensed system (p^{n+1} eliminated exactly) and stops as soon as it converges, so the
+cost per member is a fraction of a separate run (e.g. Monte Carlo studies of tops).
 
 Parameter sweeps (different masses, stiffnesses, geometry) are different models: run them with
 :func:`simulate_many`, which maps :func:`mbs.simulate` over (model, options) pairs with any
@@ -81,11 +81,11 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
                       ) -> EnsembleSolution:
     """Integrate K members of ``model`` from K initial states.
 
-    With the EM scheme on a small model with quadratic constraints (the default) the
-    members are advanced together by batched kernels. Any other scheme, a solver instance,
-    solver options, a large model or user constraints run each member through
-    :func:`mbs.simulate` with that solver (the same steps as a single run, one member after
-    the other).
+    With the EM scheme on a small model with quadratic constraints (the default) and numba
+    installed, the members are advanced together by batched kernels. Any other scheme, a
+    solver instance, solver options, a large model, user constraints or ``backend="numpy"``
+    run each member through :func:`mbs.simulate` with that solver (bitwise the single
+    runs).
 
     Parameters
     ----------
@@ -102,14 +102,17 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
         "em" (default) or any scheme :func:`mbs.simulate` accepts; ``**solver_options`` as
         there, plus ``on_failure`` and ``max_refinements`` of :func:`mbs.simulate`.
     tolerance, max_iterations
-        Newton stopping rule, as :class:`mbs.solvers.NewtonOptions` (relative increment of q
-        and p of every member).
+        Newton stopping rule of the batched kernels, as :class:`mbs.solvers.NewtonOptions`
+        (relative increment of q and p of every member); members run one by one use their
+        solver's ``newton`` options.
     backend : {"auto", "numba", "numpy"}
-        Compiled kernels (parallel over the members; needs numba) or batched numpy; "auto"
-        takes numba when it can be imported. Both compute the same iteration. Members run
-        one by one take "numba" as the solver's ``backend="compiled"`` (unless
-        ``solver_options`` set a backend) and then run on one thread per core when their
-        steps run in the kernel; "compiled" is accepted for "numba".
+        "numba": the batched kernels (parallel over the members); "numpy": every member
+        through the numpy path of :func:`mbs.simulate` (batched numpy kernels would be no
+        faster: 79 us per member and step on the heavy top against 70-95 us for a single
+        run); "auto": numba when it can be imported. Members run one by one take "numba" as
+        the solver's ``backend="compiled"`` (unless ``solver_options`` set a backend) and
+        then run on one thread per core when their steps run in the kernel; "compiled" is
+        accepted for "numba".
     predictor_correction : int or None
         Degree of the extrapolated predictor defect added to each member's guess, as
         ``Solver.predictor_correction`` of a single run (default 2; None turns it off).
@@ -137,7 +140,11 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
         raise ModelError(f"simulate_ensemble: backend must be 'auto', 'numba' or 'numpy', "
                          f"got {backend!r}")
     backend = "numba" if backend == "compiled" else backend
-    batched = (isinstance(solver, str) and solver.lower() == "em" and not solver_options
+    if backend == "numba" and _numba_kernels() is None:
+        raise ModelError("simulate_ensemble: backend='numba' needs numba (pip install numba); "
+                         "use 'numpy'")
+    batched = (backend != "numpy" and _numba_kernels() is not None
+               and isinstance(solver, str) and solver.lower() == "em" and not solver_options
                and model.dense and model.constraints_are_quadratic
                and not model.has_applied_forces)
     if not batched:
@@ -152,7 +159,7 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
             or not 0 <= predictor_correction <= MAX_CORRECTION_DEGREE):
         raise ModelError(f"simulate_ensemble: predictor_correction must be None or an integer "
                          f"0 .. {MAX_CORRECTION_DEGREE}, got {predictor_correction!r}")
-    kernel = _BatchedEnergyMomentum(model, h, tolerance, max_iterations, count, backend,
+    kernel = _BatchedEnergyMomentum(model, h, tolerance, max_iterations, count,
                                     predictor_correction)
     q = np.empty((count, steps + 1, n))
     p = np.empty((count, steps + 1, n))
@@ -162,7 +169,7 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
         iterations = kernel.run(q, p)
     return EnsembleSolution(model, h * np.arange(steps + 1), q, p,
                             {"solver": "em (ensemble)", "h": h, "members": count,
-                             "backend": kernel.backend, "newton_iterations": iterations,
+                             "backend": "numba", "newton_iterations": iterations,
                              "factorizations": kernel.factorizations,
                              "wall_time": time.perf_counter() - started})
 
@@ -299,7 +306,7 @@ def _numba_kernels():
     """The compiled kernels (:mod:`mbs.ensemble_numba`), or None without numba."""
     try:
         from mbs import ensemble_numba
-    except ImportError:  # numba not installed (or not importable): numpy kernels
+    except ImportError:  # numba not installed (or not importable): members one by one
         return None
     return ensemble_numba
 
@@ -329,13 +336,11 @@ class _BatchedEnergyMomentum:
     tolerance on the relative increments of q and p, including the stagnation rule for
     fresh matrices, so converged members cost nothing.
 
-    With the numba backend and a potential linear in q (constant force, e.g. gravity) the
-    whole run is one compiled call (:func:`mbs.ensemble_numba.run`): no Python per step or
-    iteration. Otherwise each iteration is one batched call (numba or numpy kernels) and the
-    discrete gradients of the potential come from the model's potential groups.
-
-    ``backend``: "numba" (compiled kernels, parallel over members), "numpy" (batched array
-    operations) or "auto" (numba when importable).
+    With a potential linear in q (constant force, e.g. gravity) the whole run is one
+    compiled call (:func:`mbs.ensemble_numba.run_lanes`): no Python per step or iteration.
+    Otherwise each iteration is one call of :func:`mbs.ensemble_numba.iterate`, parallel
+    over the members, and the discrete gradients of the potential come from the model's
+    potential groups.
     """
 
     contraction = NewtonOptions.contraction
@@ -346,7 +351,7 @@ class _BatchedEnergyMomentum:
     static_pivot_threshold = 0.1
 
     def __init__(self, model: Model, h: float, tolerance: float, max_iterations: int,
-                 count: int, backend: str = "auto", predictor_correction: int | None = None):
+                 count: int, predictor_correction: int | None = None):
         self.model, self.h = model, h
         self.predictor_correction = predictor_correction
         self._defects: list[np.ndarray] = []  # (K, 2n + 2m) per past step, newest last
@@ -376,29 +381,18 @@ class _BatchedEnergyMomentum:
         self.linear_potential = all(g.linear_in_q for g in groups)
         self.constant_force = (sum((g._constant_gradient for g in groups), np.zeros(n))
                                if self.linear_potential else None)
-        if backend == "auto":
-            backend = "numba" if _numba_kernels() is not None else "numpy"
-        if backend not in ("numba", "numpy"):
-            raise ModelError(f"simulate_ensemble: backend must be 'auto', 'numba' or 'numpy', "
-                             f"got {backend!r}")
-        if backend == "numba" and _numba_kernels() is None:
-            raise ModelError("simulate_ensemble: backend='numba' needs numba; use 'numpy'")
-        self.backend = backend
         size = n + 2 * m
         self.refresh = np.ones(count, dtype=bool)
         self.factorizations = 0
-        if backend == "numba":
-            self.lu = np.zeros((count, size, size))
-            self.piv = np.zeros((count, size), dtype=np.int64)
-            self.status = np.zeros(count, dtype=np.int64)
-            self.increments = np.zeros(count)
-            self.dvjac = np.zeros((count if not self.linear_potential else 1, n, n))
-            self.vec = np.zeros((count, 12, max(2 * n + 2 * m, 1)))
-            self.wnn = np.zeros((count, 2, n, n))
-            self.wmn = np.zeros((count, 4, m, n))
-            self._setup_numba()
-        else:
-            self.inverse = np.zeros((count, size, size))
+        self.lu = np.zeros((count, size, size))
+        self.piv = np.zeros((count, size), dtype=np.int64)
+        self.status = np.zeros(count, dtype=np.int64)
+        self.increments = np.zeros(count)
+        self.dvjac = np.zeros((count if not self.linear_potential else 1, n, n))
+        self.vec = np.zeros((count, 12, max(2 * n + 2 * m, 1)))
+        self.wnn = np.zeros((count, 2, n, n))
+        self.wmn = np.zeros((count, 4, m, n))
+        self._setup_numba()
         self.hg = np.zeros((count, n, n))
         self.gm = np.zeros((count, m, n))
         self.g1 = np.zeros((count, m, n))
@@ -407,7 +401,7 @@ class _BatchedEnergyMomentum:
         """Fill rows 1.. of ``q``, ``p`` (K, N + 1, n) from row 0; returns the Newton
         iterations of the slowest member per step. On failure raises SolverError with the
         states up to the failing step."""
-        if self.backend == "numba" and self.linear_potential:
+        if self.linear_potential:
             return self._run_numba(q, p)
         steps = q.shape[1] - 1
         lam = np.zeros((self.count, self.m))
@@ -477,12 +471,8 @@ class _BatchedEnergyMomentum:
         for iteration in range(1, self.max_iterations + 1):
             fresh = self.refresh[active]
             self.factorizations += int(np.count_nonzero(fresh))
-            if self.backend == "numba":
-                increment = self._iterate_numba(active, q0, p0, q1, p1, lam, gam, q_scale,
-                                                p_scale)
-            else:
-                increment = self._iterate_numpy(active, q0, p0, q1, p1, lam, gam, q_scale,
-                                                p_scale)
+            increment = self._iterate_numba(active, q0, p0, q1, p1, lam, gam, q_scale,
+                                            p_scale)
             last = previous[active]
             done = (increment <= self.tolerance) | (
                 fresh & (increment <= self.stagnation_level) & (increment > 0.5 * last))
@@ -518,82 +508,13 @@ class _BatchedEnergyMomentum:
                 np.ascontiguousarray(guess[:, 2 * n:2 * n + m]),
                 np.ascontiguousarray(guess[:, 2 * n + m:]))
 
-    # -- numpy kernels ------------------------------------------------------------------------
+    # -- the explicit predictor's constraint terms ------------------------------------------
     def _jacobians(self, q, with_linear=True):
         out = (q @ self.t_flat).reshape(q.shape[0], self.m, self.n)
         return out + self.b if with_linear else out
 
     def _hessians(self, mult):
         return (mult @ self.h_flat).reshape(mult.shape[0], self.n, self.n)
-
-    def _iterate_numpy(self, active, q0, p0, q1, p1, lam, gam, q_scale, p_scale):
-        n, m, h = self.n, self.m, self.h
-        everyone = active.size == q0.shape[0]
-        take = (lambda a: a) if everyone else (lambda a: a[active])
-        a0, b0, a1, b1, la, ga = (take(q0), take(p0), take(q1), take(p1), take(lam),
-                                  take(gam))
-        q_mid, p_mid = 0.5 * (a0 + a1), 0.5 * (b0 + b1)
-        v_mid, v1 = p_mid @ self.minv, b1 @ self.minv
-        g_mid, g1 = self._jacobians(q_mid), self._jacobians(a1)
-        h_gam = self._hessians(ga)
-        forces = self._forces(a0, a1)
-        r_a = ((a1 - a0) @ self.mass / h - p_mid - np.einsum("kmn,km->kn", g_mid, ga))
-        r_b = ((b1 - b0) / h + (self.constant_force if forces is None else forces)
-               + np.einsum("kmn,km->kn", g_mid, la) + np.einsum("kij,kj->ki", h_gam, v_mid))
-        r_c = self.table.values(a1)
-        r_d = np.einsum("kmn,kn->km", g1, v1)
-        refresh = self.refresh[active]
-        if np.any(refresh):
-            rows = np.flatnonzero(refresh)
-            self._factor_numpy(active[rows], a0[rows], a1[rows], la[rows], h_gam[rows],
-                               g_mid[rows], g1[rows], v_mid[rows], v1[rows])
-        hg, gm, gq1 = self.hg[active], self.gm[active], self.g1[active]
-        minv_ra = r_a @ self.minv
-        rhs = np.concatenate([
-            -r_b - (2.0 / h) * r_a - np.einsum("kij,kj->ki", hg, minv_ra),
-            -r_c,
-            -r_d - 2.0 * np.einsum("kmn,kn->km", gq1, minv_ra)], axis=1)
-        y = np.matmul(self.inverse[active], rhs[..., None])[..., 0]
-        dq, dlam, dgam = y[:, :n], y[:, n:n + m], y[:, n + m:]
-        dp = 2.0 * (dq @ self.mass / h - 0.5 * np.einsum("kij,kj->ki", hg, dq)
-                    - np.einsum("kmn,km->kn", gm, dgam) + r_a)
-        if not (np.all(np.isfinite(dq)) and np.all(np.isfinite(dp)) and np.all(np.isfinite(y))):
-            raise SolverError("ensemble EM: non-finite Newton increment",
-                              hint="reduce the step size")
-        a1 += dq
-        b1 += dp
-        la += dlam
-        ga += dgam
-        if not everyone:
-            q1[active], p1[active], lam[active], gam[active] = a1, b1, la, ga
-        return np.maximum(
-            np.abs(dq).max(axis=1) / np.maximum(q_scale[active], np.abs(a1).max(axis=1)),
-            np.abs(dp).max(axis=1) / np.maximum(p_scale[active], np.abs(b1).max(axis=1)))
-
-    def _factor_numpy(self, members, q0, q1, lam, h_gam, g_mid, g1, v_mid, v1):
-        """Inverse condensed Newton matrices of ``members`` at the current iterate."""
-        n, m, h = self.n, self.m, self.h
-        count = members.size
-        h_lam = self._hessians(lam)
-        hv_mid, hv1 = self._jacobians(v_mid, False), self._jacobians(v1, False)
-        g_mid_t = np.transpose(g_mid, (0, 2, 1))
-        w = h_gam @ self.minv                                  # H(gam) M^-1
-        v = g1 @ self.minv                                     # G1 M^-1
-        mat = np.zeros((count, n + 2 * m, n + 2 * m))
-        mat[:, :n, :n] = 2.0 * self.mass / h**2 + 0.5 * h_lam - 0.5 * (w @ h_gam)
-        if not self.linear_potential:
-            mat[:, :n, :n] += self._force_jacobians(q0, q1)
-        mat[:, :n, n:n + m] = g_mid_t
-        mat[:, :n, n + m:] = np.transpose(hv_mid, (0, 2, 1)) - (2.0 / h) * g_mid_t - w @ g_mid_t
-        mat[:, n:n + m, :n] = g1
-        mat[:, n + m:, :n] = hv1 + (2.0 / h) * g1 - v @ h_gam
-        mat[:, n + m:, n + m:] = -2.0 * (v @ g_mid_t)
-        try:
-            self.inverse[members] = np.linalg.inv(mat)
-        except np.linalg.LinAlgError as exc:
-            raise SolverError(f"ensemble EM: singular Newton matrix ({exc})",
-                              hint="singular configuration or redundant constraints") from exc
-        self.hg[members], self.gm[members], self.g1[members] = h_gam, g_mid, g1
 
     # -- numba kernels ------------------------------------------------------------------------
     def _setup_numba(self):

@@ -1,7 +1,7 @@
 """Compiled kernels of :func:`mbs.simulate_ensemble` (optional: needs numba).
 
-Importing this module raises ImportError when numba is missing; :mod:`mbs.ensemble` then uses
-its numpy kernels, which compute the same iteration. For potentials linear in q (gravity)
+Importing this module raises ImportError when numba is missing; :mod:`mbs.ensemble` then runs
+the members one by one through :func:`mbs.simulate`. For potentials linear in q (gravity)
 :func:`run_lanes` computes the whole run in one call, members in SIMD lanes (see the comment
 above it). Otherwise one call of :func:`iterate` performs one Newton iteration of the
 energy-momentum scheme (seed 003, (84)) for every listed member, in parallel over the
