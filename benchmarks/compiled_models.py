@@ -2,11 +2,10 @@
 
     python -m benchmarks.compiled_models
 
-Best of 7 runs (``mbs.simulate`` wall time / steps, the two schemes alternated run by run)
-after a warm-up, for EM and VI-A with ``backend="compiled"``, and the Newton iterations and LU
-factorisations per step. The runner
-(``python -m benchmarks``) has compiled rows for the heavy top only; this covers the double
-pendulum, the four-bar and chains of 3 and 10 bodies too.
+Best of 7 runs (``mbs.simulate`` wall time / steps, the schemes alternated run by run) after a
+warm-up, for EM, VI-A and RATTLE with ``backend="compiled"``, and the Newton iterations and LU
+factorisations per step. The runner (``python -m benchmarks``) has compiled rows for the heavy
+top only; this covers the double pendulum, the four-bar and chains of 3 and 10 bodies too.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ MODELS = {
 def main(rounds: int = 7) -> None:
     warnings.simplefilter("ignore")  # compiled-backend fallbacks are reported by the runner
     print(f"{'model':<16} {'scheme':<9} {'per step':>11} {'Newton':>7} {'LU':>6}")
-    schemes = ("em", "ggl-vi-a")
+    schemes = ("em", "ggl-vi-a", "rattle")
     for label, (build, h, steps) in MODELS.items():
         model = build().compile()
         for scheme in schemes:
