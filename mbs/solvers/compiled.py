@@ -362,7 +362,7 @@ def _residual(x, c_step, l_step, quadratic, jac_values, factored, uv_step, resid
 
 
 @_jit
-def _newton_step(data, x, equations, segments, options, condensation, constraint_row, work,
+def _newton_step(data, x, equations, segments, limits, condensation, constraint_row, work,
                  residual_out, shift_step):
     """Newton on R(x) = c + L x + 1/2 D(x) x = 0 at step data ``data`` (see polynomial.py),
     with the stopping rules and factorisation reuse of :func:`mbs.solvers.newton.newton`.
@@ -387,7 +387,7 @@ def _newton_step(data, x, equations, segments, options, condensation, constraint
     the previous one, as :func:`mbs.solvers.newton.newton` does.
 
     The argument groups: ``equations`` is :attr:`CompiledSystem.equations`; ``segments`` =
-    (first index, stop index, floor) of each convergence block; ``options`` =
+    (first index, stop index, floor) of each convergence block; ``limits`` is
     :class:`NewtonLimits`; ``condensation`` is :attr:`CompiledSystem.condensation`.
     """
     (tensor_dd_equation, tensor_dd_datum, tensor_dd_indptr, tensor_dd_indices, tensor_dd_data,
@@ -397,7 +397,7 @@ def _newton_step(data, x, equations, segments, options, condensation, constraint
      term_row, term_scale, row_constant) = equations
     segment_lo, segment_hi, floors = segments
     (tolerance, stagnation, estimate_level, contraction, refactor_above, max_iterations,
-     simplified) = options
+     simplified) = limits
     quadratic = (pattern_start, pattern_col, tensor_xx_indptr, tensor_xx_indices,
                  tensor_xx_data)
     factored = (override_rows, uv_indptr, uv_indices, uv_data, term_row, term_scale,
