@@ -133,15 +133,18 @@ class EquationLayout:
                                     1.0))
 
     def add_applied_force(self, equation: str, at: Linear, velocity: Linear, time: float,
-                          scale: float, work_weight: float = 0.0) -> None:
+                          scale: float, work_weight: float = 0.0,
+                          work_along: Linear | None = None) -> None:
         """R[equation] += scale Q(t + time, u, v): the loads, dampers and actuators of the
         model at the point u with the velocity v, ``time`` after the step's start t. The
-        step's work is the sum of ``work_weight Q . v`` over the terms (each scheme weighs
-        the terms of its momentum balance so that this is the work it applies). Nothing is
-        added for models without such forces."""
+        step's work is the sum of ``work_weight Q . w`` over the terms, w = ``work_along``
+        (default: the velocity v); each scheme weighs the terms of its momentum balance so
+        that this is the work it applies. Nothing is added for models without such
+        forces."""
         if self.applied_forces:
             self._applied.append((self._equations[equation][0], at, velocity, float(time),
-                                  float(scale), float(work_weight)))
+                                  float(scale), float(work_weight),
+                                  velocity if work_along is None else work_along))
 
     def _potential_terms(self) -> PotentialTerms | None:
         return (PotentialTerms(self._potential, self.n_data, self.n_equations,
@@ -188,15 +191,15 @@ class PotentialTerms:
     terms : list of (kind, row start, first, second, scale)
         kind "gradient" (``first`` the point u) or "discrete" (``first``, ``second`` the
         points a, b; a must not depend on the unknowns).
-    applied : list of (row start, point, velocity, time, scale, work weight)
+    applied : list of (row start, point, velocity, time, scale, work weight, work direction)
     """
 
     def __init__(self, terms: list, n_data: int, n_equations: int, n_unknowns: int,
                  applied: list = ()):
         self.n_equations, self.n_unknowns = n_equations, n_unknowns
         split = _Maps(n_data)
-        self._applied = [(start, split(at), split(velocity), time, scale, weight)
-                         for start, at, velocity, time, scale, weight in applied]
+        self._applied = [(start, split(at), split(velocity), time, scale, weight, split(along))
+                         for start, at, velocity, time, scale, weight, along in applied]
         self._gradients: dict[int, tuple[_Map, list]] = {}  # point -> (map, [(start, scale)])
         self._discrete = []
         for kind, start, first, second, scale in terms:
@@ -272,7 +275,7 @@ class PotentialTerms:
                 if jacobian and second.moves:
                     parts.append((start, model.potential_discrete_gradient_jacobian_matrix(
                         a, b) @ second.unknowns))
-            for start, at, velocity, at_step, velocity_step, when, scale, _ in applied:
+            for start, at, velocity, at_step, velocity_step, when, scale, *_ in applied:
                 u, v = at_step + at.unknowns @ inner, velocity_step + velocity.unknowns @ inner
                 if not jacobian:
                     residual[start:start + u.size] += scale * model.applied_force(when, u, v)
@@ -283,17 +286,19 @@ class PotentialTerms:
             return residual, (_stack(parts, n_eq, n_x, dense) if jacobian else None)
 
         applied = [(start, at, velocity, at.data @ data, velocity.data @ data, time + offset,
-                    scale, weight) for start, at, velocity, offset, scale, weight
-                   in self._applied]
+                    scale, weight, along, along.data @ data)
+                   for start, at, velocity, offset, scale, weight, along in self._applied]
 
         def work(x: np.ndarray) -> float:
             inner = x if shift_step is None else x + shift_step
             total = 0.0
-            for _, at, velocity, at_step, velocity_step, when, _, weight in applied:
+            for (_, at, velocity, at_step, velocity_step, when, _, weight, along,
+                 along_step) in applied:
                 if weight:
                     u = at_step + at.unknowns @ inner
                     v = velocity_step + velocity.unknowns @ inner
-                    total += weight * float(model.applied_force(when, u, v) @ v)
+                    direction = along_step + along.unknowns @ inner
+                    total += weight * float(model.applied_force(when, u, v) @ direction)
             return total
 
         extra.work = work

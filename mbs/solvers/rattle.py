@@ -66,28 +66,18 @@ class Rattle(Solver):
         for name, size in (("a", n), ("b", n), ("c", m), ("d", m)):
             builder.equation(name, size)
         builder.add_linear("a", (q1 - q0).mapped(model.mass_matrix / h) - p0)
-        for equation, scale in (("a", 0.5 * h), ("b", 0.5)):  # the first half kick
+        step = q1 - q0  # the work of the forces is (F0 + F1) . (q1 - q0) / 2
+        for equation, scale, work in (("a", 0.5 * h, 0.0), ("b", 0.5, 0.5)):  # first half kick
             builder.add_potential_gradient(equation, q0, scale)
             builder.add_jacobian_transpose_product(equation, q0, lam, scale, 0.0)
-            builder.add_applied_force(equation, q0, v0, 0.0, -scale)
+            builder.add_applied_force(equation, q0, v0, 0.0, -scale, work, step)
         builder.add_linear("b", (p1 - p0) * (1.0 / h))
         builder.add_potential_gradient("b", q1, 0.5)  # the second half kick
         builder.add_jacobian_transpose_product("b", q1, mu, 0.5, h)
-        builder.add_applied_force("b", q1, v1, h, -0.5)
+        builder.add_applied_force("b", q1, v1, h, -0.5, 0.5, step)
         builder.add_constraints("c", q1, h)
         builder.add_jacobian_product("d", q1, v1, 1.0, h)
         return builder
-
-    def _work(self, x: np.ndarray) -> float:
-        """(F0 + F1) . (q1 - q0) / 2, the work of the trapezoidal forcing."""
-        model = self.model
-        if not model.has_applied_forces:
-            return 0.0
-        n, h, t = model.n, self.h, self._time
-        q0, p0, q1, p1 = self._step_data[:n], self._step_data[n:], x[:n], x[n:2 * n]
-        forces = (model.applied_force(t, q0, self._minv @ p0)
-                  + model.applied_force(t + h, q1, self._minv @ p1))
-        return 0.5 * float(forces @ (q1 - q0))
 
     def _identity_block(self):
         n = self.model.n
