@@ -1,12 +1,14 @@
 """Ensembles: one model integrated from many initial states in one vectorised run.
 
-:func:`simulate_ensemble` advances K copies of a small model at once with the energy-momentum
-scheme (seed 003, (84)): residuals and Jacobians of all members are evaluated with batched
-kernels compiled with numba (:mod:`mbs.ensemble_numba`); without numba the members run one
-by one through :func:`mbs.simulate`. With the kernels each member runs the Newton iteration
-of a single run (explicit predictor, exact Newton that keeps its factors near the solution)
-on a condensed system (p^{n+1} eliminated exactly) and stops as soon as it converges, so the
-cost per member is a fraction of a separate run (e.g. Monte Carlo studies of tops).
+:func:`simulate_ensemble` advances K copies of a small model at once. The schemes whose
+unknowns are (q^{n+1}, p^{n+1}, lambda, gamma) -- energy-momentum, GGL-VI A, RATTLE -- run in
+one batched kernel compiled with numba (:mod:`mbs.ensemble_numba`), members in SIMD lanes: the
+kernel evaluates the scheme's own step equations, turned into tables once per model and step
+size (:mod:`mbs.ensemble_plan`). Each member runs the Newton iteration of a single run
+(explicit predictor, exact Newton that keeps its factors near the solution) and stops as
+soon as it converges, so the cost per member is a fraction of a separate run (e.g. Monte
+Carlo studies of tops). Every other case runs the members one by one through
+:func:`mbs.simulate`.
 
 Parameter sweeps (different masses, stiffnesses, geometry) are different models: run them with
 :func:`simulate_many`, which maps :func:`mbs.simulate` over (model, options) pairs with any
@@ -20,20 +22,20 @@ import contextlib
 import functools
 import os
 import time
-from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 
+from mbs.ensemble_plan import lane_plan
 from mbs.errors import ModelError, SolverError
 from mbs.liegroup.model import LieGroupModel
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
 from mbs.simulate import simulate
-from mbs.solvers import Solver
-from mbs.solvers.defects import COEFFICIENT_TABLE, MAX_CORRECTION_DEGREE, extrapolated_defect
+from mbs.solvers import Solver, make_solver
+from mbs.solvers.cache import model_cache
+from mbs.solvers.defects import COEFFICIENT_TABLE, MAX_CORRECTION_DEGREE
 from mbs.solvers.newton import NewtonOptions
 from mbs.validation import as_scalar
 
@@ -81,17 +83,18 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
                       ) -> EnsembleSolution:
     """Integrate K members of ``model`` from K initial states.
 
-    With the EM scheme on a small model with quadratic constraints (the default) and numba
-    installed, the members are advanced together by batched kernels. Any other scheme, a
-    solver instance, solver options, a large model, user constraints or ``backend="numpy"``
-    run each member through :func:`mbs.simulate` with that solver (bitwise the single
-    runs).
+    With numba installed, "em", "ggl-vi-a" or "rattle" given by name, and a small model
+    (``model.dense``) with quadratic constraints (all built-in joints), a potential linear in
+    q (gravity) and no applied forces or drives, the members are advanced together by the
+    batched kernel; they match single runs to the Newton tolerance. Any other scheme, a
+    solver instance, solver options, a large model, user constraints, nonlinear potentials,
+    applied forces or ``backend="numpy"`` run each member through :func:`mbs.simulate` with
+    that solver (bitwise the single runs).
 
     Parameters
     ----------
     model : Model or LieGroupModel
-        The compiled model; the batched EM path needs ``model.dense`` and quadratic
-        constraints (all built-in joints). A Lie-group model runs its members one by one
+        The compiled model. A Lie-group model runs its members one by one
         (``solver`` "vrkmk", the default for it, or "vcg"), from director states of
         ``model.director_model``.
     initial_states : (Q0, P0) arrays of shape (K, n), or an array (K, 2, n)
@@ -102,11 +105,11 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
         "em" (default) or any scheme :func:`mbs.simulate` accepts; ``**solver_options`` as
         there, plus ``on_failure`` and ``max_refinements`` of :func:`mbs.simulate`.
     tolerance, max_iterations
-        Newton stopping rule of the batched kernels, as :class:`mbs.solvers.NewtonOptions`
+        Newton stopping rule of the batched kernel, as :class:`mbs.solvers.NewtonOptions`
         (relative increment of q and p of every member); members run one by one use their
         solver's ``newton`` options.
     backend : {"auto", "numba", "numpy"}
-        "numba": the batched kernels (parallel over the members); "numpy": every member
+        "numba": the batched kernel (parallel over blocks of members); "numpy": every member
         through the numpy path of :func:`mbs.simulate` (batched numpy kernels would be no
         faster: 79 us per member and step on the heavy top against 70-95 us for a single
         run); "auto": numba when it can be imported. Members run one by one take "numba" as
@@ -124,7 +127,8 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     Returns
     -------
     EnsembleSolution
-        Every member conserves energy and momentum maps as a single EM run does.
+        Every member conserves what a single run of its scheme conserves (EM: energy and
+        momentum maps).
     """
     if not isinstance(model, Model | LieGroupModel):
         raise ModelError("simulate_ensemble expects a compiled Model")
@@ -143,11 +147,11 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     if backend == "numba" and _numba_kernels() is None:
         raise ModelError("simulate_ensemble: backend='numba' needs numba (pip install numba); "
                          "use 'numpy'")
-    batched = (backend != "numpy" and _numba_kernels() is not None
-               and isinstance(solver, str) and solver.lower() == "em" and not solver_options
-               and model.dense and model.constraints_are_quadratic
-               and not model.has_applied_forces)
-    if not batched:
+    batched = None
+    if backend != "numpy" and _numba_kernels() is not None and isinstance(solver, str) \
+            and not solver_options:
+        batched = _batched_solver(model, solver, q0[0], p0[0], h)
+    if batched is None:
         if backend == "numba" and isinstance(solver, str):
             solver_options.setdefault("backend", "compiled")
         return _member_by_member(model, q0, p0, h, t_end, solver, solver_options)
@@ -159,8 +163,7 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
             or not 0 <= predictor_correction <= MAX_CORRECTION_DEGREE):
         raise ModelError(f"simulate_ensemble: predictor_correction must be None or an integer "
                          f"0 .. {MAX_CORRECTION_DEGREE}, got {predictor_correction!r}")
-    kernel = _BatchedEnergyMomentum(model, h, tolerance, max_iterations, count,
-                                    predictor_correction)
+    kernel = _BatchedRun(batched, tolerance, max_iterations, predictor_correction)
     q = np.empty((count, steps + 1, n))
     p = np.empty((count, steps + 1, n))
     q[:, 0], p[:, 0] = q0, p0
@@ -168,10 +171,33 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     with _single_threaded_blas():
         iterations = kernel.run(q, p)
     return EnsembleSolution(model, h * np.arange(steps + 1), q, p,
-                            {"solver": "em (ensemble)", "h": h, "members": count,
+                            {"solver": f"{batched.name} (ensemble)", "h": h, "members": count,
                              "backend": "numba", "newton_iterations": iterations,
                              "factorizations": kernel.factorizations,
+                             "pivoted_factorizations": int(kernel.fallbacks.sum()),
                              "wall_time": time.perf_counter() - started})
+
+
+def _batched_solver(model: Model, name: str, q0: np.ndarray, p0: np.ndarray,
+                    h: float) -> Solver | None:
+    """The scheme ``name`` started on ``model`` when the SIMD kernel runs it: unknowns (q1,
+    p1, lambda, gamma), step equations in tensor form (quadratic constraints, no drives),
+    a potential linear in q, no applied forces, a small (dense) model; else None."""
+    if not (model.dense and not model.has_applied_forces and not model.is_rheonomic
+            and model.constant_potential_gradient() is not None):
+        return None
+    try:
+        solver = make_solver(name)
+    except ModelError:
+        return None     # an unknown name: simulate() reports it
+    if not isinstance(solver, Solver):
+        return None
+    solver.backend = "polynomial"
+    try:
+        solver.start(model, q0, p0, h)
+    except ModelError:
+        return None
+    return solver if solver._state_unknowns and solver._polynomial is not None else None
 
 
 #: Options of :func:`mbs.simulate` (not of the solver) that members run member by member
@@ -312,497 +338,74 @@ def _numba_kernels():
     return ensemble_numba
 
 
-def _csr(matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    csr = sp.csr_matrix(matrix)
-    csr.eliminate_zeros()
-    return (csr.indptr.astype(np.int64), csr.indices.astype(np.int64),
-            csr.data.astype(float))
+class _BatchedRun:
+    """A scheme's steps for K members at once in the SIMD kernel
+    (:func:`mbs.ensemble_numba.run_lanes`) from the tables of its step equations
+    (:func:`mbs.ensemble_plan.lane_plan`).
 
-
-class _BatchedEnergyMomentum:
-    """The EM step (84) for K members at once (cf. :class:`mbs.solvers.EnergyMomentum`).
-
-    Newton's linear systems are condensed exactly: the first block row of EM's Jacobian has
-    the p-block -1/2 I, so dp = 2 (J_qq dq + J_qgamma dgamma + r_a) is substituted into the
-    other rows, leaving n + 2m unknowns (q1, lambda, gamma) per member. Every member runs the
-    Newton iteration of a single run on its own (:func:`mbs.solvers.newton.newton`, exact
-    Newton with ``refactor_above``): it starts from the explicit predictor
-    (:meth:`mbs.solvers.guess.ExplicitPredictor.state`) with lambda from its previous step and
-    gamma = 0, factorises its condensed matrix there, and refactorises only while its
-    relative increment is above ``refactor_above`` or contracts slower than ``contraction``
-    (measured on 1000 heavy tops at h = 2 ms: 4 iterations and 2.0 factorisations per
-    member and step; simplified Newton from the same predictor needs 7 iterations and leaves
-    energy errors of ~5e-12, the old simplified Newton from q + h M^-1 p 6 iterations and
-    ~2e-13). It stops at the
-    tolerance on the relative increments of q and p, including the stagnation rule for
-    fresh matrices, so converged members cost nothing.
-
-    With a potential linear in q (constant force, e.g. gravity) the whole run is one
-    compiled call (:func:`mbs.ensemble_numba.run_lanes`): no Python per step or iteration.
-    Otherwise each iteration is one call of :func:`mbs.ensemble_numba.iterate`, parallel
-    over the members, and the discrete gradients of the potential come from the model's
-    potential groups.
+    Every member runs the Newton iteration of a single run on its own: it starts from the
+    explicit predictor with the previous step's multipliers, corrected by the extrapolated
+    defects of its past steps, factorises its Newton matrix there, and refactorises only
+    while its relative increment is above ``refactor_above`` or contracts slower than
+    ``contraction`` (:func:`mbs.solvers.newton.newton`); it stops at the tolerance on the
+    relative increments of q and p, including the stagnation rule for fresh matrices, so
+    converged members cost nothing.
     """
 
-    contraction = NewtonOptions.contraction
-    refactor_above = NewtonOptions.refactor_above
-    stagnation_level = NewtonOptions.stagnation_level
-    #: see :data:`mbs.ensemble_numba.STATIC_PIVOT_THRESHOLD` (tests raise it to force the
-    #: partially pivoted fallback)
-    static_pivot_threshold = 0.1
-
-    def __init__(self, model: Model, h: float, tolerance: float, max_iterations: int,
-                 count: int, predictor_correction: int | None = None):
-        self.model, self.h = model, h
+    def __init__(self, solver: Solver, tolerance: float, max_iterations: int,
+                 predictor_correction: int | None):
+        self.solver, self.model, self.h = solver, solver.model, solver.h
+        self.limits = (float(tolerance), int(max_iterations), float(NewtonOptions.contraction),
+                       float(NewtonOptions.refactor_above),
+                       float(NewtonOptions.stagnation_level))
         self.predictor_correction = predictor_correction
-        self._defects: list[np.ndarray] = []  # (K, 2n + 2m) per past step, newest last
-        self._started = False
-        self.tolerance, self.max_iterations = tolerance, max_iterations
-        n, m = model.n, model.m
-        self.n, self.m, self.count = n, m, count
-        self.mass = np.ascontiguousarray(model.mass_operator())
-        self.minv = np.ascontiguousarray(model.inverse_mass_operator())
-        table = self.table = model._table
-        self.qr, self.qi, self.qj = (table.quad_row.astype(np.int64),
-                                     table.quad_i.astype(np.int64),
-                                     table.quad_j.astype(np.int64))
-        self.qc = table.quad_coef.astype(float)
-        self.lr, self.li = table.lin_row.astype(np.int64), table.lin_i.astype(np.int64)
-        self.lc = table.lin_coef.astype(float)
-        # G(q) = T q + B with T[k, i, l] (dense: small models), H(mu) = sum_k mu_k T[k]
-        t = np.zeros((m, n, n))
-        np.add.at(t, (self.qr, self.qi, self.qj), self.qc)
-        np.add.at(t, (self.qr, self.qj, self.qi), self.qc)
-        self.t_flat = np.ascontiguousarray(t.reshape(m * n, n).T)     # (n, m n)
-        self.h_flat = np.ascontiguousarray(t.reshape(m, n * n))       # (m, n n)
-        b = np.zeros((m, n))
-        np.add.at(b, (self.lr, self.li), self.lc)
-        self.b = b
-        groups = model.potential_groups
-        self.linear_potential = all(g.linear_in_q for g in groups)
-        self.constant_force = (sum((g._constant_gradient for g in groups), np.zeros(n))
-                               if self.linear_potential else None)
-        size = n + 2 * m
-        self.refresh = np.ones(count, dtype=bool)
+        cache = model_cache(self.model, "lane_plans")
+        key = (type(solver).__name__, solver._polynomial_key(), self.h)
+        if key not in cache:
+            cache[key] = lane_plan(solver)
+        self.plan = cache[key]
         self.factorizations = 0
-        self.lu = np.zeros((count, size, size))
-        self.piv = np.zeros((count, size), dtype=np.int64)
-        self.status = np.zeros(count, dtype=np.int64)
-        self.increments = np.zeros(count)
-        self.dvjac = np.zeros((count if not self.linear_potential else 1, n, n))
-        self.vec = np.zeros((count, 12, max(2 * n + 2 * m, 1)))
-        self.wnn = np.zeros((count, 2, n, n))
-        self.wmn = np.zeros((count, 4, m, n))
-        self._setup_numba()
-        self.hg = np.zeros((count, n, n))
-        self.gm = np.zeros((count, m, n))
-        self.g1 = np.zeros((count, m, n))
 
     def run(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
         """Fill rows 1.. of ``q``, ``p`` (K, N + 1, n) from row 0; returns the Newton
         iterations of the slowest member per step. On failure raises SolverError with the
         states up to the failing step."""
-        if self.linear_potential:
-            return self._run_numba(q, p)
-        steps = q.shape[1] - 1
-        lam = np.zeros((self.count, self.m))
-        gam = np.zeros((self.count, self.m))
-        iterations = np.zeros(steps, dtype=int)
-        for step in range(steps):
-            try:
-                q[:, step + 1], p[:, step + 1], lam, gam, iterations[step] = self.step(
-                    q[:, step], p[:, step], lam, gam)
-            except SolverError as error:
-                self._attach(error, q, p, step)
-                raise
-        return iterations
-
-    def _attach(self, error: SolverError, q: np.ndarray, p: np.ndarray, step: int) -> None:
-        """The states before ``step`` as the error's partial solution."""
-        error.solution = EnsembleSolution(self.model, self.h * np.arange(step + 1),
-                                          q[:, :step + 1], p[:, :step + 1])
-        error.step, error.time = step, step * self.h
-
-    # -- shared pieces ------------------------------------------------------------------------
-    def _forces(self, q0, q1):
-        """D^G V for the given members, or None when it is the constant gradient."""
-        if self.linear_potential:
-            return None
-        out = np.zeros_like(q0)
-        for group in self.model.potential_groups:
-            out += group.discrete_gradients(q0, q1)
-        return out
-
-    def _force_jacobians(self, q0, q1):
-        out = np.zeros((q0.shape[0], self.n, self.n))
-        for group in self.model.potential_groups:
-            out += group.discrete_gradient_jacobians(q0, q1)
-        return out
-
-    def _predict(self, q0, p0, gradient, lam, gam):
-        """The explicit predictor of the single runs (see :func:`mbs.ensemble_numba._predict`)
-        for every member: (q1, p1)."""
-        velocity = p0 @ self.minv
-        g0 = self._jacobians(q0)
-        p1 = p0 - self.h * (gradient + np.einsum("kmn,km->kn", g0, lam)
-                            + np.einsum("kij,kj->ki", self._hessians(gam), velocity))
-        q1 = q0 + self.h * ((0.5 * (p0 + p1) + np.einsum("kmn,km->kn", g0, gam)) @ self.minv)
-        return q1, p1
-
-    def step(self, q0, p0, lam_prev, gam_prev):
-        """One step of every member from the previous step's multipliers; returns q1, p1,
-        lambda1, gamma1 and the largest number of iterations a member needed."""
-        count = q0.shape[0]
-        h = self.h
-        q0 = np.ascontiguousarray(q0)
-        p0 = np.ascontiguousarray(p0)
-        gradient = (self.constant_force[None, :] if self.linear_potential
-                    else self.model.potential_gradients(q0))
-        force = np.abs(gradient).max(axis=1) if self.n else np.zeros(1)
-        q1, p1 = self._predict(q0, p0, gradient, lam_prev, gam_prev)
-        lam = np.array(lam_prev, dtype=float, order="C")
-        gam = np.zeros((count, self.m))
-        raw = np.concatenate([q1, p1, lam, gam], axis=1)
-        q1, p1, lam, gam = self._corrected_guess(raw, np.concatenate([q0, p0], axis=1))
-        q_scale = np.maximum(np.abs(q0).max(axis=1), self.model.length_scale)
-        p_scale = np.maximum(np.maximum(np.abs(p0).max(axis=1), h * force), 1e-300)
-        previous = np.full(count, np.inf)
-        self.refresh[:] = True      # exact Newton: a fresh matrix at the predictor
-        active = np.arange(count)
-        for iteration in range(1, self.max_iterations + 1):
-            fresh = self.refresh[active]
-            self.factorizations += int(np.count_nonzero(fresh))
-            increment = self._iterate_numba(active, q0, p0, q1, p1, lam, gam, q_scale,
-                                            p_scale)
-            last = previous[active]
-            done = (increment <= self.tolerance) | (
-                fresh & (increment <= self.stagnation_level) & (increment > 0.5 * last))
-            # as newton(): keep the factors once the increment is small and contracting
-            self.refresh[active] = ~done & ((increment > self.contraction * last)
-                                            | (increment > self.refactor_above))
-            previous[active] = increment
-            active = active[~done]
-            if active.size == 0:
-                if self.predictor_correction is not None and self._started:
-                    self._defects.append(np.concatenate([q1, p1, lam, gam], axis=1) - raw)
-                    del self._defects[:-(self.predictor_correction + 1)]
-                self._started = True  # step 0's defect (zero multipliers) is not kept
-                return q1, p1, lam, gam, iteration
-        worst = float(np.max(previous[active]))
-        raise SolverError(f"ensemble EM: Newton did not converge in {self.max_iterations} "
-                          f"iterations for members {active[:10].tolist()} (relative increment "
-                          f"{worst:.3e})", hint="reduce the step size")
-
-    def _corrected_guess(self, raw: np.ndarray, data: np.ndarray):
-        """(q1, p1, lambda, gamma) of every member: the predictor's ``raw`` guess plus the
-        extrapolated defect of :meth:`mbs.solvers.guess.WarmStart.corrected` (same terms
-        and the same guard per member), as C-ordered arrays."""
-        guess = raw.copy()
-        correction = extrapolated_defect(self._defects, self.predictor_correction)
-        if correction is not None:
-            lead = data.shape[1]
-            take = (np.abs(correction[:, :lead]).max(axis=1, initial=0.0)
-                    <= np.abs(raw[:, :lead] - data).max(axis=1, initial=0.0))
-            guess[take] += correction[take]
-        n, m = self.n, self.m
-        return (np.ascontiguousarray(guess[:, :n]), np.ascontiguousarray(guess[:, n:2 * n]),
-                np.ascontiguousarray(guess[:, 2 * n:2 * n + m]),
-                np.ascontiguousarray(guess[:, 2 * n + m:]))
-
-    # -- the explicit predictor's constraint terms ------------------------------------------
-    def _jacobians(self, q, with_linear=True):
-        out = (q @ self.t_flat).reshape(q.shape[0], self.m, self.n)
-        return out + self.b if with_linear else out
-
-    def _hessians(self, mult):
-        return (mult @ self.h_flat).reshape(mult.shape[0], self.n, self.n)
-
-    # -- numba kernels ------------------------------------------------------------------------
-    def _setup_numba(self):
-        factored = self.table.factored
-        if factored is not None:
-            u_ptr, u_idx, u_val = _csr(factored.u_map)
-            v_ptr, v_idx, v_val = _csr(factored.v_map)
-            values = (True, factored.row.astype(np.int64), factored.scale.astype(float),
-                      u_ptr, u_idx, u_val, np.ascontiguousarray(factored.u_const, dtype=float),
-                      v_ptr, v_idx, v_val, np.ascontiguousarray(factored.v_const, dtype=float),
-                      np.asarray(factored.explicit_constant, dtype=float))
-        else:
-            empty_i, empty_f = np.zeros(1, np.int64), np.zeros(1)
-            values = (False, np.zeros(0, np.int64), np.zeros(0), empty_i, empty_i, empty_f,
-                      np.zeros((0, 3)), empty_i, empty_i, empty_f, np.zeros((0, 3)),
-                      np.zeros(self.m))
-        self._table_args = (self.qr, self.qi, self.qj, self.qc, self.lr, self.li, self.lc,
-                            *_csr(self.mass), *_csr(self.minv), *values,
-                            self.table.constant.astype(float))
-        if self.linear_potential:   # the whole run in one call: sparse condensed matrices
-            *self._lane_args, self.lane_counts = _cached_lane_plan(
-                self.n, self.m, self.qr, self.qi, self.qj, self.qc, self.lr, self.li, self.lc,
-                self.mass, self.minv, self.h)
-
-    def _iterate_numba(self, active, q0, p0, q1, p1, lam, gam, q_scale, p_scale):
         kernels = _numba_kernels()
-        if self.linear_potential:
-            dv, dv_step = self.constant_force[None, :], 0
-        else:
-            dv, dv_step = self._forces(q0[active], q1[active]), 1
-            refresh = active[self.refresh[active]]
-            if refresh.size:
-                self.dvjac[refresh] = self._force_jacobians(q0[refresh], q1[refresh])
-        kernels.iterate(active, self.refresh, self.h, q0, p0, q1, p1, lam, gam, dv, dv_step,
-                        self.dvjac, 0 if self.linear_potential else 1, q_scale, p_scale,
-                        *self._table_args, self.lu, self.piv, self.hg, self.gm, self.g1,
-                        self.vec, self.wnn, self.wmn, self.increments, self.status)
-        status = self.status[active]
-        if np.any(status == 1):
-            raise SolverError("ensemble EM: singular Newton matrix for members "
-                              f"{active[status == 1][:10].tolist()}",
-                              hint="singular configuration or redundant constraints")
-        if np.any(status == 2):
-            raise SolverError("ensemble EM: non-finite Newton increment",
-                              hint="reduce the step size")
-        return self.increments[active]
-
-    def _run_numba(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
-        """The whole run in one compiled call (linear potential; see :meth:`run`)."""
-        kernels = _numba_kernels()
-        count, steps, n = q.shape[0], q.shape[1] - 1, self.n
+        count, steps, n = q.shape[0], q.shape[1] - 1, self.model.n
         iterations = np.zeros((count, steps), dtype=np.int32)
         factorizations = np.zeros(count, dtype=np.int64)
         self.fallbacks = np.zeros(count, dtype=np.int64)
         failed_step = np.full(count, -1, dtype=np.int64)
-        force = np.ascontiguousarray(self.constant_force, dtype=float).reshape(1, n)
-        force_scale = float(np.abs(force).max()) if n else 0.0
-        kernels.run_lanes(kernels.LANES, self.static_pivot_threshold, self.h, q, p, force,
-                          force_scale, self.model.length_scale, self.tolerance,
-                          self.max_iterations, self.contraction,
-                          self.refactor_above, self.stagnation_level,
+        increments, status = np.zeros(count), np.zeros(count, dtype=np.int64)
+        floors = self.solver._floor_minimum
+        kernels.run_lanes(kernels.LANES, n, kernels.STATIC_PIVOT_THRESHOLD, q, p,
+                          (float(floors[0]), float(floors[1])), self.limits,
                           -1 if self.predictor_correction is None
                           else int(self.predictor_correction), COEFFICIENT_TABLE,
-                          *self._table_args,
-                          *self._lane_args, self.increments, self.status, iterations,
-                          factorizations, failed_step, self.fallbacks)
+                          self.plan[:-1], increments, status, iterations, factorizations,
+                          failed_step, self.fallbacks)
         self.factorizations += int(factorizations.sum())
-        failed = np.flatnonzero(self.status != kernels.CONVERGED)
+        failed = np.flatnonzero(status != kernels.CONVERGED)
         if failed.size:
             step = int(failed_step[failed].min())
             members = failed[failed_step[failed] == step]
-            codes = set(self.status[members].tolist())
+            codes = set(status[members].tolist())
+            name = self.solver.name
             if kernels.SINGULAR in codes:
-                error = SolverError("ensemble EM: singular Newton matrix for members "
+                error = SolverError(f"ensemble {name}: singular Newton matrix for members "
                                     f"{members[:10].tolist()}",
                                     hint="singular configuration or redundant constraints")
             elif kernels.NOT_FINITE in codes:
-                error = SolverError("ensemble EM: non-finite Newton increment",
+                error = SolverError(f"ensemble {name}: non-finite Newton increment",
                                     hint="reduce the step size")
             else:
-                worst = float(np.max(self.increments[members]))
-                error = SolverError(f"ensemble EM: Newton did not converge in "
-                                    f"{self.max_iterations} iterations for members "
+                worst = float(np.max(increments[members]))
+                error = SolverError(f"ensemble {name}: Newton did not converge in "
+                                    f"{self.limits[1]} iterations for members "
                                     f"{members[:10].tolist()} (relative increment "
                                     f"{worst:.3e})", hint="reduce the step size")
-            self._attach(error, q, p, step)
+            error.solution = EnsembleSolution(self.model, self.h * np.arange(step + 1),
+                                              q[:, :step + 1], p[:, :step + 1])
+            error.step, error.time = step, step * self.h
             raise error
         return iterations.max(axis=0) if count else np.zeros(steps, dtype=int)
-
-
-_LANE_PLANS: dict = {}
-
-
-def _cached_lane_plan(n, m, *arrays_and_h) -> tuple:
-    """:func:`_lane_plan`, kept for the last few (table, mass matrix, h): building it costs
-    ~10 ms, a few percent of a 1000-member run of 100 steps."""
-    key = (n, m) + tuple(np.asarray(a).tobytes() if isinstance(a, np.ndarray) else a
-                         for a in arrays_and_h)
-    plan = _LANE_PLANS.pop(key, None)
-    if plan is None:
-        plan = _lane_plan(n, m, *arrays_and_h)
-    _LANE_PLANS[key] = plan      # most recent last
-    while len(_LANE_PLANS) > 8:
-        del _LANE_PLANS[next(iter(_LANE_PLANS))]
-    return plan
-
-
-def _lane_plan(n, m, qr, qi, qj, qc, lr, li, lc, mass, minv, h) -> tuple:
-    """Structure of the condensed Newton matrix and the operation lists of the compiled
-    sparse kernels (:func:`mbs.ensemble_numba._lanes_assemble`, ``_lanes_sparse_lu``,
-    ``_lanes_sparse_solve``), computed once per model and step size.
-
-    Lane variables, rows of ``xv``: gamma (m), lambda (m), q_mid (n), q1 (n), v_mid (n),
-    v1 (n), 1. Every entry of the matrix (rows q, d, c; columns q, lambda, gamma; see
-    :func:`mbs.ensemble_numba.run_lanes`) is expanded into a constant plus monomials
-    c x_a x_b of those variables: H(mu), G(q) and HV(v) are linear forms from the quadratic
-    table, M^-1 enters through its nonzero entries, and products such as H(gam) M^-1 H(gam)
-    become sums of gam_r gam_s terms. The pattern (with the diagonal) and the fill of
-    elimination without row exchanges in this order give the stored entries (row-major);
-    the operations are those of the dense elimination and substitutions that are not
-    structurally zero, in their order.
-
-    Returns (nv, a_const, term_ptr, term_coef, term_var, diag, pairs, pair_ops,
-    single_ops, forward_ptr, forward, backward_ptr, backward, e_row, e_col, counts) (see
-    :func:`mbs.ensemble_numba.run_lanes`) with ``counts`` a dict of operation counts (also
-    of the dense kernels they replace).
-    """
-    size = n + 2 * m
-    gam0, lam0, qm0, q10, vm0, v10 = 0, m, 2 * m, 2 * m + n, 2 * m + 2 * n, 2 * m + 3 * n
-    one = 2 * m + 4 * n
-    nv = one + 1
-
-    def hessian(base):          # H(mu)[i, j] -> {variable: coefficient}
-        out = defaultdict(lambda: defaultdict(float))
-        for r, i, j, c in zip(qr, qi, qj, qc):
-            out[i, j][base + r] += c
-            out[j, i][base + r] += c
-        return out
-
-    def jacobian(base, linear):  # G(q)[r, i] (HV(v) without the linear part)
-        out = defaultdict(lambda: defaultdict(float))
-        for r, i, j, c in zip(qr, qi, qj, qc):
-            out[r, i][base + j] += c
-            out[r, j][base + i] += c
-        if linear:
-            for r, i, c in zip(lr, li, lc):
-                out[r, i][one] += c
-        return out
-
-    def rows_of(form):           # {row: [(column, linear form)]}
-        out = defaultdict(list)
-        for (r, i), f in form.items():
-            out[r].append((i, f))
-        return out
-
-    h_gam, h_lam = hessian(gam0), hessian(lam0)
-    g_mid, g1 = jacobian(qm0, True), jacobian(q10, True)
-    hv_mid, hv1 = jacobian(vm0, False), jacobian(v10, False)
-    h_rows = rows_of(h_gam)
-    minv_rows = defaultdict(list)
-    for a, b in zip(*np.nonzero(minv)):
-        minv_rows[a].append((b, minv[a, b]))
-    gm_cols = defaultdict(list)   # G_mid by column: {b: [(s, form)]}
-    for (s, b), f in g_mid.items():
-        gm_cols[b].append((s, f))
-    terms = defaultdict(lambda: defaultdict(float))    # (row, col) -> {(a, b): coefficient}
-
-    def linear(entry, form, scale):
-        for v, c in form.items():
-            terms[entry][v, one] += scale * c
-
-    def product(entry, left, right, scale):
-        for v, c in left.items():
-            for w, d in right.items():
-                terms[entry][min(v, w), max(v, w)] += scale * c * d
-
-    for i, j in zip(*np.nonzero(mass)):
-        terms[i, j][one, one] += 2.0 * mass[i, j] / (h * h)
-    for (i, j), f in h_lam.items():
-        linear((i, j), f, 0.5)
-    for (s, i), f in g_mid.items():
-        linear((i, n + s), f, 1.0)
-        linear((i, n + m + s), f, -2.0 / h)
-    for (s, i), f in hv_mid.items():
-        linear((i, n + m + s), f, 1.0)
-    for (r, j), f in hv1.items():
-        linear((n + r, j), f, 1.0)
-    for (r, j), f in g1.items():
-        linear((n + r, j), f, 2.0 / h)
-        linear((n + m + r, j), f, 1.0)
-    for i, row in h_rows.items():          # - H M^-1 H / 2 and - H M^-1 G_mid^T
-        for a, left in row:
-            for b, w in minv_rows[a]:
-                for j, right in h_rows[b]:
-                    product((i, j), left, right, -0.5 * w)
-                for s, right in gm_cols[b]:
-                    product((i, n + m + s), left, right, -w)
-    for (r, a), left in g1.items():         # - G1 M^-1 H and - 2 G1 M^-1 G_mid^T
-        for b, w in minv_rows[a]:
-            for j, right in h_rows[b]:
-                product((n + r, j), left, right, -w)
-            for s, right in gm_cols[b]:
-                product((n + r, n + m + s), left, right, -2.0 * w)
-    pattern = np.eye(size, dtype=bool)
-    for (i, j), monomials in terms.items():
-        if any(c != 0.0 for c in monomials.values()):
-            pattern[i, j] = True
-    nnz_matrix = int(pattern.sum())
-    # fill of elimination without row exchanges, and its update operations
-    fill = pattern.copy()
-    for c in range(size):
-        rows = np.flatnonzero(fill[c + 1:, c]) + c + 1
-        cols = np.flatnonzero(fill[c, c + 1:]) + c + 1
-        fill[np.ix_(rows, cols)] = True
-    e_row, e_col = (x.astype(np.int64) for x in np.nonzero(fill))
-    index = np.full((size, size), -1, dtype=np.int64)
-    index[e_row, e_col] = np.arange(e_row.size)
-    diag = index[np.arange(size), np.arange(size)].copy()
-    # elimination row by row, the L entries (i, c) of row i (c ascending) in pairs (c1, c2):
-    # the multiplier of c1, the update of (i, c2) by c1, the multiplier of c2, then the
-    # updates of row i from the U entries of rows c1 and c2 (j > c2: c1's U columns below
-    # c2 would be L entries of row i between them), fused where both rows have column j,
-    # single otherwise; the row's inverse pivot after its last pair. Every entry receives
-    # the updates of column-by-column elimination in its order, so the factors are those
-    # of the dense elimination. (Measured on the top: the fused pairs save ~10 % of the
-    # factorisation against single updates; blocks of rows sharing the reads of rows c1,
-    # c2 saved nothing.)
-    # pairs[p]: l1, c1, l2, c2 (-1: none), pre (index of (c1, c2) or -1), first fused op,
-    # first single op of c1, first single op of c2, row finished after it (or -1); a last
-    # row closes the ranges
-    pairs, pair_ops, single_ops = [], [], []
-    for i in range(size):
-        columns = np.flatnonzero(fill[i, :i])
-        for k in range(0, max(columns.size, 1), 2):
-            c1 = columns[k] if columns.size else -1
-            c2 = columns[k + 1] if k + 1 < columns.size else -1
-            u1 = set(np.flatnonzero(fill[c1, c1 + 1:]) + c1 + 1) if c1 >= 0 else set()
-            u2 = set(np.flatnonzero(fill[c2, c2 + 1:]) + c2 + 1) if c2 >= 0 else set()
-            u1.discard(c2)
-            pre = index[c1, c2] if c2 >= 0 and fill[c1, c2] else -1
-            row = [index[i, c1] if c1 >= 0 else -1, c1, index[i, c2] if c2 >= 0 else -1, c2,
-                   pre, len(pair_ops)]
-            pair_ops.extend([index[i, j], index[c1, j], index[c2, j]] for j in sorted(u1 & u2))
-            row.append(len(single_ops))
-            single_ops.extend([index[i, j], index[c1, j]] for j in sorted(u1 - u2))
-            row.append(len(single_ops))
-            single_ops.extend([index[i, j], index[c2, j]] for j in sorted(u2 - u1))
-            pairs.append(row + [i if k + 2 >= columns.size else -1])
-    pairs.append([-1] * 5 + [len(pair_ops), len(single_ops), len(single_ops), -1])
-    updates = 2 * len(pair_ops) + len(single_ops) + sum(row[4] >= 0 for row in pairs)
-    # substitutions: forward by columns of L (rows t of x, entries u), backward by rows of U
-    # (entries u, columns j)
-    forward_ptr, forward, backward_ptr, backward = [0], [], [0], []
-    for j in range(size):
-        rows = np.flatnonzero(fill[j + 1:, j]) + j + 1
-        forward.extend([t, index[t, j]] for t in rows)
-        forward_ptr.append(len(forward))
-        cols = np.flatnonzero(fill[j, j + 1:]) + j + 1
-        backward.extend([index[j, c], c] for c in cols)
-        backward_ptr.append(len(backward))
-    # assembly: per stored entry a constant and its monomials (term_coef, term_var)
-    a_const = np.zeros(e_row.size)
-    entries = [[] for _ in range(e_row.size)]
-    for (i, j), monomials in terms.items():
-        e = index[i, j]
-        for (a, b), c in monomials.items():
-            if c == 0.0:
-                continue
-            if a == one:
-                a_const[e] += c
-            else:
-                entries[e].append((c, a, b))
-    term_ptr = np.cumsum([0] + [len(entry) for entry in entries])
-    term_coef = np.array([t[0] for entry in entries for t in entry], dtype=float)
-    term_var = [t[1:] for entry in entries for t in entry]
-
-    def ints(x, columns=None):
-        x = np.asarray(x, dtype=np.int64)
-        return x.reshape(-1, columns) if columns else x
-
-    counts = {"size": size, "nnz_matrix": nnz_matrix, "nnz_lu": int(e_row.size),
-              "assembly_terms": int(term_coef.size),
-              "lu_multipliers": int(fill[np.tril_indices(size, -1)].sum()),
-              "lu_updates": int(updates), "lu_fused_pairs": len(pair_ops),
-              "solve_updates": len(forward) + len(backward),
-              "dense_lu_updates": sum((size - 1 - c) ** 2 for c in range(size)),
-              "dense_solve_updates": size * (size - 1)}
-    return (nv, a_const, ints(term_ptr), term_coef, ints(term_var, 2), ints(diag),
-            ints(pairs, 9), ints(pair_ops, 3), ints(single_ops, 2), ints(forward_ptr),
-            ints(forward, 2), ints(backward_ptr), ints(backward, 2), e_row, e_col, counts)

@@ -28,7 +28,7 @@ LANES = 16
 # (``d[t] -= x[i] * y[j]``). Written as loops over the lanes, each such operation pays the
 # loop vectoriser's set-up (trip count and alias checks) and the index wraparound, ~8 ns,
 # more than its arithmetic (measured: 4-6 ns per LU update as a row intrinsic against 7-10
-# ns as a loop, the G^T y products 3.5 times faster). The intrinsics below emit each row
+# ns as a loop). The intrinsics below emit each row
 # operation as LLVM operations on <LANES x double> values, which LLVM splits into the
 # machine's vector registers (4 AVX2 registers for 16 lanes): plain IEEE mul, add, sub, div,
 # compares and selects without fast-math flags, each lane rounding exactly as the scalar
@@ -115,57 +115,19 @@ def _infinity():
 
 # d[t] = d[t] - x[i] * y[j]
 _v_sub_mul = _rows_intrinsic("_v_sub_mul", 2, lambda b, d, x, y: b.fsub(d, b.fmul(x, y)))
-# d[t] = d[t] + x[i] * y[j]
-_v_add_mul = _rows_intrinsic("_v_add_mul", 2, lambda b, d, x, y: b.fadd(d, b.fmul(x, y)))
 # d[t] = d[t] + (c * x[i]) * y[j]
 _v_add_cmul = _rows_intrinsic("_v_add_cmul", 2,
                               lambda b, d, c, x, y: b.fadd(d, b.fmul(b.fmul(c, x), y)), 1)
-# d[t] = d[t] + c * (x[i] * y[j] + u[k] * v[l])
-_v_add_cdot = _rows_intrinsic(
-    "_v_add_cdot", 4,
-    lambda b, d, c, x, y, u, v: b.fadd(d, b.fmul(c, b.fadd(b.fmul(x, y), b.fmul(u, v)))), 1)
 # d[t] = d[t] + c * x[i]
 _v_add_scaled = _rows_intrinsic("_v_add_scaled", 1,
                                 lambda b, d, c, x: b.fadd(d, b.fmul(c, x)), 1)
-# d[t] = d[t] + x[i];  d[t] = d[t] - x[i];  d[t] = d[t] * x[i];  d[t] = d[t] / x[i]
-_v_add = _rows_intrinsic("_v_add", 1, lambda b, d, x: b.fadd(d, x))
-_v_sub = _rows_intrinsic("_v_sub", 1, lambda b, d, x: b.fsub(d, x))
+# d[t] = d[t] * x[i];  d[t] = d[t] / x[i]
 _v_mul = _rows_intrinsic("_v_mul", 1, lambda b, d, x: b.fmul(d, x))
 _v_div = _rows_intrinsic("_v_div", 1, lambda b, d, x: b.fdiv(d, x))
 # d[t] = c;  d[t] = x[i];  d[t] = -x[i]
 _v_fill = _rows_intrinsic("_v_fill", 0, lambda b, d, c: c, 1)
 _v_copy = _rows_intrinsic("_v_copy", 1, lambda b, d, x: x)
 _v_neg = _rows_intrinsic("_v_neg", 1, lambda b, d, x: b.fneg(x))
-# d[t] = x[i] - y[j];  d[t] = x[i] + c * y[j];  d[t] = c * (x[i] + y[j])
-_v_diff = _rows_intrinsic("_v_diff", 2, lambda b, d, x, y: b.fsub(x, y))
-_v_sum_scaled = _rows_intrinsic("_v_sum_scaled", 2,
-                                lambda b, d, c, x, y: b.fadd(x, b.fmul(c, y)), 1)
-_v_half_sum = _rows_intrinsic("_v_half_sum", 2, lambda b, d, c, x, y: b.fmul(c, b.fadd(x, y)),
-                              1)
-# d[t] = d[t] + c * (x[i] + y[j])
-_v_add_half_sum = _rows_intrinsic(
-    "_v_add_half_sum", 2, lambda b, d, c, x, y: b.fadd(d, b.fmul(c, b.fadd(x, y))), 1)
-# d[t] = x[i] - c1 * (c2 + y[j])   (the predictor's momentum)
-_v_predict = _rows_intrinsic(
-    "_v_predict", 2, lambda b, d, c1, c2, x, y: b.fsub(x, b.fmul(c1, b.fadd(c2, y))), 2)
-# d[t] = x[i] / c - y[j]   (residual a)
-_v_div_sub = _rows_intrinsic("_v_div_sub", 2, lambda b, d, c, x, y: b.fsub(b.fdiv(x, c), y),
-                             1)
-# d[t] = (x[i] - y[j]) / c1 + c2   (residual b)
-_v_diff_div_add = _rows_intrinsic(
-    "_v_diff_div_add", 2, lambda b, d, c1, c2, x, y: b.fadd(b.fdiv(b.fsub(x, y), c1), c2), 2)
-# d[t] = -x[i] - (c1 * y[j]) / c2 - z[k]   (right-hand side, q rows)
-_v_rhs_q = _rows_intrinsic(
-    "_v_rhs_q", 3,
-    lambda b, d, c1, c2, x, y, z: b.fsub(b.fsub(b.fneg(x), b.fdiv(b.fmul(c1, y), c2)), z), 2)
-# d[t] = -x[i] - c * y[j]   (right-hand side, d rows)
-_v_rhs_d = _rows_intrinsic("_v_rhs_d", 2,
-                           lambda b, d, c, x, y: b.fsub(b.fneg(x), b.fmul(c, y)), 1)
-# d[t] = c1 * (((x[i] / c2 - c3 * y[j]) - z[k]) + w[l])   (the momentum increment)
-_v_dp = _rows_intrinsic(
-    "_v_dp", 4,
-    lambda b, d, c1, c2, c3, x, y, z, w: b.fmul(c1, b.fadd(b.fsub(b.fsub(
-        b.fdiv(x, c2), b.fmul(c3, y)), z), w)), 3)
 # d[t] = d[t] + x[i] where m[k] != 0 (lanes of a mask row), else d[t]
 _v_add_where = _rows_intrinsic(
     "_v_add_where", 2,

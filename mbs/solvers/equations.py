@@ -103,6 +103,13 @@ class EquationLayout:
         """:meth:`variable` of each name."""
         return [self.variable(name) for name in names]
 
+    def blocks(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(start, size) of the residual blocks and of the unknown blocks, in order (offsets
+        of the unknowns within x)."""
+        unknowns = [(start - self.n_data, size) for start, size in self._variables.values()
+                    if start >= self.n_data]
+        return list(self._equations.values()), unknowns
+
     def equation(self, name: str, size: int) -> None:
         """Declare the next residual block."""
         self._equations[name] = (self.n_equations, int(size))

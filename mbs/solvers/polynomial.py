@@ -293,6 +293,7 @@ class QuadraticMap:
 
     def __init__(self, constant: np.ndarray, linear: np.ndarray, tensor: sp.csr_matrix):
         self.constant, self.linear = constant, np.ascontiguousarray(linear)
+        self.tensor = tensor  # D(w)[i, j] = sum_k tensor[i * w.size + j, k] w_k
         self._accumulate_half = _accumulator(_halved(tensor))
         self._buffer = np.zeros_like(self.linear)
 
