@@ -130,9 +130,6 @@ class Model:
         #: Remarks from compile() that are not errors (e.g. bodies connected to nothing).
         self.notes: list[str] = []
         self._body_by_name = {b.name: b for b in bodies}
-        self._linear_rows = np.concatenate([
-            constraint_table.is_linear_row(), np.zeros(self.m - constraint_table.n_rows, bool)])
-        self._constant_hessian_zero = sp.csr_matrix((n, n))
 
     # -- index maps -----------------------------------------------------------------------
     def coordinates(self, name: str) -> slice:
@@ -176,10 +173,6 @@ class Model:
         """Constant inverse mass matrix, dense when :attr:`dense`."""
         self.mass_operator()
         return self._inverse_mass_op
-
-    def identity_operator(self):
-        """Identity (n, n), dense when :attr:`dense`."""
-        return np.eye(self.n) if self.dense else sp.identity(self.n, format="csr")
 
     def jacobian_matrix(self, q: np.ndarray, t: float = 0.0):
         """G(q, t), dense when :attr:`dense`, else sparse (t matters for drives only)."""

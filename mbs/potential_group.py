@@ -65,9 +65,6 @@ class PotentialGroup:
     def energy(self, q: np.ndarray) -> float:
         return float(np.sum(self.term.energy(self.invariants(q), self.params)))
 
-    def element_energies(self, q: np.ndarray) -> np.ndarray:
-        return self.term.energy(self.invariants(q), self.params)
-
     def gradient(self, q: np.ndarray) -> np.ndarray:
         if self.linear_in_q:
             return self._constant_gradient.copy()
@@ -89,37 +86,6 @@ class PotentialGroup:
         params = self._tiled_params(count)
         dv = self.term.gradient(pi, params).reshape(count, -1)
         return self.table.jacobian_transpose_products(Q, dv)
-
-    def discrete_gradients(self, Q0: np.ndarray, Q1: np.ndarray) -> np.ndarray:
-        """:meth:`discrete_gradient` for each pair of rows of Q0, Q1 (K, n) -> (K, n)."""
-        if self.linear_in_q:
-            return np.broadcast_to(self._constant_gradient, Q0.shape).copy()
-        count, shape = Q0.shape[0], (Q0.shape[0] * self.n_elements, self.n_invariants)
-        params = self._tiled_params(count)
-        scales = np.tile(self.scales, (count, 1))
-        d_tilde = discrete_invariant_gradient(
-            self.term, self.table.values(Q0).reshape(shape), self.table.values(Q1).reshape(shape),
-            params, scales)
-        return self.table.jacobian_transpose_products(0.5 * (Q0 + Q1), d_tilde.reshape(count, -1))
-
-    def discrete_gradient_jacobians(self, Q0: np.ndarray, Q1: np.ndarray) -> np.ndarray:
-        """:meth:`discrete_gradient_jacobian` (dense) for each pair of rows -> (K, n, n)."""
-        count, n = Q0.shape
-        if self.linear_in_q:
-            return np.zeros((count, n, n))
-        if self.term.polynomial_degree is None or self.term.polynomial_degree > 2:
-            return np.stack([self.discrete_gradient_jacobian(a, b, True) for a, b in zip(Q0, Q1)])
-        e, k = self.n_elements, self.n_invariants
-        q_mid = 0.5 * (Q0 + Q1)
-        pi_mid = 0.5 * (self.table.values(Q0) + self.table.values(Q1)).reshape(count * e, k)
-        params = self._tiled_params(count)
-        dv = self.term.gradient(pi_mid, params).reshape(count, -1)
-        d2v = self.term.hessian(pi_mid, params).reshape(count, e, k, k)
-        jac_mid = self.table.jacobians_dense(q_mid).reshape(count, e, k, n)
-        jac_1 = self.table.jacobians_dense(Q1).reshape(count, e, k, n)
-        weighted = np.einsum("ceab,cebj->ceaj", d2v, jac_1)
-        return 0.5 * (self.table.hessian_products_dense(dv)
-                      + np.einsum("ceai,ceaj->cij", jac_mid, weighted))
 
     def _tiled_params(self, count: int) -> dict:
         cache = self.__dict__.setdefault("_tiled", {})

@@ -338,18 +338,6 @@ class QuadraticTable:
         out[:, self._jac_keys] = (self._jac_map @ Q.T).T + self._jac_offset
         return out.reshape(Q.shape[0], self.n_rows, self.n)
 
-    def hessian_vector_products_dense(self, W: np.ndarray) -> np.ndarray:
-        """:meth:`hessian_vector_product_dense` for each row of W (K, n) -> (K, n_rows, n)."""
-        out = np.zeros((W.shape[0], self.n_rows * self.n))
-        out[:, self._jac_keys] = (self._jac_map @ W.T).T
-        return out.reshape(W.shape[0], self.n_rows, self.n)
-
-    def hessian_products_dense(self, multipliers: np.ndarray) -> np.ndarray:
-        """:meth:`hessian_product_dense` for each row of multipliers (K, n_rows) -> (K, n, n)."""
-        out = np.zeros((multipliers.shape[0], self.n * self.n))
-        out[:, self._hess_keys] = (self._hess_map @ multipliers.T).T
-        return out.reshape(multipliers.shape[0], self.n, self.n)
-
     def jacobian_dense(self, q: np.ndarray) -> np.ndarray:
         """Dc(q) as a dense array (fast path for small models)."""
         out = np.zeros(self.n_rows * self.n)

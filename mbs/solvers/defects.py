@@ -69,31 +69,14 @@ def fitted_prediction(history: np.ndarray, order: int, blocks: np.ndarray) -> np
     return prediction
 
 
-def extrapolated_defect(defects: list, degree: int | None, lag: int = 1):
-    """sum_j c_j d^{k+1-j L}: the polynomial extrapolation of the given ``degree`` (lowered
-    while fewer defects are known) through every L-th entry of ``defects`` (newest last), for
-    arrays (n_x,) or (members, n_x) (ensembles); None without usable defects. The reference
-    form of :meth:`DefectHistory.extrapolate` (the compiled kernels form the same terms,
-    summed term by term, so they differ from this by round-off)."""
-    usable = 0 if degree is None else min(degree + 1, len(defects) // lag)
-    if usable == 0:
-        return None
-    coefficients = _COEFFICIENTS[usable]
-    newest_first = defects[-lag::-lag][:usable]
-    if newest_first[0].ndim == 1:
-        return coefficients.dot(newest_first)
-    return np.tensordot(coefficients, newest_first, axes=1)
-
-
 class DefectHistory:
     """The last (degree + 1) L defects of a run and their extrapolation.
 
     Defect k goes to ring k mod L, each ring a preallocated (degree + 1, n_x) array whose
     newest row moves round; the next defect is predicted from its own ring alone (every L-th
     defect), by one product of a weight vector with that ring. Nothing is copied or shifted
-    per step: on the 1000-body chain a shifting window cost ~1 ms per step, and the list form
-    converted the used defects to an array every step (~4.5 us on the heavy top, the ring ~1
-    us). The sums run in ring order, so :meth:`layout` is kept with the rows to resume a run
+    per step (a shifting window would cost ~1 ms per step on the 1000-body chain). The sums
+    run in ring order, so :meth:`layout` is kept with the rows to resume a run
     bitwise.
 
     Parameters
@@ -151,7 +134,9 @@ class DefectHistory:
         self._phase = (ring + 1) % self.lag
 
     def extrapolate(self) -> np.ndarray | None:
-        """:func:`extrapolated_defect` of the kept defects; None without usable defects."""
+        """sum_j c_j d^{k+1-j L}: the polynomial extrapolation of degree ``degree`` (lowered
+        while fewer defects are known) through every L-th kept defect, or the fitted
+        prediction (``fit_order``); None without usable defects."""
         if self.fit_order and self.count >= 2 * self.fit_order:
             return fitted_prediction(self.rows()[-2 * self.fit_order:], self.fit_order,
                                      self.fit_blocks)
