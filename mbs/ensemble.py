@@ -381,7 +381,8 @@ class _BatchedRun:
         kernels.run_lanes(kernels.LANES, n, kernels.STATIC_PIVOT_THRESHOLD, q, p,
                           (float(floors[0]), float(floors[1])), self.limits,
                           -1 if self.predictor_correction is None
-                          else int(self.predictor_correction), COEFFICIENT_TABLE,
+                          else int(self.predictor_correction), self.solver._multiplier_lag,
+                          COEFFICIENT_TABLE,
                           self.plan[:-1], increments, status, iterations, factorizations,
                           failed_step, self.fallbacks)
         self.factorizations += int(factorizations.sum())

@@ -128,15 +128,15 @@ def _lanes_sparse_solve(lu, x, diag, forward_ptr, forward, backward_ptr, backwar
 
 
 @njit(cache=True, error_model="numpy")
-def _lanes_correct_guess(w, n, size, defects, defect_count, order, coefficients):
+def _lanes_correct_guess(w, n, size, defects, defect_count, order, lag, coefficients):
     """Add to the predictor's guess, the unknowns x in rows 2n .. 2n + size - 1 of ``w``, lane
     by lane, the extrapolated defect of :meth:`mbs.solvers.guess.WarmStart.corrected` (same
-    terms, summed term by term), unless it is larger than the predicted change of (q, p)
-    from the data (q0, p0) in rows 0 .. 2n - 1."""
-    usable = min(order + 1, defect_count)
+    terms, summed term by term) through every ``lag``-th past defect, unless it is larger
+    than the predicted change of (q, p) from the data (q0, p0) in rows 0 .. 2n - 1."""
+    usable = min(order + 1, defect_count // lag)
     if usable == 0:
         return
-    newest = defect_count - 1
+    newest = defect_count - lag   # the defect ``lag`` steps before the next one
     lanes = w.shape[1]
     correction = np.empty(size)
     for lane in range(lanes):
@@ -145,7 +145,7 @@ def _lanes_correct_guess(w, n, size, defects, defect_count, order, coefficients)
         for term in range(1, usable):
             coefficient = coefficients[usable, term]
             for j in range(size):
-                correction[j] = correction[j] + coefficient * defects[newest - term, j, lane]
+                correction[j] = correction[j] + coefficient * defects[newest - term * lag, j, lane]
         largest, change = 0.0, 0.0
         for i in range(2 * n):
             largest = max(largest, abs(correction[i]))
@@ -172,7 +172,7 @@ def _lanes_residual(res, uv, w, residual, overrides):
 
 @njit(cache=True, error_model="numpy")
 def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
-                 correction_order, coefficients, plan, increment, status, iterations,
+                 correction_order, lag, coefficients, plan, increment, status, iterations,
                  factorizations, failed_step, fallbacks):
     """Every step of members first .. first + lanes - 1 (see :func:`run_lanes`). The lane
     count is an argument (``lanes == LANES``) for the loops over lanes: see :data:`LANES`."""
@@ -218,9 +218,12 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
     column_max, inverse = np.zeros((size, lanes)), np.zeros((size, lanes))
     lu_pivoted = np.zeros((lanes, size, size))
     piv = np.zeros((lanes, size), dtype=np.int64)
-    # predictor defects (solution - guess) of the last order + 1 steps, newest last
-    defects = np.zeros((max(correction_order + 1, 1), size, lanes))
+    # predictor defects (solution - guess) of the last (order + 1) lag steps, newest last
+    defects = np.zeros((max((correction_order + 1) * lag, 1), size, lanes))
     defect_count = 0
+    # the multipliers of the last step, which the predictor takes one step later when the
+    # scheme's multipliers alternate (lag 2, see WarmStart)
+    latest = np.zeros((size - 2 * n, lanes))
     for s in range(steps):
         anyone = -1
         for lane in range(lanes):
@@ -242,12 +245,13 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
             if not alive[lane]:
                 for r in range(2 * n, size):
                     v[r, lane] = v[r, anyone]
+                    latest[r - 2 * n, lane] = latest[r - 2 * n, anyone]
         # the explicit predictor of the single runs, then its extrapolated defect
         _v_assemble(raw, v, v_const, v_ptr, v_coef, v_var)
         for j in range(size):
             _v_copy(w, u + j, raw, j)
         if correction_order >= 0:
-            _lanes_correct_guess(w, n, size, defects, defect_count, correction_order,
+            _lanes_correct_guess(w, n, size, defects, defect_count, correction_order, lag,
                                  coefficients)
         for lane in range(lanes):
             active[lane] = alive[lane]
@@ -358,11 +362,12 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
             for i in range(n):
                 q_out[k, s + 1, i] = w[u + i, lane]
                 p_out[k, s + 1, i] = w[u + n + i, lane]
-            for r in range(2 * n, size):     # the next step's multipliers
-                v[r, lane] = w[u + r, lane]
-        # step 0 starts from zero multipliers: its defect is not the smooth predictor error
-        # (see WarmStart.startup_defects)
-        if correction_order >= 0 and s > 0:
+            for r in range(2 * n, size):     # the multipliers of the next steps
+                v[r, lane] = w[u + r, lane] if lag == 1 else latest[r - 2 * n, lane]
+                latest[r - 2 * n, lane] = w[u + r, lane]
+        # the first lag steps start from zero multipliers: their defects are not the smooth
+        # predictor error (see WarmStart.startup_defects)
+        if correction_order >= 0 and s >= lag:
             if defect_count == defects.shape[0]:  # drop the oldest
                 for row in range(defect_count - 1):
                     defects[row, :, :] = defects[row + 1]
@@ -385,7 +390,7 @@ def _any_pivoted(active, pivoted):
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correction_order,
+def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correction_order, lag,
               coefficients, plan, increment, status, iterations, factorizations, failed_step,
               fallbacks):
     """Every step of every member, ``lanes`` members per SIMD block and the blocks in
@@ -394,8 +399,9 @@ def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correctio
 
     Row 0 of ``q_out``, ``p_out`` (K, N + 1, n) holds the initial states; rows 1..N are
     written. Each step starts from the explicit predictor of the single runs with the
-    previous step's multipliers (zero at the start), corrected by the extrapolated defects
-    of the member's past steps of degree ``correction_order`` (-1: none; see
+    multipliers of ``lag`` steps before (1, or 2 for schemes whose multipliers alternate;
+    zero at the start), corrected by the extrapolated defects of every ``lag``-th past step
+    of the member, of degree ``correction_order`` (-1: none; see
     ``Solver.predictor_correction``; ``coefficients`` is
     :data:`mbs.solvers.defects.COEFFICIENT_TABLE`), and runs exact Newton that keeps its
     factors once the relative increment is below ``refactor_above`` and contracts by
@@ -424,7 +430,7 @@ def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correctio
     f0, f1 = entries
     for b in prange(blocks):
         _lanes_block(b * lanes, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
-                     correction_order, coefficients,
+                     correction_order, lag, coefficients,
                      (n_w, (r0, r1, r2, r3), (o0, o1, o2, o3, o4, o5, o6), (j0, j1, j2, j3),
                       (v0, v1, v2, v3), rows, columns, exact, (e0, e1, e2, e3, e4, e5, e6, e7),
                       (f0, f1)),
