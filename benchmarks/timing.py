@@ -124,6 +124,7 @@ def mbs_timed_run(model: mbs.Model, solver: str, t_end: float,
         cpu = time.process_time() - started
         return {"cpu_s": cpu, "steps": steps,
                 "newton_per_step": float(np.mean(sol.stats["newton_iterations"])),
+                "refined_steps": len(sol.stats.get("refined_steps", ())),
                 **measure(sol)}
     return run
 
