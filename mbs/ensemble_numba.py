@@ -52,8 +52,11 @@ CONVERGED, SINGULAR, NOT_FINITE, NOT_CONVERGED = 0, 1, 2, 3
 #: Default of ``pivot_threshold`` (:func:`run_lanes`): a static pivot is accepted when it is
 #: at least this fraction of the largest entry below it in its column (threshold pivoting:
 #: the growth of the entries stays bounded); a member whose matrix fails the test is
-#: factorised again with partial pivoting.
-STATIC_PIVOT_THRESHOLD = 0.1
+#: factorised again with partial pivoting. The factors serve Newton steps only, whose
+#: increments measure the error whatever the accuracy of the solve, so the threshold of
+#: sparse direct solvers that favour sparsity (0.01) is kept rather than 0.1: on the heavy
+#: top the best static order has a smallest ratio of 0.05 at h = 5 ms and 0.013 at 10 ms.
+STATIC_PIVOT_THRESHOLD = 0.01
 
 
 @njit(cache=True, error_model="numpy")
@@ -128,11 +131,14 @@ def _lanes_sparse_solve(lu, x, diag, forward_ptr, forward, backward_ptr, backwar
 
 
 @njit(cache=True, error_model="numpy")
-def _lanes_correct_guess(w, n, size, defects, defect_count, order, lag, coefficients):
+def _lanes_correct_guess(w, n, size, defects, defect_count, order, lag, coefficients,
+                         corrected):
     """Add to the predictor's guess, the unknowns x in rows 2n .. 2n + size - 1 of ``w``, lane
     by lane, the extrapolated defect of :meth:`mbs.solvers.guess.WarmStart.corrected` (same
     terms, summed term by term) through every ``lag``-th past defect, unless it is larger
-    than the predicted change of (q, p) from the data (q0, p0) in rows 0 .. 2n - 1."""
+    than the predicted change of (q, p) from the data (q0, p0) in rows 0 .. 2n - 1;
+    ``corrected[lane]`` says whether it was added."""
+    corrected[:] = False
     usable = min(order + 1, defect_count // lag)
     if usable == 0:
         return
@@ -150,10 +156,10 @@ def _lanes_correct_guess(w, n, size, defects, defect_count, order, lag, coeffici
         for i in range(2 * n):
             largest = max(largest, abs(correction[i]))
             change = max(change, abs(w[2 * n + i, lane] - w[i, lane]))
-        if largest > change:
-            continue
-        for j in range(size):
-            w[2 * n + j, lane] += correction[j]
+        corrected[lane] = largest <= change
+        if corrected[lane]:
+            for j in range(size):
+                w[2 * n + j, lane] += correction[j]
 
 
 @njit(cache=True, error_model="numpy")
@@ -171,12 +177,15 @@ def _lanes_residual(res, uv, w, residual, overrides):
 
 
 @njit(cache=True, error_model="numpy")
-def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
-                 correction_order, lag, coefficients, plan, increment, status, iterations,
-                 factorizations, failed_step, fallbacks):
-    """Every step of members first .. first + lanes - 1 (see :func:`run_lanes`). The lane
-    count is an argument (``lanes == LANES``) for the loops over lanes: see :data:`LANES`."""
-    length_scale, p_floor = scales
+def _lanes_newton(first, lanes, n, u, size, w, res, rhs, uv, lu, work, ok, column_max, inverse,
+                  lu_pivoted, piv, masks, big, alive, active, fresh, pivoted, previous, done,
+                  q_scale, p_scale, pivot_threshold, limits, plan, increment, status,
+                  factorizations, fallbacks):
+    """Newton's iteration of the step for the ``active`` lanes, from the unknowns in rows u ..
+    u + size - 1 of ``w`` (see :func:`_lanes_block`, which owns the arrays): a lane stops
+    with ``done[lane]`` = its iteration count, or with ``alive[lane]`` False and its
+    ``status`` (singular matrix, increment not finite), or still ``active`` after the last
+    iteration."""
     tolerance, max_iterations, contraction, refactor_above, stagnation_level = limits
     n_w, residual, overrides, jacobian, predictor, row_order, column_order, exact, \
         elimination, entries = plan
@@ -184,6 +193,109 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
         elimination
     e_row, e_col = entries
     j_const, j_ptr, j_coef, j_var = jacobian
+    for iteration in range(1, max_iterations + 1):
+        refactor = False
+        everyone = True
+        for lane in range(lanes):
+            take = active[lane] and fresh[lane]
+            masks[1, lane] = 1.0 if take else 0.0
+            refactor |= take
+            everyone &= take
+        if refactor:
+            _v_assemble(work, w, j_const, j_ptr, j_coef, j_var)
+            _v_fill(ok, 0, 1.0)
+            _lanes_sparse_lu(work, ok, column_max, inverse, pivot_threshold, exact, diag,
+                             pairs, pair_ops, single_ops)
+            if everyone:        # the usual case: the new factors are every lane's
+                lu, work = work, lu
+            else:
+                for e in range(e_row.size):
+                    _v_copy_where(lu, e, work, e, masks, 1)
+            fallback = False
+            for lane in range(lanes):
+                if masks[1, lane] != 0.0:
+                    factorizations[first + lane] += 1
+                    pivoted[lane] = ok[0, lane] == 0.0
+                    fallback |= pivoted[lane]
+            if fallback:   # the matrix again (work is free now): partial pivoting
+                _v_assemble(work, w, j_const, j_ptr, j_coef, j_var)
+                for lane in range(lanes):
+                    if not (masks[1, lane] != 0.0 and pivoted[lane]):
+                        continue
+                    k = first + lane
+                    fallbacks[k] += 1
+                    lu_pivoted[lane] = 0.0
+                    for e in range(e_row.size):
+                        lu_pivoted[lane, e_row[e], e_col[e]] = work[e, lane]
+                    if not _lu_factor(lu_pivoted[lane], piv[lane]):
+                        status[k] = SINGULAR
+                        increment[k] = np.inf
+                        alive[lane] = False
+                        active[lane] = False
+        _lanes_residual(res, uv, w, residual, overrides)
+        for j in range(size):
+            _v_neg(rhs, j, res, row_order[j])
+        pending = rhs.copy() if _any_pivoted(active, pivoted) else rhs
+        _lanes_sparse_solve(lu, rhs, diag, forward_ptr, forward, backward_ptr, backward)
+        for lane in range(lanes):
+            if active[lane] and pivoted[lane]:
+                for j in range(size):
+                    rhs[j, lane] = pending[j, lane]
+                _lu_solve(lu_pivoted[lane], piv[lane], rhs[:, lane])
+        # update the iterating lanes; big: |dq|, |dp| (inf if not finite), |q1|, |p1|
+        for lane in range(lanes):
+            masks[0, lane] = 1.0 if active[lane] else 0.0
+        for j in range(3):
+            _v_fill(big, j, 0.0)
+        _v_fill(big, 3, 1.0)
+        for j in range(size):
+            column = column_order[j]
+            _v_add_where(w, u + column, rhs, j, masks, 0)
+            _v_flag_nonfinite(big, 0, rhs, j)
+            if column < n:
+                _v_abs_max(big, 0, rhs, j)
+            elif column < 2 * n:
+                _v_abs_max(big, 1, rhs, j)
+        for i in range(n):
+            _v_abs_max(big, 2, w, u + i)
+            _v_abs_max(big, 3, w, u + n + i)
+        any_active = False
+        for lane in range(lanes):
+            if not active[lane]:
+                continue
+            k = first + lane
+            if big[0, lane] == np.inf or not big[1, lane] < np.inf:
+                status[k] = NOT_FINITE
+                increment[k] = np.inf
+                alive[lane] = False
+                active[lane] = False
+                continue
+            step_increment = max(big[0, lane] / max(q_scale[lane], big[2, lane]),
+                                 big[1, lane] / max(p_scale[lane], big[3, lane]))
+            increment[k] = step_increment
+            if step_increment <= tolerance or (
+                    fresh[lane] and step_increment <= stagnation_level
+                    and step_increment > 0.5 * previous[lane]):
+                done[lane] = iteration
+                active[lane] = False
+                continue
+            fresh[lane] = (step_increment > contraction * previous[lane]
+                           or step_increment > refactor_above)
+            previous[lane] = step_increment
+            any_active = True
+        if not any_active:
+            break
+
+
+@njit(cache=True, error_model="numpy")
+def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
+                 correction_order, lag, coefficients, plan, increment, status, iterations,
+                 factorizations, failed_step, fallbacks, retries):
+    """Every step of members first .. first + lanes - 1 (see :func:`run_lanes`). The lane
+    count is an argument (``lanes == LANES``) for the loops over lanes: see :data:`LANES`."""
+    length_scale, p_floor = scales
+    n_w, overrides, predictor, row_order, entries = plan[0], plan[2], plan[4], plan[5], plan[9]
+    e_row = entries[0]
     v_const, v_ptr, v_coef, v_var = predictor
     count, steps = q_out.shape[0], q_out.shape[1] - 1
     size = row_order.size
@@ -195,6 +307,7 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
             status[first + lane] = CONVERGED
             failed_step[first + lane] = -1
     active = np.zeros(lanes, dtype=np.bool_)
+    corrected = np.zeros(lanes, dtype=np.bool_)   # the guess has the extrapolated defect
     fresh = np.zeros(lanes, dtype=np.bool_)
     pivoted = np.zeros(lanes, dtype=np.bool_)
     ok = np.zeros((1, lanes))        # 1.0 / 0.0: static pivots accepted
@@ -252,109 +365,42 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
             _v_copy(w, u + j, raw, j)
         if correction_order >= 0:
             _lanes_correct_guess(w, n, size, defects, defect_count, correction_order, lag,
-                                 coefficients)
+                                 coefficients, corrected)
         for lane in range(lanes):
             active[lane] = alive[lane]
             fresh[lane] = True
             previous[lane] = np.inf
             done[lane] = 0
-        for iteration in range(1, max_iterations + 1):
-            refactor = False
-            everyone = True
+        for attempt in range(2):
+            _lanes_newton(first, lanes, n, u, size, w, res, rhs, uv, lu, work, ok,
+                          column_max, inverse, lu_pivoted, piv, masks, big, alive, active,
+                          fresh, pivoted, previous, done, q_scale, p_scale, pivot_threshold,
+                          limits, plan, increment, status, factorizations, fallbacks)
+            # a lane whose corrected guess failed starts once more from the predictor's
+            # own guess, as a single run retries from another guess
+            retry = False
             for lane in range(lanes):
-                take = active[lane] and fresh[lane]
-                masks[1, lane] = 1.0 if take else 0.0
-                refactor |= take
-                everyone &= take
-            if refactor:
-                _v_assemble(work, w, j_const, j_ptr, j_coef, j_var)
-                _v_fill(ok, 0, 1.0)
-                _lanes_sparse_lu(work, ok, column_max, inverse, pivot_threshold, exact, diag,
-                                 pairs, pair_ops, single_ops)
-                if everyone:        # the usual case: the new factors are every lane's
-                    lu, work = work, lu
-                else:
-                    for e in range(e_row.size):
-                        _v_copy_where(lu, e, work, e, masks, 1)
-                fallback = False
-                for lane in range(lanes):
-                    if masks[1, lane] != 0.0:
-                        factorizations[first + lane] += 1
-                        pivoted[lane] = ok[0, lane] == 0.0
-                        fallback |= pivoted[lane]
-                if fallback:   # the matrix again (work is free now): partial pivoting
-                    _v_assemble(work, w, j_const, j_ptr, j_coef, j_var)
-                    for lane in range(lanes):
-                        if not (masks[1, lane] != 0.0 and pivoted[lane]):
-                            continue
-                        k = first + lane
-                        fallbacks[k] += 1
-                        lu_pivoted[lane] = 0.0
-                        for e in range(e_row.size):
-                            lu_pivoted[lane, e_row[e], e_col[e]] = work[e, lane]
-                        if not _lu_factor(lu_pivoted[lane], piv[lane]):
-                            status[k] = SINGULAR
-                            increment[k] = np.inf
-                            alive[lane] = False
-                            active[lane] = False
-            _lanes_residual(res, uv, w, residual, overrides)
-            for j in range(size):
-                _v_neg(rhs, j, res, row_order[j])
-            pending = rhs.copy() if _any_pivoted(active, pivoted) else rhs
-            _lanes_sparse_solve(lu, rhs, diag, forward_ptr, forward, backward_ptr, backward)
-            for lane in range(lanes):
-                if active[lane] and pivoted[lane]:
-                    for j in range(size):
-                        rhs[j, lane] = pending[j, lane]
-                    _lu_solve(lu_pivoted[lane], piv[lane], rhs[:, lane])
-            # update the iterating lanes; big: |dq|, |dp| (inf if not finite), |q1|, |p1|
-            for lane in range(lanes):
-                masks[0, lane] = 1.0 if active[lane] else 0.0
-            for j in range(3):
-                _v_fill(big, j, 0.0)
-            _v_fill(big, 3, 1.0)
-            for j in range(size):
-                column = column_order[j]
-                _v_add_where(w, u + column, rhs, j, masks, 0)
-                _v_flag_nonfinite(big, 0, rhs, j)
-                if column < n:
-                    _v_abs_max(big, 0, rhs, j)
-                elif column < 2 * n:
-                    _v_abs_max(big, 1, rhs, j)
-            for i in range(n):
-                _v_abs_max(big, 2, w, u + i)
-                _v_abs_max(big, 3, w, u + n + i)
-            any_active = False
-            for lane in range(lanes):
-                if not active[lane]:
-                    continue
                 k = first + lane
-                if big[0, lane] == np.inf or not big[1, lane] < np.inf:
-                    status[k] = NOT_FINITE
-                    increment[k] = np.inf
-                    alive[lane] = False
-                    active[lane] = False
+                if k >= count:
                     continue
-                step_increment = max(big[0, lane] / max(q_scale[lane], big[2, lane]),
-                                     big[1, lane] / max(p_scale[lane], big[3, lane]))
-                increment[k] = step_increment
-                if step_increment <= tolerance or (
-                        fresh[lane] and step_increment <= stagnation_level
-                        and step_increment > 0.5 * previous[lane]):
-                    done[lane] = iteration
-                    active[lane] = False
-                    continue
-                fresh[lane] = (step_increment > contraction * previous[lane]
-                               or step_increment > refactor_above)
-                previous[lane] = step_increment
-                any_active = True
-            if not any_active:
+                unsolved = ((alive[lane] and (active[lane] or done[lane] == 0))
+                            or (not alive[lane] and status[k] != CONVERGED
+                                and failed_step[k] < 0))
+                active[lane] = False
+                if attempt == 0 and corrected[lane] and unsolved:
+                    alive[lane], active[lane], fresh[lane] = True, True, True
+                    status[k], previous[lane], done[lane] = CONVERGED, np.inf, 0
+                    for j in range(size):
+                        w[u + j, lane] = raw[j, lane]
+                    retries[k] += 1
+                    retry = True
+            if not retry:
                 break
         for lane in range(lanes):
             if not alive[lane]:
                 continue
             k = first + lane
-            if active[lane] or done[lane] == 0:
+            if done[lane] == 0:
                 status[k] = NOT_CONVERGED
                 alive[lane] = False
                 continue
@@ -392,7 +438,7 @@ def _any_pivoted(active, pivoted):
 @njit(cache=True, parallel=True, error_model="numpy")
 def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correction_order, lag,
               coefficients, plan, increment, status, iterations, factorizations, failed_step,
-              fallbacks):
+              fallbacks, retries):
     """Every step of every member, ``lanes`` members per SIMD block and the blocks in
     parallel, for the step equations in ``plan`` (:class:`mbs.ensemble_plan.LanePlan`
     without its counts; n coordinates, unknowns (q1, p1, lambda, gamma)).
@@ -413,7 +459,8 @@ def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correctio
     matrices are assembled entry by entry and factorised without row exchanges in the plan's
     pivot order (:func:`_lanes_sparse_lu`) and, for a member whose static pivots fail the
     ``pivot_threshold`` test, again with partial pivoting (``fallbacks[k]`` counts those
-    factorisations)."""
+    factorisations). A member whose iteration from the corrected guess fails starts once
+    more from the predictor's own guess (``retries[k]`` counts those steps)."""
     if lanes != LANES:
         raise ValueError("run_lanes: lanes must be LANES (the width of the row operations)")
     count = q_out.shape[0]
@@ -434,4 +481,5 @@ def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correctio
                      (n_w, (r0, r1, r2, r3), (o0, o1, o2, o3, o4, o5, o6), (j0, j1, j2, j3),
                       (v0, v1, v2, v3), rows, columns, exact, (e0, e1, e2, e3, e4, e5, e6, e7),
                       (f0, f1)),
-                     increment, status, iterations, factorizations, failed_step, fallbacks)
+                     increment, status, iterations, factorizations, failed_step, fallbacks,
+                     retries)

@@ -81,19 +81,21 @@ def assert_members_match_single_runs(model, momentum_scales, backend, relative):
 @pytest.mark.parametrize("backend", [NUMBA])
 def test_ensemble_predictor_correction_matches_single_runs_with_fewer_factorisations(top,
                                                                                      backend):
-    """The corrected predictor (the default, degree 2): members equal single runs with the same
-    option, and need fewer LU factorisations than with the plain predictor."""
+    """The corrected predictor (degree 2, and the default 6): members equal single runs with
+    the same option, and need fewer LU factorisations than with the plain predictor."""
     q0, p0 = rotated_states(top, 5)
     runs = {order: mbs.simulate_ensemble(top, (q0, p0), h=0.002, t_end=0.1, backend=backend,
                                          tolerance=1e-13, predictor_correction=order)
-            for order in (None, 2)}
-    assert runs[2].stats["factorizations"] <= 0.95 * runs[None].stats["factorizations"]
-    for k in (0, 4):
-        solver = mbs.solvers.make_solver("em", predictor_correction=2,
-                                         newton=mbs.solvers.NewtonOptions(tolerance=1e-13))
-        single = mbs.simulate(top, solver, h=0.002, t_end=0.1, initial_state=(q0[k], p0[k]))
-        np.testing.assert_allclose(runs[2].q[k], single.q, atol=1e-12)
-    energy = runs[2].energy()
+            for order in (None, 2, 6)}
+    for order in (2, 6):
+        assert runs[order].stats["factorizations"] <= 0.95 * runs[None].stats["factorizations"]
+        for k in (0, 4):
+            solver = mbs.solvers.make_solver("em", predictor_correction=order,
+                                             newton=mbs.solvers.NewtonOptions(tolerance=1e-13))
+            single = mbs.simulate(top, solver, h=0.002, t_end=0.1,
+                                  initial_state=(q0[k], p0[k]))
+            np.testing.assert_allclose(runs[order].q[k], single.q, atol=1e-12)
+    energy = runs[6].energy()
     assert np.max(np.abs(energy - energy[:, :1]) / np.abs(energy[:, :1])) <= 1e-13
     with pytest.raises(mbs.ModelError, match="predictor_correction"):
         mbs.simulate_ensemble(top, (q0, p0), h=0.002, t_end=0.1, predictor_correction=7)
@@ -164,12 +166,39 @@ def test_ensemble_of_double_pendulums_with_a_partial_simd_block(backend):
                                      backend, 1e-12)
 
 
-@pytest.mark.parametrize("backend", [NUMBA])
-def test_ensemble_failure_carries_the_states_before_it(top, backend):
+@pytest.mark.skipif(not _numba_available(), reason="numba not installed")
+def test_members_the_kernel_cannot_solve_are_their_single_runs(top):
+    """A member whose batched Newton iteration fails (here: two iterations allowed) is run
+    again through mbs.simulate, with its retries and sub-steps: it is its single run."""
     q0, p0 = rotated_states(top, 3)
-    with pytest.raises(mbs.SolverError, match="did not converge") as info:
-        mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, max_iterations=2,
-                              backend=backend)
+    ensemble = mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, max_iterations=2)
+    assert ensemble.stats["rerun_members"] == [(0, 0), (1, 0), (2, 0)]
+    for k in range(3):
+        single = mbs.simulate(top, "em", h=2e-3, t_end=0.02, initial_state=(q0[k], p0[k]))
+        np.testing.assert_array_equal(ensemble.q[k], single.q)
+
+
+@pytest.mark.skipif(not _numba_available(), reason="numba not installed")
+def test_a_member_whose_corrected_guess_fails_retries_from_the_predictor(top):
+    """At h = 10 ms (1.4 rad of spin per step) the extrapolated defect of degree 2 spoils
+    some guesses; those steps start again from the predictor alone, in the kernel, and the
+    members still match their single runs to the Newton tolerance."""
+    q0, p0 = rotated_states(top, 4)
+    ensemble = mbs.simulate_ensemble(top, (q0, p0), h=1e-2, t_end=0.3)
+    assert ensemble.stats["guess_retries"] > 0 and ensemble.stats["rerun_members"] == []
+    for k in range(4):
+        single = mbs.simulate(top, "em", h=1e-2, t_end=0.3, initial_state=(q0[k], p0[k]))
+        np.testing.assert_allclose(ensemble.q[k], single.q, rtol=0.0, atol=1e-12)
+
+
+@pytest.mark.skipif(not _numba_available(), reason="numba not installed")
+def test_ensemble_failure_carries_the_states_before_it(top):
+    """A member that mbs.simulate cannot advance either (a spin 10^4 times the top's) ends
+    the run: the error names it and holds every member's states before the failing step."""
+    q0, p0 = rotated_states(top, 3)
+    p0[1] *= 1e4
+    with pytest.raises(mbs.SolverError, match="ensemble member 1") as info:
+        mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02)
     error = info.value
     assert error.step == 0 and error.solution.q.shape == (3, 1, 12)
     np.testing.assert_array_equal(error.solution.q[:, 0], q0)
