@@ -77,25 +77,25 @@ def _lanes_csr(ptr, idx, val, x, out):
 
 
 @njit(cache=True, error_model="numpy")
-def _lanes_sparse_lu(a, ok, column_max, inverse, threshold, checked_from, diag, pairs, pair_ops,
-                     single_ops):
-    """LU without row exchanges of every lane of ``a`` (nnz, LANES), in place, with the
-    tables of :func:`mbs.ensemble_plan.lane_plan`: for each pair (c1, c2) of L entries of a row
-    i, the multipliers (times the inverse pivots) and the updates of row i from rows c1 and
-    c2, two at a time where both rows have the column (the multipliers stay in registers);
-    the inverse pivot of a row once it is finished. Every entry receives the updates of
-    column-by-column elimination in the same order, so the factors are those of the dense
-    elimination without its structural zeros. ``ok`` (1, LANES) becomes 0.0 in lanes where a
-    pivot is zero, not finite or smaller than ``threshold`` times the largest entry below
-    it in its column (collected in ``column_max`` (size, LANES) as the rows pass), from
-    pivot ``checked_from`` on (the pivots before it are an exact elimination, such as the
-    identity block of the Newton matrix, whatever their size; ``inverse`` (size, LANES)
-    holds the inverse pivots). (Assembling each row just before
-    its elimination instead of the whole matrix first measured the same.)"""
-    size = diag.size
-    for c in range(size):
+def _lanes_sparse_lu(a, ok, ok_row, column_max, inverse, threshold, tested_from, tested_to, diag,
+                     pairs, first_pair, last_pair, pair_ops, single_ops):
+    """One phase of LU without row exchanges of every lane of ``a`` (nnz, LANES), in place,
+    with the tables of :func:`mbs.ensemble_plan.lane_plan` (pairs ``first_pair`` ..
+    ``last_pair`` - 1): for each pair (c1, c2) of L entries of a row i, the multipliers (times
+    the inverse pivots) and the updates of row i from rows c1 and c2, two at a time where
+    both rows have the column (the multipliers stay in registers); the inverse pivot of a
+    row once it is finished. Every entry receives the updates of column-by-column
+    elimination in the same order, so the factors are those of the dense elimination without
+    its structural zeros. ``ok[ok_row]`` (LANES) becomes 0.0 in lanes where one of the
+    pivots ``tested_from`` .. ``tested_to`` - 1 is zero, not finite or smaller than
+    ``threshold`` times the largest entry below it in its column (collected in
+    ``column_max`` (size, LANES) as the rows pass; the pivots before ``tested_from`` are an
+    exact elimination, such as the identity block of the Newton matrix, whatever their
+    size). ``inverse`` (size, LANES) holds the inverse pivots. (Assembling each row just
+    before its elimination instead of the whole matrix first measured the same.)"""
+    for c in range(tested_from, tested_to):
         _v_fill(column_max, c, 0.0)
-    for p in range(pairs.shape[0] - 1):
+    for p in range(first_pair, last_pair):
         l1, c1, l2, c2 = pairs[p, 0], pairs[p, 1], pairs[p, 2], pairs[p, 3]
         if c1 >= 0:
             _v_abs_max(column_max, c1, a, l1)
@@ -113,20 +113,23 @@ def _lanes_sparse_lu(a, ok, column_max, inverse, threshold, checked_from, diag, 
         if i >= 0:
             _v_fill(inverse, i, 1.0)
             _v_div(inverse, i, a, diag[i])
-    for c in range(checked_from, size):
-        _v_pivot_ok(ok, 0, threshold, a, diag[c], column_max, c)
+    for c in range(tested_from, tested_to):
+        _v_pivot_ok(ok, ok_row, threshold, a, diag[c], column_max, c)
 
 
 @njit(cache=True, error_model="numpy")
-def _lanes_sparse_solve(lu, x, diag, forward_ptr, forward, backward_ptr, backward):
-    """x <- A^-1 x in every lane with the factors of :func:`_lanes_sparse_lu`: forward
-    column by column (x[t] -= L[t, j] x[j]), backward row by row (x[i] = (x[i] - U[i, j]
-    x[j] ...) / U[i, i]); every x_i receives its terms in the order of the dense
-    substitutions."""
-    size = diag.size
-    for j in range(size):
+def _lanes_forward(lu, x, forward_ptr, forward, first, stop):
+    """Forward substitution with the columns ``first`` .. ``stop`` - 1 of L, in every lane:
+    x[t] -= L[t, j] x[j], in the order of the dense substitution."""
+    for j in range(first, stop):
         _v_sub_mul_run(x, x, j, lu, forward, forward_ptr[j], forward_ptr[j + 1])
-    for i in range(size - 1, -1, -1):
+
+
+@njit(cache=True, error_model="numpy")
+def _lanes_backward(lu, x, diag, backward_ptr, backward, first, stop):
+    """Backward substitution of the rows ``stop`` - 1 down to ``first`` of U, in every lane:
+    x[i] = (x[i] - U[i, j] x[j] ...) / U[i, i]."""
+    for i in range(stop - 1, first - 1, -1):
         _v_dot_div(x, i, lu, backward, backward_ptr[i], backward_ptr[i + 1], diag[i])
 
 
@@ -178,20 +181,24 @@ def _lanes_residual(res, uv, w, residual, overrides):
 
 @njit(cache=True, error_model="numpy")
 def _lanes_newton(first, lanes, n, u, size, w, res, rhs, uv, lu, work, ok, column_max, inverse,
-                  lu_pivoted, piv, masks, big, alive, active, fresh, pivoted, previous, done,
-                  q_scale, p_scale, pivot_threshold, limits, plan, increment, status,
-                  factorizations, fallbacks):
+                  schur, tail, lu_pivoted, piv, masks, big, alive, active, fresh, mode,
+                  previous, done, q_scale, p_scale, pivot_threshold, limits, plan, increment,
+                  status, factorizations, fallbacks):
     """Newton's iteration of the step for the ``active`` lanes, from the unknowns in rows u ..
     u + size - 1 of ``w`` (see :func:`_lanes_block`, which owns the arrays): a lane stops
     with ``done[lane]`` = its iteration count, or with ``alive[lane]`` False and its
     ``status`` (singular matrix, increment not finite), or still ``active`` after the last
-    iteration."""
+    iteration. A lane's factors are static (``mode`` 0), static with the trailing block
+    factorised with partial pivoting (1: its Schur complement, kept in ``schur``, in
+    ``lu_pivoted[lane]``), or the whole matrix with partial pivoting (2)."""
     tolerance, max_iterations, contraction, refactor_above, stagnation_level = limits
-    n_w, residual, overrides, jacobian, predictor, row_order, column_order, exact, \
-        elimination, entries = plan
-    diag, pairs, pair_ops, single_ops, forward_ptr, forward, backward_ptr, backward = \
-        elimination
+    n_w, residual, overrides, jacobian, predictor, row_order, column_order, exact, trailing, \
+        elimination, entries, schur_entries = plan
+    diag, pairs, second_phase, pair_ops, single_ops, forward_ptr, forward, backward_ptr, \
+        backward = elimination
     e_row, e_col = entries
+    s_entry, s_row, s_col = schur_entries
+    last_pair = pairs.shape[0] - 1
     j_const, j_ptr, j_coef, j_var = jacobian
     for iteration in range(1, max_iterations + 1):
         refactor = False
@@ -204,41 +211,68 @@ def _lanes_newton(first, lanes, n, u, size, w, res, rhs, uv, lu, work, ok, colum
         if refactor:
             _v_assemble(work, w, j_const, j_ptr, j_coef, j_var)
             _v_fill(ok, 0, 1.0)
-            _lanes_sparse_lu(work, ok, column_max, inverse, pivot_threshold, exact, diag,
-                             pairs, pair_ops, single_ops)
+            _v_fill(ok, 1, 1.0)
+            _lanes_sparse_lu(work, ok, 0, column_max, inverse, pivot_threshold, exact,
+                             trailing, diag, pairs, 0, second_phase, pair_ops, single_ops)
+            for t in range(s_entry.size):      # the Schur complement of the leading block
+                _v_copy(schur, t, work, s_entry[t])
+            _lanes_sparse_lu(work, ok, 1, column_max, inverse, pivot_threshold, trailing,
+                             size, diag, pairs, second_phase, last_pair, pair_ops, single_ops)
             if everyone:        # the usual case: the new factors are every lane's
                 lu, work = work, lu
             else:
                 for e in range(e_row.size):
                     _v_copy_where(lu, e, work, e, masks, 1)
-            fallback = False
+            whole = False
             for lane in range(lanes):
                 if masks[1, lane] != 0.0:
                     factorizations[first + lane] += 1
-                    pivoted[lane] = ok[0, lane] == 0.0
-                    fallback |= pivoted[lane]
-            if fallback:   # the matrix again (work is free now): partial pivoting
+                    mode[lane] = 2 if ok[0, lane] == 0.0 else 1 if ok[1, lane] == 0.0 else 0
+                    whole |= mode[lane] == 2
+            if whole:   # the matrix again (work is free now)
                 _v_assemble(work, w, j_const, j_ptr, j_coef, j_var)
-                for lane in range(lanes):
-                    if not (masks[1, lane] != 0.0 and pivoted[lane]):
-                        continue
-                    k = first + lane
-                    fallbacks[k] += 1
-                    lu_pivoted[lane] = 0.0
+            for lane in range(lanes):
+                if not (masks[1, lane] != 0.0 and mode[lane] > 0):
+                    continue
+                k = first + lane
+                fallbacks[k] += 1
+                dense = lu_pivoted[lane]
+                dense[:] = 0.0
+                if mode[lane] == 1:
+                    for t in range(s_entry.size):
+                        dense[s_row[t], s_col[t]] = schur[t, lane]
+                    factored = _lu_factor(dense[:size - trailing, :size - trailing],
+                                          piv[lane, :size - trailing])
+                else:
                     for e in range(e_row.size):
-                        lu_pivoted[lane, e_row[e], e_col[e]] = work[e, lane]
-                    if not _lu_factor(lu_pivoted[lane], piv[lane]):
-                        status[k] = SINGULAR
-                        increment[k] = np.inf
-                        alive[lane] = False
-                        active[lane] = False
+                        dense[e_row[e], e_col[e]] = work[e, lane]
+                    factored = _lu_factor(dense, piv[lane])
+                if not factored:
+                    status[k] = SINGULAR
+                    increment[k] = np.inf
+                    alive[lane] = False
+                    active[lane] = False
         _lanes_residual(res, uv, w, residual, overrides)
         for j in range(size):
             _v_neg(rhs, j, res, row_order[j])
-        pending = rhs.copy() if _any_pivoted(active, pivoted) else rhs
-        _lanes_sparse_solve(lu, rhs, diag, forward_ptr, forward, backward_ptr, backward)
+        pending = rhs.copy() if _any_mode(active, mode, 2) else rhs
+        _lanes_forward(lu, rhs, forward_ptr, forward, 0, trailing)
+        trailing_pivoted = _any_mode(active, mode, 1)
+        if trailing_pivoted:
+            for j in range(trailing, size):
+                _v_copy(tail, j - trailing, rhs, j)
+        _lanes_forward(lu, rhs, forward_ptr, forward, trailing, size)
+        _lanes_backward(lu, rhs, diag, backward_ptr, backward, trailing, size)
+        if trailing_pivoted:
+            for lane in range(lanes):
+                if active[lane] and mode[lane] == 1:
+                    for j in range(trailing, size):
+                        rhs[j, lane] = tail[j - trailing, lane]
+                    _lu_solve(lu_pivoted[lane, :size - trailing, :size - trailing],
+                              piv[lane, :size - trailing], rhs[trailing:, lane])
+        _lanes_backward(lu, rhs, diag, backward_ptr, backward, 0, trailing)
         for lane in range(lanes):
-            if active[lane] and pivoted[lane]:
+            if active[lane] and mode[lane] == 2:
                 for j in range(size):
                     rhs[j, lane] = pending[j, lane]
                 _lu_solve(lu_pivoted[lane], piv[lane], rhs[:, lane])
@@ -294,8 +328,8 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
     """Every step of members first .. first + lanes - 1 (see :func:`run_lanes`). The lane
     count is an argument (``lanes == LANES``) for the loops over lanes: see :data:`LANES`."""
     length_scale, p_floor = scales
-    n_w, overrides, predictor, row_order, entries = plan[0], plan[2], plan[4], plan[5], plan[9]
-    e_row = entries[0]
+    n_w, overrides, predictor, row_order, trailing = plan[0], plan[2], plan[4], plan[5], plan[8]
+    e_row, s_entry = plan[10][0], plan[11][0]
     v_const, v_ptr, v_coef, v_var = predictor
     count, steps = q_out.shape[0], q_out.shape[1] - 1
     size = row_order.size
@@ -309,8 +343,8 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
     active = np.zeros(lanes, dtype=np.bool_)
     corrected = np.zeros(lanes, dtype=np.bool_)   # the guess has the extrapolated defect
     fresh = np.zeros(lanes, dtype=np.bool_)
-    pivoted = np.zeros(lanes, dtype=np.bool_)
-    ok = np.zeros((1, lanes))        # 1.0 / 0.0: static pivots accepted
+    mode = np.zeros(lanes, dtype=np.int64)   # how the lane's factors were made
+    ok = np.zeros((2, lanes))        # 1.0 / 0.0: static pivots accepted (leading, trailing)
     previous, done = np.zeros(lanes), np.zeros(lanes, dtype=np.int64)
     q_scale, p_scale = np.zeros(lanes), np.zeros(lanes)
     masks = np.zeros((2, lanes))     # 1.0 / 0.0 rows: 0 active, 1 takes new factors
@@ -329,6 +363,8 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
     lu = np.zeros((e_row.size, lanes))
     work = np.zeros((e_row.size, lanes))
     column_max, inverse = np.zeros((size, lanes)), np.zeros((size, lanes))
+    schur = np.zeros((max(s_entry.size, 1), lanes))   # the trailing Schur complement
+    tail = np.zeros((max(size - trailing, 1), lanes))
     lu_pivoted = np.zeros((lanes, size, size))
     piv = np.zeros((lanes, size), dtype=np.int64)
     # predictor defects (solution - guess) of the last (order + 1) lag steps, newest last
@@ -373,8 +409,9 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
             done[lane] = 0
         for attempt in range(2):
             _lanes_newton(first, lanes, n, u, size, w, res, rhs, uv, lu, work, ok,
-                          column_max, inverse, lu_pivoted, piv, masks, big, alive, active,
-                          fresh, pivoted, previous, done, q_scale, p_scale, pivot_threshold,
+                          column_max, inverse, schur, tail, lu_pivoted, piv, masks, big, alive,
+                          active, fresh, mode, previous, done, q_scale, p_scale,
+                          pivot_threshold,
                           limits, plan, increment, status, factorizations, fallbacks)
             # a lane whose corrected guess failed starts once more from the predictor's
             # own guess, as a single run retries from another guess
@@ -430,9 +467,10 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
 
 
 @njit(cache=True)
-def _any_pivoted(active, pivoted):
-    """Whether an iterating lane has partially pivoted factors."""
-    return np.any(active & pivoted)
+def _any_mode(active, mode, value):
+    """Whether an iterating lane has factors of the given ``mode`` (see
+    :func:`_lanes_newton`)."""
+    return np.any(active & (mode == value))
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -457,29 +495,32 @@ def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correctio
     iterate, whichever is larger. A failing member stops: ``status[k]`` (codes above),
     ``failed_step[k]`` and its last ``increment[k]`` say why; the others go on. The Newton
     matrices are assembled entry by entry and factorised without row exchanges in the plan's
-    pivot order (:func:`_lanes_sparse_lu`) and, for a member whose static pivots fail the
-    ``pivot_threshold`` test, again with partial pivoting (``fallbacks[k]`` counts those
-    factorisations). A member whose iteration from the corrected guess fails starts once
-    more from the predictor's own guess (``retries[k]`` counts those steps)."""
+    pivot order (:func:`_lanes_sparse_lu`); for a member whose static pivots fail the
+    ``pivot_threshold`` test the Schur complement of the trailing block (the multipliers) is
+    factorised with partial pivoting, or the whole matrix if the leading pivots fail
+    (``fallbacks[k]`` counts those factorisations). A member whose iteration from the
+    corrected guess fails starts once more from the predictor's own guess (``retries[k]``
+    counts those steps)."""
     if lanes != LANES:
         raise ValueError("run_lanes: lanes must be LANES (the width of the row operations)")
     count = q_out.shape[0]
     blocks = (count + lanes - 1) // lanes
     # the parallel loop takes arrays, not tuples of arrays: the plan is unpacked here and
     # packed again in the loop body
-    n_w, residual, overrides, jacobian, predictor, rows, columns, exact, elimination, \
-        entries = plan
+    n_w, residual, overrides, jacobian, predictor, rows, columns, exact, trailing, \
+        elimination, entries, schur = plan
     r0, r1, r2, r3 = residual
     o0, o1, o2, o3, o4, o5, o6 = overrides
     j0, j1, j2, j3 = jacobian
     v0, v1, v2, v3 = predictor
-    e0, e1, e2, e3, e4, e5, e6, e7 = elimination
+    e0, e1, e2, e3, e4, e5, e6, e7, e8 = elimination
     f0, f1 = entries
+    s0, s1, s2 = schur
     for b in prange(blocks):
         _lanes_block(b * lanes, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
                      correction_order, lag, coefficients,
                      (n_w, (r0, r1, r2, r3), (o0, o1, o2, o3, o4, o5, o6), (j0, j1, j2, j3),
-                      (v0, v1, v2, v3), rows, columns, exact, (e0, e1, e2, e3, e4, e5, e6, e7),
-                      (f0, f1)),
+                      (v0, v1, v2, v3), rows, columns, exact, trailing,
+                      (e0, e1, e2, e3, e4, e5, e6, e7, e8), (f0, f1), (s0, s1, s2)),
                      increment, status, iterations, factorizations, failed_step, fallbacks,
                      retries)

@@ -42,8 +42,11 @@ LanePlan = namedtuple("LanePlan", (
     "predictor",        # (const, ptr, coef, var) per unknown, over (q, p, lam, gam, 1)
     "row_order", "column_order",                         # pivot k: (row_order[k], col...)
     "exact",            # the first pivots, the identity block: exact, never tested
-    "elimination",      # (diag, pairs, pair_ops, single_ops, fwd_ptr, fwd, bwd_ptr, bwd)
+    "trailing",         # the first pivot of the block factorised with pivoting on failure
+    "elimination",      # (diag, pairs, phase 2, pair_ops, single_ops, fwd_ptr, fwd, bwd_ptr,
+                        #  bwd)
     "entries",          # (e_row, e_col) of the stored entries, in pivot positions
+    "schur",            # (entry, row, col) of the stored entries of the trailing block
     "counts",           # sizes and operation counts (dict)
 ))
 
@@ -70,22 +73,25 @@ def _monomial_rows(rows: np.ndarray, first: np.ndarray, second: np.ndarray,
     return (const, ptr, summed, np.column_stack([low, high]).astype(np.int64))
 
 
-def _elimination(pattern: np.ndarray) -> tuple:
+def _elimination(pattern: np.ndarray, trailing: int) -> tuple:
     """Fill of elimination without row exchanges for the (size, size) boolean ``pattern``
     (diagonal included) and the operation lists of :func:`mbs.ensemble_numba.
-    _lanes_sparse_lu` and ``_lanes_sparse_solve``.
+    _lanes_sparse_lu` and of the substitutions, in two phases: phase 1 eliminates the
+    pivots before ``trailing`` from every row, phase 2 the trailing pivots from the trailing
+    rows; between them the trailing rows hold the Schur complement of the leading block,
+    which a member whose trailing static pivots fail factorises with partial pivoting.
 
-    Elimination goes row by row; the L entries (i, c) of row i (c ascending) are taken in
-    pairs (c1, c2): the multiplier of c1, the update of (i, c2) by c1, the multiplier of c2,
-    then the updates of row i from the U entries of rows c1 and c2 (j > c2), fused where
-    both rows have column j, single otherwise; the row's inverse pivot after its last pair.
-    Every entry receives the updates of column-by-column elimination in its order, so the
-    factors are those of dense elimination without its structural zeros.
+    Elimination goes row by row; the L entries (i, c) of row i (c ascending, within a phase)
+    are taken in pairs (c1, c2): the multiplier of c1, the update of (i, c2) by c1, the
+    multiplier of c2, then the updates of row i from the U entries of rows c1 and c2 (j >
+    c2), fused where both rows have column j, single otherwise; the row's inverse pivot after
+    its last pair. Every entry receives the updates of column-by-column elimination in its
+    order, so the factors are those of dense elimination without its structural zeros.
 
-    Returns (e_row, e_col, diag, pairs, pair_ops, single_ops, forward_ptr, forward,
-    backward_ptr, backward, counts): pairs[p] = (l1, c1, l2, c2 (-1: none), index of (c1, c2)
-    or -1, first fused op, first single op of c1, first single op of c2, row finished after
-    it or -1), a last row closing the ranges.
+    Returns (e_row, e_col, diag, pairs, phase-2 first pair, pair_ops, single_ops,
+    forward_ptr, forward, backward_ptr, backward, counts): pairs[p] = (l1, c1, l2, c2 (-1:
+    none), index of (c1, c2) or -1, first fused op, first single op of c1, first single op
+    of c2, row finished after it or -1), a last row closing the ranges.
     """
     size = pattern.shape[0]
     fill = pattern.copy()
@@ -98,9 +104,9 @@ def _elimination(pattern: np.ndarray) -> tuple:
     index[e_row, e_col] = np.arange(e_row.size)
     diag = index[np.arange(size), np.arange(size)].copy()
     pairs, pair_ops, single_ops = [], [], []
-    for i in range(size):
-        columns = np.flatnonzero(fill[i, :i])
-        for k in range(0, max(columns.size, 1), 2):
+
+    def row_pairs(i: int, columns: np.ndarray, finishes: bool) -> None:
+        for k in range(0, max(columns.size, 1 if finishes else 0), 2):
             c1 = columns[k] if columns.size else -1
             c2 = columns[k + 1] if k + 1 < columns.size else -1
             u1 = set(np.flatnonzero(fill[c1, c1 + 1:]) + c1 + 1) if c1 >= 0 else set()
@@ -114,7 +120,14 @@ def _elimination(pattern: np.ndarray) -> tuple:
             single_ops.extend([index[i, j], index[c1, j]] for j in sorted(u1 - u2))
             row.append(len(single_ops))
             single_ops.extend([index[i, j], index[c2, j]] for j in sorted(u2 - u1))
-            pairs.append(row + [i if k + 2 >= columns.size else -1])
+            pairs.append(row + [i if finishes and k + 2 >= columns.size else -1])
+
+    for i in range(size):                       # phase 1
+        columns = np.flatnonzero(fill[i, :min(i, trailing)])
+        row_pairs(i, columns, i < trailing)
+    second_phase = len(pairs)
+    for i in range(trailing, size):             # phase 2
+        row_pairs(i, np.flatnonzero(fill[i, trailing:i]) + trailing, True)
     pairs.append([-1] * 5 + [len(pair_ops), len(single_ops), len(single_ops), -1])
     # substitutions: forward by columns of L (rows t, entries u), backward by rows of U
     forward_ptr, forward, backward_ptr, backward = [0], [], [0], []
@@ -125,7 +138,8 @@ def _elimination(pattern: np.ndarray) -> tuple:
         cols = np.flatnonzero(fill[j, j + 1:]) + j + 1
         backward.extend([index[j, c], c] for c in cols)
         backward_ptr.append(len(backward))
-    counts = {"size": size, "nnz_matrix": int(pattern.sum()), "nnz_lu": int(e_row.size),
+    counts = {"size": size, "trailing": size - trailing, "nnz_matrix": int(pattern.sum()),
+              "nnz_lu": int(e_row.size),
               "lu_updates": 2 * len(pair_ops) + len(single_ops)
               + sum(row[4] >= 0 for row in pairs),
               "solve_updates": len(forward) + len(backward)}
@@ -133,8 +147,8 @@ def _elimination(pattern: np.ndarray) -> tuple:
     def ints(x, columns):
         return np.asarray(x, dtype=np.int64).reshape(-1, columns)
 
-    return (e_row, e_col, diag, ints(pairs, 9), ints(pair_ops, 3), ints(single_ops, 2),
-            np.asarray(forward_ptr, dtype=np.int64), ints(forward, 2),
+    return (e_row, e_col, diag, ints(pairs, 9), second_phase, ints(pair_ops, 3),
+            ints(single_ops, 2), np.asarray(forward_ptr, dtype=np.int64), ints(forward, 2),
             np.asarray(backward_ptr, dtype=np.int64), ints(backward, 2), counts)
 
 
@@ -188,12 +202,15 @@ def _smallest_pivot_ratio(matrix: np.ndarray, exact: int) -> float:
 
 
 def _pivot_order(samples: list[np.ndarray], identity: tuple | None, row_blocks: list,
-                 column_blocks: list) -> tuple[np.ndarray, np.ndarray]:
+                 column_blocks: list) -> tuple[np.ndarray, np.ndarray, int]:
     """Static pivot order (rows, columns): the identity block's pairs first; then the other
     residual blocks paired with the unknown blocks of the same size, row i of a block with
     column i of its partner, the pairs in the order and pairing for which the smallest pivot
     ratio over the ``samples`` is largest (a block order keeps the choice independent of
-    the orientation of a member, which row-wise partial pivoting is not)."""
+    the orientation of a member, which row-wise partial pivoting is not). Also returns the
+    first pivot after the identity block and the first block pair: the trailing block, whose
+    pairing may degrade as a mechanism moves (a member factorises it with partial pivoting
+    then)."""
     first_rows = first_cols = np.zeros(0, dtype=np.int64)
     if identity is not None:
         first_rows = np.arange(identity[0].start, identity[0].stop)
@@ -210,7 +227,7 @@ def _pivot_order(samples: list[np.ndarray], identity: tuple | None, row_blocks: 
             ratio = min(_smallest_pivot_ratio(sample[np.ix_(row_order, col_order)],
                                               first_rows.size) for sample in samples)
             if ratio > best:
-                best, order = ratio, (row_order, col_order)
+                best, order = ratio, (row_order, col_order, first_rows.size + rows[0][1])
     return order
 
 
@@ -266,13 +283,14 @@ def lane_plan(solver) -> LanePlan:
         samples.append(np.zeros((n_x, n_x)))
         np.add.at(samples[-1], (entry_row, entry_col), entry_coef * w[entry_var])
     identity = solver._identity_block()
-    row_order, column_order = _pivot_order(samples, identity, *builder.blocks())
+    row_order, column_order, trailing = _pivot_order(samples, identity, *builder.blocks())
     position_of_row = np.argsort(row_order)
     position_of_col = np.argsort(column_order)
     pivot_row, pivot_col = position_of_row[entry_row], position_of_col[entry_col]
     pattern = np.eye(n_x, dtype=bool)
     pattern[pivot_row, pivot_col] = True
-    e_row, e_col, *elimination, counts = _elimination(pattern)
+    e_row, e_col, *elimination, counts = _elimination(pattern, trailing)
+    schur = np.flatnonzero((e_row >= trailing) & (e_col >= trailing))
     index = np.full((n_x, n_x), -1, dtype=np.int64)
     index[e_row, e_col] = np.arange(e_row.size)
     jacobian = _monomial_rows(index[pivot_row, pivot_col], entry_var,
@@ -284,4 +302,5 @@ def lane_plan(solver) -> LanePlan:
                     jacobian, predictor, row_order.astype(np.int64),
                     column_order.astype(np.int64),
                     0 if identity is None else identity[0].stop - identity[0].start,
-                    tuple(elimination), (e_row, e_col), counts)
+                    trailing, tuple(elimination), (e_row, e_col),
+                    (schur, e_row[schur] - trailing, e_col[schur] - trailing), counts)
