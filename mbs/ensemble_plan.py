@@ -17,8 +17,12 @@ members at once, with ``w`` extended by a constant 1:
   monomials of ``(q^n, p^n, lambda^n, gamma^n, 1)``;
 * a static pivot order and the operation lists of sparse LU without row exchanges in that
   order: the identity block of the Newton matrix first (p^{n+1} eliminated exactly, as the
-  condensed solves of the single runs do), then the rest in the row order that partial
-  pivoting picks on a sample matrix.
+  condensed solves of the single runs do), then the residual blocks paired with the
+  unknown blocks in the order whose pivots are largest on sample matrices; the trailing
+  block (the multipliers) is the part a member factorises with partial pivoting when its
+  static pivots there get small.
+
+The tables are built once per (model, scheme, step size) and kept in the model's cache.
 """
 
 from __future__ import annotations
@@ -159,7 +163,7 @@ def _overrides(builder, n_w: int) -> tuple:
     n_d = builder.n_data
     maps, products, replaced, constants = [], [], [], []
     offset = 0
-    for start, term in builder._overrides:
+    for start, term in builder.factored_rows:
         override = factored_override(builder.table, start, term.matrix[:, :n_d],
                                      term.matrix[:, n_d:], sp.csr_matrix)
         if override is None:
@@ -238,7 +242,7 @@ def lane_plan(solver) -> LanePlan:
     n, m = model.n, model.m
     builder = solver._equations(solver._polynomial_layout)
     n_d, n_x, n_w = builder.n_data, builder.n_unknowns, builder.n_w
-    constant, linear, (out, j, k, values) = builder._collected()
+    constant, linear, (out, j, k, values) = builder.collected()
     one = n_w
     linear = linear.tocoo()
     (uv_ptr, uv_idx, uv_val, o_row, o_first, o_second, o_scale), replaced, explicit = (

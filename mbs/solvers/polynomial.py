@@ -116,7 +116,8 @@ class QuadraticSystemBuilder(EquationLayout):
         self._constant: list[tuple[np.ndarray, np.ndarray]] = []
         self._linear: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._quadratic: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self._overrides: list[tuple[int, Linear]] = []
+        #: (first row, u) of the constraint rows g(u) to evaluate from the factored form
+        self.factored_rows: list[tuple[int, Linear]] = []
 
     # -- terms ------------------------------------------------------------------------------
     def add_constant(self, equation: str, vector: np.ndarray) -> None:
@@ -201,14 +202,14 @@ class QuadraticSystemBuilder(EquationLayout):
         self._add_linear_entries(self._rows(equation, t.lin_row), at, t.lin_i, t.lin_coef)
         self._add_bilinear_entries(self._rows(equation, t.quad_row), at, t.quad_i, at,
                                    t.quad_j, t.quad_coef.astype(float))
-        self._overrides.append((self._equations[equation][0], at))
+        self.factored_rows.append((self._equations[equation][0], at))
 
     # -- result -----------------------------------------------------------------------------
     def build_map(self, post: sp.spmatrix | np.ndarray | None = None) -> QuadraticMap:
         """The collected terms as an explicit map ``w -> post @ R(w)`` (every block of w is
         input; nothing is solved), e.g. a predictor that is quadratic in the state."""
         n_eq, n_w = self.n_equations, self.n_w
-        constant, linear, (out, j, k, values) = self._collected()
+        constant, linear, (out, j, k, values) = self.collected()
         tensor = sp.csr_matrix((np.concatenate([values, values]),
                                 (np.concatenate([out * n_w + j, out * n_w + k]),
                                  np.concatenate([k, j]))), shape=(n_eq * n_w, n_w))
@@ -222,8 +223,9 @@ class QuadraticSystemBuilder(EquationLayout):
         return QuadraticMap(np.asarray(constant, dtype=float), sp.csr_matrix(linear).toarray(),
                             tensor)
 
-    def _collected(self) -> tuple:
-        """(constant, linear CSR (n_eq, n_w), quadratic entries (row, j, k, coefficient))."""
+    def collected(self) -> tuple:
+        """The terms so far as arrays: (constant, linear CSR (n_eq, n_w), quadratic entries
+        (row, j, k, coefficient)), R(w) = constant + linear w + sum_e coefficient_e w_j w_k."""
         n_eq, n_w = self.n_equations, self.n_w
         constant = np.zeros(n_eq)
         for rows, values in self._constant:
@@ -247,7 +249,7 @@ class QuadraticSystemBuilder(EquationLayout):
         = (q^n + q^{n+1})/2) then has no data-dependent quadratic terms to fold per step.
         """
         n_eq, n_d, n_x = self.n_equations, self.n_data, self.n_unknowns
-        constant, linear, (out, j, k, values) = self._collected()
+        constant, linear, (out, j, k, values) = self.collected()
         # Symmetric derivative tensor: d/dw_j of sum Q_ijk w_j w_k = sum_k (Q_ijk + Q_ikj) w_k.
         rows_i = np.concatenate([out, out])
         cols_j = np.concatenate([j, k])
@@ -269,7 +271,7 @@ class QuadraticSystemBuilder(EquationLayout):
                      (("xx", is_x_j & is_x_k), ("xd", is_x_j & ~is_x_k),
                       ("dd", ~is_x_j & ~is_x_k))}
             overrides = [(start, term.matrix[:, :n_d].tocsr(), term.matrix[:, n_d:].tocsr())
-                         for start, term in self._overrides]
+                         for start, term in self.factored_rows]
             if shift is not None:  # no scheme shifts large models (see GGLVI)
                 raise ValueError("shifted unknowns need the dense QuadraticSystem")
             system = SparseQuadraticSystem(self.table, constant, linear, parts, overrides,
@@ -280,7 +282,7 @@ class QuadraticSystemBuilder(EquationLayout):
         tensor_xd = tensor(is_x_j, ~is_x_k, n_d, n_x, 0, n_d)
         tensor_dd = tensor(~is_x_j, ~is_x_k, 0, n_d, 0, n_d)
         overrides = [(start, term.matrix[:, :n_d].tocsr(), term.matrix[:, n_d:].tocsr())
-                     for start, term in self._overrides]
+                     for start, term in self.factored_rows]
         system = QuadraticSystem(self.table, constant, linear, tensor_xx, tensor_xd, tensor_dd,
                                  overrides, n_d, n_x, dense, shift)
         system.potential_terms = self._potential_terms()
