@@ -392,23 +392,27 @@ class _BatchedRun:
                           failed_step, self.fallbacks, self.retries)
         self.factorizations += int(factorizations.sum())
         self.rerun = []
-        for k in np.flatnonzero(status != kernels.CONVERGED):
-            self._rerun(int(k), int(failed_step[k]), q, p, iterations)
+        failed = np.flatnonzero(status != kernels.CONVERGED)
+        for i, k in enumerate(failed):
+            # the members still to rerun hold states up to their failed steps only
+            known = int(failed_step[failed[i + 1:]].min(initial=steps))
+            self._rerun(int(k), int(failed_step[k]), known, q, p, iterations)
         return iterations.max(axis=0) if count else np.zeros(steps, dtype=int)
 
-    def _rerun(self, k: int, failed: int, q: np.ndarray, p: np.ndarray,
+    def _rerun(self, k: int, failed: int, known: int, q: np.ndarray, p: np.ndarray,
                iterations: np.ndarray) -> None:
         """Member k, whose batched iteration failed at step ``failed``, as its single run
         through :func:`mbs.simulate` (with its retries from another guess and its sub-steps).
         If that fails too, raises its SolverError with the states of every member before the
-        step it failed at (member k's own up to there)."""
+        step it failed at (member k's own up to there), at most up to step ``known``, the
+        last step every member has."""
         try:
             single = simulate(self.model, self.solver.name, h=self.h,
                               t_end=(q.shape[1] - 1) * self.h, initial_state=(q[k, 0], p[k, 0]))
         except SolverError as error:
             partial = error.solution
-            last = partial.t.size - 1
-            q[k, :last + 1], p[k, :last + 1] = partial.q, partial.p
+            q[k, :partial.t.size], p[k, :partial.t.size] = partial.q, partial.p
+            last = min(partial.t.size - 1, known)
             error.solution = EnsembleSolution(self.model, self.h * np.arange(last + 1),
                                               q[:, :last + 1], p[:, :last + 1])
             error.step, error.time = last, last * self.h

@@ -194,13 +194,15 @@ def test_a_member_whose_corrected_guess_fails_retries_from_the_predictor(top):
 @pytest.mark.skipif(not _numba_available(), reason="numba not installed")
 def test_ensemble_failure_carries_the_states_before_it(top):
     """A member that mbs.simulate cannot advance either (a spin 10^4 times the top's) ends
-    the run: the error names it and holds every member's states before the failing step."""
-    q0, p0 = rotated_states(top, 3)
+    the run: the error names the first such member and holds every member's states before
+    the failing step (none beyond what the other failing member has)."""
+    q0, p0 = rotated_states(top, 4)
     p0[1] *= 1e4
+    p0[3] *= 1e4
     with pytest.raises(mbs.SolverError, match="ensemble member 1") as info:
         mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02)
     error = info.value
-    assert error.step == 0 and error.solution.q.shape == (3, 1, 12)
+    assert error.step == 0 and error.solution.q.shape == (4, 1, 12)
     np.testing.assert_array_equal(error.solution.q[:, 0], q0)
 
 
