@@ -381,14 +381,14 @@ class _BatchedRun:
         self.fallbacks = np.zeros(count, dtype=np.int64)
         self.retries = np.zeros(count, dtype=np.int64)
         failed_step = np.full(count, -1, dtype=np.int64)
-        increments, status = np.zeros(count), np.zeros(count, dtype=np.int64)
+        status = np.zeros(count, dtype=np.int64)
         floors = self.solver._floor_minimum
         kernels.run_lanes(kernels.LANES, n, kernels.STATIC_PIVOT_THRESHOLD, q, p,
                           (float(floors[0]), float(floors[1])), self.limits,
                           -1 if self.predictor_correction is None
                           else int(self.predictor_correction), self.solver._multiplier_lag,
                           COEFFICIENT_TABLE,
-                          self.plan[:-1], increments, status, iterations, factorizations,
+                          self.plan[:-1], status, iterations, factorizations,
                           failed_step, self.fallbacks, self.retries)
         self.factorizations += int(factorizations.sum())
         self.rerun = []

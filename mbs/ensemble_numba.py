@@ -182,8 +182,8 @@ def _lanes_residual(res, uv, w, residual, overrides):
 @njit(cache=True, error_model="numpy")
 def _lanes_newton(first, lanes, n, u, size, w, res, rhs, uv, lu, work, ok, column_max, inverse,
                   schur, tail, lu_pivoted, piv, masks, big, alive, active, fresh, mode,
-                  previous, done, q_scale, p_scale, pivot_threshold, limits, plan, increment,
-                  status, factorizations, fallbacks):
+                  previous, done, q_scale, p_scale, pivot_threshold, limits, plan, status,
+                  factorizations, fallbacks):
     """Newton's iteration of the step for the ``active`` lanes, from the unknowns in rows u ..
     u + size - 1 of ``w`` (see :func:`_lanes_block`, which owns the arrays): a lane stops
     with ``done[lane]`` = its iteration count, or with ``alive[lane]`` False and its
@@ -249,7 +249,6 @@ def _lanes_newton(first, lanes, n, u, size, w, res, rhs, uv, lu, work, ok, colum
                     factored = _lu_factor(dense, piv[lane])
                 if not factored:
                     status[k] = SINGULAR
-                    increment[k] = np.inf
                     alive[lane] = False
                     active[lane] = False
         _lanes_residual(res, uv, w, residual, overrides)
@@ -300,13 +299,11 @@ def _lanes_newton(first, lanes, n, u, size, w, res, rhs, uv, lu, work, ok, colum
             k = first + lane
             if big[0, lane] == np.inf or not big[1, lane] < np.inf:
                 status[k] = NOT_FINITE
-                increment[k] = np.inf
                 alive[lane] = False
                 active[lane] = False
                 continue
             step_increment = max(big[0, lane] / max(q_scale[lane], big[2, lane]),
                                  big[1, lane] / max(p_scale[lane], big[3, lane]))
-            increment[k] = step_increment
             if step_increment <= tolerance or (
                     fresh[lane] and step_increment <= stagnation_level
                     and step_increment > 0.5 * previous[lane]):
@@ -323,7 +320,7 @@ def _lanes_newton(first, lanes, n, u, size, w, res, rhs, uv, lu, work, ok, colum
 
 @njit(cache=True, error_model="numpy")
 def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
-                 correction_order, lag, coefficients, plan, increment, status, iterations,
+                 correction_order, lag, coefficients, plan, status, iterations,
                  factorizations, failed_step, fallbacks, retries):
     """Every step of members first .. first + lanes - 1 (see :func:`run_lanes`). The lane
     count is an argument (``lanes == LANES``) for the loops over lanes: see :data:`LANES`."""
@@ -412,7 +409,7 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
                           column_max, inverse, schur, tail, lu_pivoted, piv, masks, big, alive,
                           active, fresh, mode, previous, done, q_scale, p_scale,
                           pivot_threshold,
-                          limits, plan, increment, status, factorizations, fallbacks)
+                          limits, plan, status, factorizations, fallbacks)
             # a lane whose corrected guess failed starts once more from the predictor's
             # own guess, as a single run retries from another guess
             retry = False
@@ -475,7 +472,7 @@ def _any_mode(active, mode, value):
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correction_order, lag,
-              coefficients, plan, increment, status, iterations, factorizations, failed_step,
+              coefficients, plan, status, iterations, factorizations, failed_step,
               fallbacks, retries):
     """Every step of every member, ``lanes`` members per SIMD block and the blocks in
     parallel, for the step equations in ``plan`` (:class:`mbs.ensemble_plan.LanePlan`
@@ -493,7 +490,7 @@ def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correctio
     max_iterations, contraction, refactor_above, stagnation_level)). The increments of q and
     p are relative to max(|q0|, length scale) and max(|p0|, p floor) (``scales``) or the
     iterate, whichever is larger. A failing member stops: ``status[k]`` (codes above),
-    ``failed_step[k]`` and its last ``increment[k]`` say why; the others go on. The Newton
+    ``failed_step[k]`` say why; the others go on. The Newton
     matrices are assembled entry by entry and factorised without row exchanges in the plan's
     pivot order (:func:`_lanes_sparse_lu`); for a member whose static pivots fail the
     ``pivot_threshold`` test the Schur complement of the trailing block (the multipliers) is
@@ -522,5 +519,5 @@ def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correctio
                      (n_w, (r0, r1, r2, r3), (o0, o1, o2, o3, o4, o5, o6), (j0, j1, j2, j3),
                       (v0, v1, v2, v3), rows, columns, exact, trailing,
                       (e0, e1, e2, e3, e4, e5, e6, e7, e8), (f0, f1), (s0, s1, s2)),
-                     increment, status, iterations, factorizations, failed_step, fallbacks,
+                     status, iterations, factorizations, failed_step, fallbacks,
                      retries)
