@@ -111,19 +111,16 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     backend : {"auto", "numba", "numpy"}
         "numba": the batched kernel (parallel over blocks of members); "numpy": every member
         through the numpy path of :func:`mbs.simulate` (batched numpy kernels would be no
-        faster: 79 us per member and step on the heavy top against 70-95 us for a single
-        run); "auto": numba when it can be imported. Members run one by one take "numba" as
-        the solver's ``backend="compiled"`` (unless ``solver_options`` set a backend) and
-        then run on one thread per core when their steps run in the kernel; "compiled" is
-        accepted for "numba".
+        faster than single runs); "auto": numba when it can be imported. Members run one by
+        one take "numba" as the solver's ``backend="compiled"`` (unless ``solver_options``
+        set a backend) and then run on one thread per core when their steps run in the
+        kernel; "compiled" is accepted for "numba".
     predictor_correction : int or None
         Degree of the extrapolated predictor defect added to each member's guess, as
         ``Solver.predictor_correction`` of a single run (default 6; None turns it off). A
         step whose Newton iteration fails from the corrected guess starts once more from
-        the predictor's own (``stats["guess_retries"]``). Measured on 1000 heavy tops with
-        EM, h = 2 ms, 100 steps: 1.09 LU factorisations per member and step with degree 6,
-        2.02 with degree 2, 2.99 without; 256 tops at h = 10 ms: 6.0 with degree 6, 11.2
-        with degree 2. The energy drift stays at round-off (64 tops over 2000 steps: 5e-14).
+        the predictor's own (``stats["guess_retries"]``). A higher degree saves more LU
+        factorisations per step; the energy drift stays at round-off.
 
     Returns
     -------
@@ -216,9 +213,8 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
 
     Members whose whole steps run in the compiled kernel (``backend="compiled"``, a potential
     linear in q, no applied forces) run on one thread per core: the kernel releases the GIL,
-    and each member is the same run as alone (measured on 100 heavy tops with RATTLE, 2
-    cores: 17.9 -> 9.6 us per member-step, bitwise the same states). Members on the numpy
-    path hold the GIL and run one after the other."""
+    and each member gives bitwise the same states as alone. Members on the numpy path hold
+    the GIL and run one after the other."""
     started = time.perf_counter()
     run_options = {key: solver_options.pop(key) for key in _RUN_OPTIONS
                    if key in solver_options}
@@ -306,8 +302,8 @@ def _initial_arrays(model: Model, initial_states) -> tuple[np.ndarray, np.ndarra
 
 def _clearly_consistent(model: Model, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
     """Members that satisfy :meth:`Model.is_consistent` with half its tolerances to spare,
-    checked for all members at once (one call per member costs ~0.25 ms, as much as ~100
-    steps of the ensemble run); the others are left to ``model.is_consistent``."""
+    checked for all members at once (one call per member would cost as much as many steps
+    of the ensemble run); the others are left to ``model.is_consistent``."""
     table = model._table
     if model._removed.n_rows or table.n_rows != model.m or not model.m:
         return np.zeros(q0.shape[0], dtype=bool)

@@ -54,8 +54,8 @@ CONVERGED, SINGULAR, NOT_FINITE, NOT_CONVERGED = 0, 1, 2, 3
 #: the growth of the entries stays bounded); a member whose matrix fails the test is
 #: factorised again with partial pivoting. The factors serve Newton steps only, whose
 #: increments measure the error whatever the accuracy of the solve, so the threshold of
-#: sparse direct solvers that favour sparsity (0.01) is kept rather than 0.1: on the heavy
-#: top the best static order has a smallest ratio of 0.05 at h = 5 ms and 0.013 at 10 ms.
+#: sparse direct solvers that favour sparsity (0.01) is kept rather than 0.1, which good
+#: static orders fail at larger step sizes.
 STATIC_PIVOT_THRESHOLD = 0.01
 
 
@@ -91,8 +91,7 @@ def _lanes_sparse_lu(a, ok, ok_row, column_max, inverse, threshold, tested_from,
     ``threshold`` times the largest entry below it in its column (collected in
     ``column_max`` (size, LANES) as the rows pass; the pivots before ``tested_from`` are an
     exact elimination, such as the identity block of the Newton matrix, whatever their
-    size). ``inverse`` (size, LANES) holds the inverse pivots. (Assembling each row just
-    before its elimination instead of the whole matrix first measured the same.)"""
+    size). ``inverse`` (size, LANES) holds the inverse pivots."""
     for c in range(tested_from, tested_to):
         _v_fill(column_max, c, 0.0)
     for p in range(first_pair, last_pair):

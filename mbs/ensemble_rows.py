@@ -17,18 +17,16 @@ from numba.extending import intrinsic
 #: a compile-time constant of the intrinsics; the remaining loops over lanes read the lane
 #: count from their arrays' shapes: with a compile-time constant LLVM unrolls such loops
 #: completely and, numba's pipeline having no SLP vectoriser, leaves them scalar).
-#: Measured per member for the top's sparse LU (single updates): 4 lanes 1.9 us, 8 lanes 1.3,
-#: 16 lanes 1.2, 32 lanes 1.1 (the fixed costs of a row operation spread over more lanes;
-#: past 16 little is left to gain, and blocks of fewer members share the cores better).
+#: More lanes spread the fixed costs of a row operation over more members; past 16 little is
+#: left to gain, and blocks of fewer members share the cores better.
 LANES = 16
 
 
 # -- whole-row vector operations ---------------------------------------------------------------
 # The kernels of mbs.ensemble_numba work on rows of LANES values, one row per vector or matrix entry
 # (``d[t] -= x[i] * y[j]``). Written as loops over the lanes, each such operation pays the
-# loop vectoriser's set-up (trip count and alias checks) and the index wraparound, ~8 ns,
-# more than its arithmetic (measured: 4-6 ns per LU update as a row intrinsic against 7-10
-# ns as a loop). The intrinsics below emit each row
+# loop vectoriser's set-up (trip count and alias checks) and the index wraparound, more than
+# its arithmetic. The intrinsics below emit each row
 # operation as LLVM operations on <LANES x double> values, which LLVM splits into the
 # machine's vector registers (4 AVX2 registers for 16 lanes): plain IEEE mul, add, sub, div,
 # compares and selects without fast-math flags, each lane rounding exactly as the scalar

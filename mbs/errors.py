@@ -39,7 +39,7 @@ class InconsistentInitialStateError(ModelError):
 
 class SolutionFileNotFoundError(MbsError, FileNotFoundError):
     """:func:`mbs.load_solution` was given a path with no file (also a
-    ``FileNotFoundError``, what code written before this class catches)."""
+    ``FileNotFoundError``, so generic handlers catch it)."""
 
 
 class SolverError(MbsError, RuntimeError):

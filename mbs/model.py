@@ -22,9 +22,8 @@ from mbs.quadratic import QuadraticTable
 POSITION_TOLERANCE = 1e-10
 #: Max-norm of G M^-1 p0 accepted, relative to max_k sum_i |G_ki v_i|.
 VELOCITY_TOLERANCE = 1e-10
-#: Systems with more coordinates than this use sparse factorisations (measured crossover:
-#: a chain of 10 bodies, n = 120, is faster dense; at n = 300 dense LU of the Newton matrix
-#: costs ~25x more than SuperLU).
+#: Systems with more coordinates than this use sparse factorisations: below it the dense LU
+#: of the Newton matrix is cheaper, above it SuperLU quickly wins.
 DENSE_LIMIT = 150
 
 

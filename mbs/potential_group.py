@@ -50,9 +50,8 @@ class PotentialGroup:
 
         The last two configurations are remembered (by value): a Newton iteration of the EM
         step asks for pi(q^n) and pi(q^{n+1}) in every discrete gradient, and q^n is the same
-        for the whole step (measured on the four-particle system: 7 of 14 evaluations per
-        step saved). The cache is one tuple swapped atomically, so runs sharing a model
-        across threads stay correct."""
+        for the whole step, so about half the evaluations are saved. The cache is one tuple
+        swapped atomically, so runs sharing a model across threads stay correct."""
         key = q.tobytes()
         cache = self.__dict__.get("_invariant_cache", _NO_INVARIANTS)
         for cached_key, cached in cache:

@@ -267,7 +267,7 @@ class QuadraticTable:
             shape=(nnz, n))
         self._jac_offset = np.bincount(pos_lin, weights=self.lin_coef, minlength=nnz)
         # Small tables: a dense map makes the mat-vec a BLAS call instead of a scipy.sparse
-        # dispatch (~10 us of overhead each, which dominates small models).
+        # dispatch, whose overhead dominates small models.
         self._jac_map = _maybe_dense(self._jac_map)
 
     def _build_hessian_map(self) -> None:

@@ -15,10 +15,9 @@ _CONTROLLER: ThreadpoolController | None = None
 def single_threaded_blas() -> contextlib.AbstractContextManager:
     """BLAS limited to one thread for the run. Multithreaded BLAS only adds synchronisation
     cost here: the dense solves of small models are tiny, and the sparse path does vector
-    operations and SuperLU's small supernodes; under load (another process on the second
-    core) it was measured 100x slower for small models and made the vector products of a
-    1000-body chain cost 110 ms per step. One controller per process (discovering the BLAS
-    libraries costs ~2 ms)."""
+    operations and SuperLU's small supernodes; when other processes share the cores, the
+    threads wait on each other and a step becomes many times slower. One controller per
+    process, because discovering the BLAS libraries is not free."""
     global _CONTROLLER
     if _CONTROLLER is None:
         _CONTROLLER = ThreadpoolController()

@@ -3,9 +3,9 @@
 Both families of G. Bogfjellmo and H. Marthinsen, "High order symplectic partitioned Lie group
 methods" (preprint, 2014) define a step by a fixed-point system z = Phi(z) in a few unknowns per
 stage (eq. (16): X_i, M_i, lambda_i; eq. (18): xi_i, M_i), with everything else explicit. The
-paper iterates z <- Phi(z); its contraction factor is O(h |d f|), which for the dipole test with
-J_3 = 0.01 costs about 20 iterations per step. :func:`solve_stage_equations` instead applies
-Newton's method to F(z) = z - Phi(z):
+paper iterates z <- Phi(z); its contraction factor is O(h |d f|), which for stiff problems (e.g.
+the dipole test with a small J_3) costs many iterations per step.
+:func:`solve_stage_equations` instead applies Newton's method to F(z) = z - Phi(z):
 
 * Jacobian: forward differences, dF/dz_j = e_j - (Phi(z + eps_j e_j) - Phi(z))/eps_j with
   eps_j = sqrt(u) max(|z_j|, s_j) (u = 2.2e-16, s_j the natural size of the unknown's block).

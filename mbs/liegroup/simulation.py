@@ -249,9 +249,8 @@ def _extrapolate(history: list):
     steps (newest first): the quadratic through the last three, else the last one.
 
     The unknowns are smooth functions of the state, so the quadratic's error is O(h^3) against
-    O(h) for the last step's values; on the heavy top at h = 1/256 (0.53 rad of spin per step)
-    this saves a third of the Newton iterations (2.0 instead of 3 per step). Compositions (VCG)
-    keep a list of unknowns per sub-step, extrapolated one by one.
+    O(h) for the last step's values, which saves Newton iterations even at fast spins.
+    Compositions (VCG) keep a list of unknowns per sub-step, extrapolated one by one.
     """
     if not history:
         return None

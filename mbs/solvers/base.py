@@ -93,8 +93,7 @@ class Solver:
         Newton predictor. Seed 003 section 6.3: "simple" takes the values at t^n, "advanced"
         q^n + h M^-1 p^n. "explicit" (default) also predicts the momentum, p^{n+1} = p^n -
         h (grad V(q^n) + G(q^n)^T lambda^n) with the previous multipliers, and updates q
-        with it as the scheme does (measured: heavy top 3 instead of 4 Newton iterations
-        per step; 1000-body chain 6.2 instead of 6.8).
+        with it as the scheme does, which saves Newton iterations.
     backend : {"auto", "polynomial", "compiled", "assembled"}
         How the scheme's step equations (written once as terms, :meth:`_equations`) are
         evaluated. "polynomial": in tensor form (:mod:`mbs.solvers.polynomial`; models with
@@ -114,13 +113,9 @@ class Solver:
         GGL theta methods, whose q^n and multipliers alternate, every second defect is used
         (see :class:`~mbs.solvers.guess.WarmStart`). None turns it off. "auto" (default)
         takes degree 3, or 6 where every second defect is used: the extrapolation error grows
-        with the spacing (L h)^(k+1), and these degrees bring the first Newton increment of
-        the heavy top at h = 1 ms to ~3e-7 (EM) and ~2e-7 (VI-A), below which the second
-        increment is under the 1e-12 tolerance (measured, numpy path: EM 3.0 -> 2.0 Newton
-        iterations per step against degree 2, VI-A 3.0 -> 2.0 against degree 2 with lag 2; double
-        pendulum, four-bar and 3-body chain at h = 2 ms: 2.03-2.20 instead of 2.06-2.47;
-        chains of 10 / 100 / 1000 bodies at h = 1 ms, EM 4.10 / 4.65 / 5.55 -> 3.17 / 4.03 /
-        5.15, VI-A 5.02 / 5.58 / 6.40 -> 2.70 / 4.47 / 5.75).
+        with the spacing (L h)^(k+1), and these degrees make the first Newton increment small
+        enough at moderate steps that the second one is under the default tolerance, which
+        saves about one Newton iteration per step against lower degrees.
         The converged steps are those of the uncorrected guess to round-off. Constrained
         Lobatto with "auto" predicts with fitted coefficients instead, once enough defects are
         known (see :class:`~mbs.solvers.lobatto.Lobatto`); an integer keeps the polynomial.
@@ -246,7 +241,7 @@ class Solver:
 
     #: Steps between the multipliers a new step resembles most: 1 when they vary smoothly
     #: (EM), 2 for the GGL theta methods, whose lambda^n, gamma^n alternate from step to step
-    #: (measured on the heavy top: lambda changes by ~0.1 per step, every second step ~0.01).
+    #: (they differ far less from the step before last than from the last).
     _multiplier_lag = 1
 
     @property
@@ -444,7 +439,7 @@ class Solver:
 
     def _shared_polynomial(self):
         """The polynomial step equations, built once per (model, scheme, h) and kept in
-        :mod:`mbs.solvers.cache` (building them for a 1000-body chain takes ~0.5 s); each
+        :mod:`mbs.solvers.cache` (building them for a large model is costly); each
         solver gets its own copy of the per-step buffers, so runs may share a model across
         threads."""
         cache = model_cache(self.model, "polynomial_systems")
@@ -456,8 +451,8 @@ class Solver:
 
     def _dense_polynomial(self) -> bool:
         """Dense per-iteration arrays (n_eq x n_unknowns) only for small models and for the
-        compiled kernel; otherwise the Jacobian lives on its sparsity pattern (measured on a
-        10-body chain, n = 120: 5.5 ms per step with dense arrays, 1.9 ms assembled)."""
+        compiled kernel; otherwise the Jacobian lives on its sparsity pattern, because dense
+        arrays cost more than the assembled form for all but the smallest models."""
         return self.model.dense and (self.backend == "compiled"
                                      or self.model.n <= SIMPLIFIED_NEWTON_ABOVE)
 
@@ -486,8 +481,7 @@ class Solver:
 
         With the "explicit" predictor a step whose Newton iteration fails is retried once from
         the "advanced" guess: at very large steps the extrapolated momentum can start Newton
-        outside its region of convergence (measured on the heavy top at h = 0.078, where the
-        advanced guess converges in 11 iterations)."""
+        outside its region of convergence, where the "advanced" guess still converges."""
         self._time = t
         try:
             return self._step(t, q, p)

@@ -2,9 +2,8 @@
 
 The step equations of a scheme (its polynomial system, predictor map and compiled kernel
 data) depend only on the model, the scheme and the step size, and building them can cost more
-than a short run (~0.5 s for a 1000-body chain). They are kept here, keyed weakly by the model,
-so a Model stays immutable (no solver writes into it) and the store empties when the model
-is garbage collected.
+than a short run. They are kept here, keyed weakly by the model, so a Model stays immutable
+(no solver writes into it) and the store empties when the model is garbage collected.
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ iteration, its stopping rules and factorisation reuse are the same. Such steps r
 It is used by ``backend="compiled"`` and falls back to the numpy polynomial path, with a
 warning, when numba is not installed or for large sparse models.
 
-numba compiles the kernels on first use (~14 s) and caches the machine code on disk
+numba compiles the kernels on first use (several seconds) and caches the machine code on disk
 (``cache=True``), so the cost is paid once per machine; :func:`compile_seconds` reports what the
-first call in this process took (~0.3-0.5 s when loaded from the cache).
+first call in this process took (well under a second when loaded from the cache).
 """
 
 from __future__ import annotations
@@ -91,8 +91,7 @@ Condensation = namedtuple("Condensation", (
 #: The triangular solves visit the factors' nonzeros only when these fill less than this
 #: fraction of the condensed matrix (on the sample Newton matrix), or, without a sample,
 #: when the condensed matrix has more rows than :data:`SPARSE_FACTORS_ABOVE`. Below, the
-#: dense solves (vectorised) are faster: measured per step on the compiled path, the
-#: 10-body chain (fill 0.06) 223 -> 95 us, the heavy top (fill 0.42) 16.6 -> 18.3 us.
+#: dense solves (vectorised) are faster.
 SPARSE_FACTORS_FILL = 0.15
 SPARSE_FACTORS_ABOVE = 150
 #: The stopping rules of :class:`mbs.solvers.newton.NewtonOptions` as kernel arguments, and
@@ -266,8 +265,8 @@ def _condense(values, condensation, schur):
     The pattern is split once (:class:`CompiledSystem`): ``direct_*`` are the entries of J_oo
     with their flat position in S; ``coupling_*`` the entries of J_ob (row of S, block index k),
     sorted by (row, k); row k of J_ao is ``block_entry[block_start[k]:block_start[k + 1]]``
-    with its columns of S in ``block_col``. Only structural products are formed (heavy top:
-    375 instead of 1890 of a dense row update per coupling). ``condensation`` is
+    with its columns of S in ``block_col``. Only structural products are formed, a fraction of
+    a dense row update per coupling. ``condensation`` is
     :attr:`CompiledSystem.condensation`."""
     (_, _, alpha, _, _, direct_entry, direct_target, coupling_entry, coupling_row,
      coupling_block, block_start, block_col, block_entry, _) = condensation
@@ -543,8 +542,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     ``Solver.predictor_correction``). With ``shifted`` the system's unknowns are x + S d,
     S the CSR ``shift_map``. The defects of the next ``startup_defects`` steps are not kept
     (see ``WarmStart.startup_defects``). ``coefficients`` is
-    :data:`mbs.solvers.defects.COEFFICIENT_TABLE` (read per step instead of recomputing the
-    binomials, whose integer divisions cost ~0.3 us per step at degree 6). Returns (steps
+    :data:`mbs.solvers.defects.COEFFICIENT_TABLE` (read per step: recomputing the binomials
+    costs integer divisions at every step). Returns (steps
     done, code of the failed step or CONVERGED, its residual norm, increment, iterations, LU
     factorisations, defect count, startup defects left). ``equations``, ``limits`` and
     ``condensation`` are the arguments of :func:`_newton_step`; ``jacobian_map`` is
@@ -980,7 +979,7 @@ class CompiledSystem:
             np.flatnonzero(np.diff(system.tensor_xd.indptr)),
             np.flatnonzero(np.diff(system.tensor_xx.indptr)), extra_keys])).astype(np.int64)
         # rows (equation, datum) of D_dd that are not empty, split once: an integer division
-        # per entry in the kernel cost ~0.5 us per step on the heavy top (variant A)
+        # per entry in the kernel is a noticeable share of a small model's step
         n_d = system.n_data
         dd_rows = np.flatnonzero(np.diff(system.tensor_dd.indptr)).astype(np.int64)
         # pattern entries whose value depends on the step data (D_xd rows that are not
@@ -1001,8 +1000,7 @@ class CompiledSystem:
         self.constraint_row = system.n_unknowns - 2 * m
         # Columns of the condensed matrix in ascending order of their pattern counts: the LU
         # skips zero multipliers, and eliminating the sparse columns (the multipliers) first
-        # keeps the fill small (measured LU work on the heavy top 4900 -> 1800 multiply-adds,
-        # four-bar 51 000 -> 17 000).
+        # keeps the fill small (far less LU work than in the natural order).
         column_count = np.bincount(keys % n_x, minlength=n_x)
         if identity_block is None:  # no block to condense: the Schur complement is J
             everything = np.arange(size, dtype=np.int64)

@@ -3,8 +3,7 @@
 A step of constrained Lobatto IIIA-IIIB (:class:`~mbs.solvers.lobatto.Lobatto`) is, besides
 Newton on its tensor form, a guess from the previous step's stage values, a defect correction,
 the Newton scales and the step's outputs: a few vector operations that cost more in Python
-than an iteration of the kernel (heavy top, four stages: about 50 us per step in Python
-against 35 us per Newton iteration). :func:`run_stage_steps` runs blocks of such steps in one
+than an iteration of the kernel. :func:`run_stage_steps` runs blocks of such steps in one
 call, with exactly the operations of :meth:`Lobatto.step`; a single step of a run on the
 compiled backend is a block of one, so that blocks, single steps, streaming and resume give
 the same numbers bitwise.

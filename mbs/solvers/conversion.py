@@ -49,14 +49,13 @@ BIASES = {"left": (0.0, 1.0), "centered": (-0.5, 0.5)}
 #: Values of the ``jacobian`` option (how the w^{n+1} equations are iterated).
 JACOBIANS = ("auto", "approximate", "finite-difference")
 
-#: Minimum iteration cap of the chord iteration with the approximate Jacobian J0 (the
-#: reproduction needed up to 40 iterations on the spherical pendulum at h = 0.1).
+#: Minimum iteration cap of the chord iteration with the approximate Jacobian J0 (at large
+#: steps it may need a few dozen iterations).
 APPROXIMATE_ITERATIONS = 50
 #: Iterations over which the contraction rate of J0's chord iteration is judged ("auto").
 RATE_WINDOW = 4
-#: ... and not before this iteration: its first iterations often stall (measured on the
-#: pendulum at h = 0.1: judging from iteration 5 switched 10 of 2000 steps, all of which J0
-#: solves within 14 iterations).
+#: ... and not before this iteration: its first iterations often stall on steps that J0
+#: still solves.
 EARLY_EXIT_AFTER = 10
 #: Minimum iteration cap of the chord iteration with the finite-difference Jacobian.
 FINITE_DIFFERENCE_ITERATIONS = 30
@@ -66,9 +65,7 @@ FINITE_DIFFERENCE_STEP = 1e-7
 #: when the requested tolerance is tighter.
 ROUNDOFF_INCREMENT = 1e-14
 #: Previous steps whose guess defects (converged unknowns minus the simple guess of section 6)
-#: are extrapolated (degree up to 3) to start the next step: measured on the pendulum at
-#: h = 0.1 with J0, 10.4 (bias (0, 1)) and 9.0 (centred) chord iterations per step instead of
-#: 12.9 and 11.2.
+#: are extrapolated (degree up to 3) to start the next step, which saves chord iterations.
 EXTRAPOLATION_POINTS = 4
 #: The projection's Newton iteration stops after an increment below this relative size: its
 #: error is then about the square of it, below round-off.
@@ -129,8 +126,7 @@ class VariationalConversion(Solver):
         state w runs from h alpha^- to h alpha^+ (section 2). "left" = (0, 1) (default): the
         node is the state's position, q^{n+1} = q_bar. "centered" = (-1/2, 1/2): the states
         sit at the segment centres and the standard layer also runs backwards (RK4 with step
-        -h/2); on the pendulum its error is 16 times smaller (T = 2, 80 steps: 1.3e-8
-        against 2.1e-7) at about 1.3 times the cost per step.
+        -h/2); its error is then much smaller at a modest extra cost per step.
     jacobian : {"auto", "approximate", "finite-difference"}
         Matrix of the chord iteration on the w^{n+1} equations. "approximate": J0 built from
         the paper's approximates (4.9) and (S4.3'-S4.7') (section 4.3), once per step.
@@ -177,10 +173,8 @@ class VariationalConversion(Solver):
     The state (q, p) of mbs has p = M v; the scheme's own state is w = (q, v) on TQ. Cost:
     every chord iteration runs the standard layer with its 2n-column sensitivity (the RK
     stages on the first-variation equations) at h alpha^+ (and at h alpha^- when alpha^- <
-    0), i.e. s KKT solves with 2n + 1 right-hand sides per run. Measured with RK4: the
-    spherical pendulum at h = 0.1 takes 10.4 (bias (0, 1)) / 9.0 (centred) iterations and
-    ~3 / 4 ms per step, the heavy top (n = 12) at h = 2 ms ~20 iterations and ~8 ms per
-    step. It is a reference scheme (make an RK method variational), not a fast one.
+    0), i.e. s KKT solves with 2n + 1 right-hand sides per run, and a step takes ten or more
+    iterations. It is a reference scheme (make an RK method variational), not a fast one.
 
     Only models whose constraints are all quadratic (no UserConstraint): the sensitivity of
     A(q, v) uses D^3 g = 0. The inherited options ``initial_guess``, ``backend`` and
@@ -431,9 +425,8 @@ class VariationalConversion(Solver):
 
         The caller passes the guess of w2 as (q_ref, v_ref) (the paper: "a nearby
         configuration, e.g. q1"): the constraint rows are then nearly exact and g, G v end at
-        round-off. Measured on the pendulum at h = 0.1, bias (0, 1): 10.4 iterations per step
-        (max 14), g and G v ~2e-16, against 17 (max 28) and ~3e-13 with G0 = G(q^n) and
-        (S4.6b') as printed."""
+        round-off. This takes fewer iterations, and ends closer to the constraints, than
+        G0 = G(q^n) with (S4.6b') as printed."""
         h, n, m = self.h, self.model.n, self.model.m
         size = 3 * n + 3 * m
         j0 = np.zeros((size, size))
@@ -465,8 +458,7 @@ class VariationalConversion(Solver):
     def _node_velocity(self, node: np.ndarray, momentum: np.ndarray) -> np.ndarray:
         """The velocity on T_{q_bar}Q of the momentum mu: M^-1 (mu - G^T kappa) with G M^-1
         (mu - G^T kappa) = 0. mu is normalised by G mu = 0 (S2.4), not by G M^-1 mu = 0 as M v
-        is, so M^-1 mu itself has a normal part (measured on the double pendulum started at
-        rest: |M^-1 mu| ~ 100 against |v| ~ 0.1)."""
+        is, so M^-1 mu itself has a normal part, which can be far larger than v."""
         velocity = self._minv @ momentum
         if not self.model.m:
             return velocity
@@ -562,8 +554,8 @@ class VariationalConversion(Solver):
                 break
             # a linearly converging iterate is off by ~ size theta / (1 - theta) (theta: the
             # contraction), so one small increment alone does not tell: an extrapolated guess
-            # often makes the first one tiny, and stopping there left a systematic error of
-            # the size of the tolerance at every step (measured: 1e-10 after 80 steps). J0's
+            # often makes the first one tiny, and stopping there leaves a systematic error of
+            # the size of the tolerance at every step. J0's
             # contraction alternates between fast and slow iterations, hence the max of two.
             ratios = [size / value for value in sizes[-2:]]
             theta = max(ratios[-1], ratios[0] ** 0.5) if ratios else math.inf
@@ -668,8 +660,8 @@ class VariationalConversion(Solver):
 
         Two signs differ from the paper's print: the first line has + lam_a D^2 g_a (the
         paper: -), the second + in D_q of the constraint row's right-hand side (the paper
-        drops it). With the paper's first sign the sensitivity of RK4 on the pendulum is off
-        by 4e-3 from finite differences; with these it agrees to their accuracy (1e-10).
+        drops it). With the paper's first sign the sensitivity of RK4 disagrees with finite
+        differences; with these it agrees to their accuracy.
         """
         minv = self._minv
         hessian = self._hessian(q)

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from mbs.quadratic import QuadraticTable
 
-try:  # direct CSR mat-vec into a preallocated buffer: ~2x cheaper than ``matrix @ x``
+try:  # direct CSR mat-vec into a preallocated buffer: cheaper than ``matrix @ x``
     from scipy.sparse._sparsetools import csr_matvec
 except ImportError:  # pragma: no cover - private SciPy API; fall back to the public one
     csr_matvec = None

@@ -60,10 +60,8 @@ class GGLVI(Solver):
         with M v^{n+1} = theta p^n + (1 - theta) p^{n+1} (79c) multiplies the momentum
         component normal to the constraints, G M^-1 p^n, by -theta/(1 - theta). Both
         factors hold exactly for linear constraints and do not depend on h, so smaller steps
-        do not help (measured on the 3D pendulum at h = 0.01: q.p grows by 1.225 per step
-        at theta = 0.55 (theta/(1 - theta) = 1.222) and Newton fails after 152 steps; 0.52:
-        342 steps; 0.6: 69; the heavy top and the four-bar fail alike). Variant B: theta in
-        [0, 1], default 1 (scheme (83)). Ignored by variant S.
+        do not help: the deviation grows geometrically until Newton fails. Variant B: theta
+        in [0, 1], default 1 (scheme (83)). Ignored by variant S.
     vartheta : float or None
         Variant B only: in (0, 1), default 1/2. The paper allows vartheta = 1, but then
         lambda^n drops out of M v^{n+1} (its coefficient is h (1 - vartheta) G(q^n)^T once
@@ -232,8 +230,7 @@ class GGLVI(Solver):
     def _build_polynomial(self):
         """The tensor form; variant A on small (dense) models in the shifted unknowns (see
         :meth:`_equations`). Large (sparse) models keep q1, p1: with the shifted unknowns
-        their simplified Newton needed 20 instead of 6 LU factorisations over 20 steps of the
-        1000-body chain (measured; the cause was not analysed)."""
+        their simplified Newton refactorises far more often."""
         if self.variant != "A" or not self._dense_polynomial():
             return super()._build_polynomial()
         n, m, theta = self.model.n, self.model.m, self.theta
@@ -246,7 +243,7 @@ class GGLVI(Solver):
 
     @property
     def _multiplier_lag(self) -> int:
-        # variant A's lambda^n, gamma^n alternate from step to step (measured on the heavy top)
+        # variant A's lambda^n, gamma^n alternate from step to step
         return 2 if self.variant == "A" else 1
 
     @property

@@ -59,8 +59,7 @@ class WarmStart:
         self.defects = DefectHistory(degree, lag, *self.fit)
         # The first L steps start from multipliers that are not the lag-L warm start (zeros,
         # then for L = 2 the previous step's): their defects hold that jump, not the smooth
-        # predictor error, and would spoil the extrapolation while in the history (measured
-        # on the heavy top: 4 Newton iterations on the first 5 (EM) / 16 (VI-A) steps).
+        # predictor error, and would spoil the extrapolation while in the history.
         self.startup_defects = lag
 
     def record(self, lam: np.ndarray, gam: np.ndarray, copy: bool = True) -> None:
@@ -98,7 +97,7 @@ class WarmStart:
         correction = self.defects.extrapolate() if explicit else None
         if correction is None:
             return guess.copy()
-        lead = data.size  # np.maximum.reduce: ndarray.max's wrapper costs ~2 us per call
+        lead = data.size  # np.maximum.reduce: skips ndarray.max's Python-level wrapper
         if lead and _max(np.abs(correction[:lead])) > _max(np.abs(guess[:lead] - data)):
             return guess.copy()
         return guess + correction

@@ -221,8 +221,8 @@ class HBVM(Solver):
     renders them for every scheme.
 
     Without constraints (m = 0) and with k = s the scheme is the symplectic s-stage Gauss
-    method. The multiplier lambda converges with order 1. Momentum, measured: the heavy top's
-    J3 is kept to round-off by HBVM(1,1) and drifts by 4e-7 with HBVM(2,2) at h = 0.002.
+    method. The multiplier lambda converges with order 1. Momentum maps are kept to round-off
+    by HBVM(1,1), and only approximately (a slow drift) by HBVM(2,2).
     """
 
     s: int = 2

@@ -34,9 +34,8 @@ from mbs.solvers.newton import NewtonOptions
 def _stage_newton_options() -> NewtonOptions:
     """Newton defaults of the stage schemes: the factors are kept once the relative increment
     is below 1e-3 (instead of 1e-5). The LU of an (s n + s m)-sized matrix costs more than an
-    iteration, and contraction from there on is fast (measured on the heavy top, s = 4,
-    h = 1/256, compiled: 5.0 iterations and 2.0 factorisations per step instead of 4.0 and
-    3.0, 12 % less time). The iteration stops once its estimated error is below 1e-15
+    iteration, and contraction from there on is fast, so an extra iteration is cheaper than
+    an extra factorisation. The iteration stops once its estimated error is below 1e-15
     (``NewtonOptions.estimate_level``)."""
     return NewtonOptions(refactor_above=1e-3, estimate_level=1e-15)
 
@@ -141,10 +140,9 @@ class Lobatto(Solver):
     ``predictor_correction="auto"`` by their linear prediction with coefficients fitted per
     block (stage velocities, p1, multipliers; order ``prediction_order``, see
     :func:`~mbs.solvers.defects.fitted_prediction`) once 2 ``prediction_order`` defects are
-    known, which follows a fast spin where a polynomial cannot (heavy top, s = 4, h = 1/256,
-    0.53 rad of spin per step: first Newton increment ~3e-4 instead of ~4e-2, below the 1e-3
-    up to which the factorisation is kept: 2.05 instead of 3.0 iterations and one
-    factorisation per step; double pendulum: 2-6 % fewer iterations);
+    known, which follows a fast spin where a polynomial cannot (the first Newton increment
+    then tends to fall below the 1e-3 up to which the factorisation is kept, saving an
+    iteration and a factorisation per step);
     an integer ``predictor_correction`` keeps the polynomial extrapolation of that degree. On
     the compiled backend whole steps run in the kernel when the potential is linear in q
     and there are no applied forces (:mod:`~mbs.solvers.compiled_stages`). The solution's

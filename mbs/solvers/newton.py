@@ -2,8 +2,8 @@
 
 Each scheme supplies its residual and analytic Jacobian assembled from Model pieces. The linear
 algebra is dense LAPACK (getrf/getrs called directly) for small systems and SuperLU
-(scipy.sparse.linalg.splu, COLAMD ordering — measured fastest on chains, e.g. 53 ms against 55
-for MMD_ATA and 8 s for MMD_AT_PLUS_A at 42 000 unknowns) for large ones, chosen by size.
+(scipy.sparse.linalg.splu, COLAMD ordering, the fastest on chains) for large ones, chosen by
+size.
 
 Convergence: after each update the increments of the blocks listed in ``blocks`` are compared
 with ``tolerance`` times the block's magnitude. Because Newton converges quadratically, the
@@ -24,8 +24,7 @@ condensed to the Schur complement S on that block (:class:`Factorization`). With
 installed the condensed path runs compiled kernels: S is assembled on index arrays computed once
 per Jacobian pattern, factorised by SuperLU once and then refactorised on SuperLU's pivot order
 and factor patterns (falling back to SuperLU when a pivot degrades or new fill appears), and
-each solve is one compiled pass. Measured on the 1000-body chain (EM, h = 1 ms): 41 -> 18 ms
-per step. Without numba the same path runs on SciPy.
+each solve is one compiled pass. Without numba the same path runs on SciPy.
 """
 
 from __future__ import annotations
@@ -46,8 +45,8 @@ SPARSE_THRESHOLD = 400
 _getrf = lapack.dgetrf
 _getrs = lapack.dgetrs
 
-#: Models with more coordinates use simplified Newton by default (measured: equal cost at
-#: n = 36, 1.7x faster at n = 60, 5x at n = 120 and 4x at n = 12000 for EM on chains).
+#: Models with more coordinates use simplified Newton by default: from about this size on,
+#: reusing the factorisation costs less than the extra iterations it needs.
 SIMPLIFIED_NEWTON_ABOVE = 48
 
 
@@ -85,12 +84,10 @@ class NewtonOptions:
         current iterate, theta / (1 - theta) times the last increment with theta the ratio of
         the last two increments (:func:`estimated_error`), is below this. The tolerance test
         alone asks for one more iteration to see an increment below 1e-12 when the
-        increments fall as 1e-6, 1e-12: constrained Lobatto (whose defaults set 1e-15) with
-        four stages on the heavy top at h = 1/256 stops after 2.05 instead of 3.04 iterations
-        per step, at the same accuracy. 0 (default) turns the test off: the energy of the
-        energy-momentum scheme is exact only for the exact solution of its step equations,
-        and stopping at an estimated 1e-15 let it drift by 3e-13 instead of 3e-15 over 256
-        steps of the heavy top at h = 1/256.
+        increments fall as 1e-6, 1e-12; this test saves that iteration at the same accuracy
+        (constrained Lobatto's defaults set 1e-15). 0 (default) turns the test off: the
+        energy of the energy-momentum scheme is exact only for the exact solution of its step
+        equations, and stopping at an estimated error lets it drift above round-off.
     stall_level : float
         Near a singular configuration the Newton matrix is ill-conditioned and the increments
         stall at about (condition number) x (round-off), above the tolerance, while the
@@ -114,11 +111,8 @@ class NewtonOptions:
         iteration then contracts by about that increment per step (1e-5 -> 1e-10 -> 1e-15
         ...), so the accepted iterate is off by at most about refactor_above * tolerance =
         1e-17 relative, below round-off. The error is systematic (it has the same sign from
-        step to step), so it shows as a slow linear drift when it is not that small: measured
-        on the heavy top, EM, h = 2 ms, 10 000 steps, with the corrected predictor (first
-        increments between 1e-5 and 1e-4): 1.8e-13 energy drift with 1e-4, 1.8e-14 with 1e-5
-        (2 instead of 1 LU per step); at h = 1 ms (first increment ~3e-7) both keep 1 LU per
-        step and 2e-14. 1e-2 left ~1e-14 per step, 4e-13 over 1000 steps.
+        step to step), so it shows as a slow linear drift of the energy when it is not that
+        small: larger values let that drift grow, smaller ones cost extra factorisations.
     """
 
     tolerance: float = 1e-12
@@ -133,14 +127,14 @@ class NewtonOptions:
 
 def _kernel_index(array: np.ndarray) -> np.ndarray:
     """An index array for the numba kernels: unsigned 32-bit where it fits, because numba
-    checks signed indices for negative wraparound (measured: a CSR mat-vec 0.6 -> 0.36 ms)."""
+    checks signed indices for negative wraparound, which slows every indexed access."""
     array = np.asarray(array)
     return array.astype(np.uint32) if array.size == 0 or array.max() < 2**32 else array
 
 
 def _sorted_unique(keys: np.ndarray) -> np.ndarray:
-    """``np.unique(keys)`` by sorting: numpy 2's hash-based unique measured 257 ms on the
-    680 000 keys of the 1000-body chain's Schur pattern, a sort 30 ms."""
+    """``np.unique(keys)`` by sorting: on large key arrays it is much faster than numpy 2's
+    hash-based unique."""
     keys = np.sort(keys)
     return keys[np.r_[True, keys[1:] != keys[:-1]]] if keys.size else keys
 
@@ -155,8 +149,7 @@ class _SchurPattern:
     (R', C': the other rows and columns). Every entry of S is a gathered entry of J minus a
     sum of products of two entries of J, always on the same positions of ``J.data`` while the
     pattern is fixed, so the positions are found once and each factorisation only gathers and
-    sums (measured on the 1000-body chain: 1.5 ms compiled, 5.5 ms with numpy, instead of
-    7.9 ms with sparse slicing and a sparse product).
+    sums, much faster than sparse slicing and a sparse product.
 
     Parameters
     ----------
@@ -242,7 +235,7 @@ class _SchurPattern:
 
     def matches(self, matrix: sp.csr_matrix) -> bool:
         """Whether ``matrix`` has the pattern these index arrays were built for (compared
-        by value, ~0.3 ms on the 1000-body chain: Jacobians are new matrices every time)."""
+        by value: Jacobians are new matrices every time)."""
         return (np.array_equal(matrix.indptr, self.indptr)
                 and np.array_equal(matrix.indices, self.indices))
 
@@ -267,9 +260,8 @@ class _SchurPattern:
         """S with ``values`` (from :meth:`values`) as a CSC matrix without its zero entries.
 
         Zeros are dropped for SuperLU because the Jacobian of a chain holds many exact zeros
-        (38 % of the entries at the straight initial configuration of the 1000-body chain)
-        and COLAMD orders the stored pattern: factorising S with its zeros measured 60
-        against 40 ms (fill 580 000 against 360 000).
+        (e.g. at a straight configuration) and COLAMD orders the stored pattern: with the
+        zeros stored, the factors fill in more and the factorisation is slower.
         """
         # copies: eliminate_zeros compacts the arrays in place (values too, which the caller
         # goes on using)
@@ -283,10 +275,10 @@ class _StaticLU:
     """The pivot order of SuperLU's factors of S and their patterns, for factorising later
     matrices with the pattern of S without SuperLU (:func:`_refactor_kernel`).
 
-    SuperLU's factorisation of the 1000-body chain's S costs ~25 ms, nearly all of it
-    overhead (column ordering, symbolic analysis, supernode bookkeeping for factors with a
-    dozen entries per column); a left-looking factorisation on known patterns with known
-    pivots costs a few ms. The patterns are SuperLU's numerical ones: entries that come out
+    SuperLU's factorisation of a chain's S is nearly all overhead (column ordering, symbolic
+    analysis, supernode bookkeeping for factors with a dozen entries per column); a
+    left-looking factorisation on known patterns with known pivots costs a fraction of it.
+    The patterns are SuperLU's numerical ones: entries that come out
     exactly zero are omitted (identical bodies make exact cancellations common; the
     structural patterns of the same order hold three times as many entries).
     """
@@ -344,13 +336,12 @@ REFACTOR_PIVOT_THRESHOLD = 0.1
 
 #: A refactorisation may drop a value outside SuperLU's patterns up to this fraction of the
 #: largest entry of its column of S; a larger one means the patterns changed and SuperLU
-#: factorises anew (~40 ms on the 1000-body chain). Such values are round-off of cancellations
+#: factorises anew, at a much higher cost. Such values are round-off of cancellations
 #: that SuperLU computed as exactly zero, or entries that were exactly zero when the patterns
 #: were taken (e.g. terms in gamma at its zero warm start, or another scheme's matrix: the
 #: patterns are cached per Jacobian pattern). The factors serve simplified Newton, whose
-#: matrices are off by O(h) anyway, so a relative 1e-8 costs nothing in convergence (same
-#: iteration counts), while 1e-13 sent VI-A on the 1000-body chain back to SuperLU 3 times in 20
-#: steps instead of once (measured 23 -> 20.5 ms per step; EM unchanged).
+#: matrices are off by O(h) anyway, so a relative 1e-8 costs nothing in convergence, while a
+#: tolerance near round-off sends the GGL schemes back to SuperLU more often.
 REFACTOR_DROP_TOLERANCE = 1e-8
 
 
@@ -419,8 +410,8 @@ def _refactor_kernel(schur_indptr, schur_indices, schur_values, perm_r, inverse_
     return True
 
 
-#: SuperLU's panel size for S: 2 instead of the default 12 factorises 12-20 % faster
-#: (measured on the 100- and 1000-body chains' S; a dozen entries per column).
+#: SuperLU's panel size for S: smaller than the default 12 because the columns of S hold
+#: only about a dozen entries, so wide panels do not pay.
 _PANEL_SIZE = 2
 
 
@@ -428,8 +419,8 @@ _PANEL_SIZE = 2
 _SYMBOLICS_KEPT = 8
 
 #: The last few Schur patterns (a model's Jacobian pattern is the same at every
-#: factorisation of every run; building the index arrays costs ~0.12 s on the 1000-body chain,
-#: and the first SuperLU factorisation, kept as ``pattern.symbolic``, ~40 ms).
+#: factorisation of every run; building the index arrays and the first SuperLU
+#: factorisation, kept as ``pattern.symbolic``, is costly on large models).
 _PATTERNS: list[_SchurPattern] = []
 _PATTERNS_KEPT = 4
 
@@ -536,13 +527,13 @@ class Factorization:
     ``identity_block = (rows, cols, alpha)`` says that ``matrix[rows, cols] = alpha I`` (the
     p-block of the energy-momentum and GGL steps, e.g. -1/2 I in (84a)): large sparse
     matrices are then factorised through the Schur complement on that block, which removes
-    those unknowns from the sparse LU (measured on a 1000-body chain: 42 000 -> 30 000
-    unknowns, factorisation 60 -> 21 ms, solve 3.8 -> 2.5 ms). The Schur complement is
-    assembled on a precomputed pattern (:class:`_SchurPattern`, cached per Jacobian pattern).
+    those unknowns from the sparse LU and makes factorisation and solves faster. The Schur
+    complement is assembled on a precomputed pattern (:class:`_SchurPattern`, cached per
+    Jacobian pattern).
     With numba, S is factorised by SuperLU once per run and afterwards refactorised with
-    SuperLU's pivot order on its factor patterns (:class:`_StaticLU`: ~3 ms against ~25 ms),
-    and a solve is one compiled pass over the factors and the coupling blocks (0.6 ms
-    against 2.5 ms through ``SuperLU.solve`` and sparse products).
+    SuperLU's pivot order on its factor patterns (:class:`_StaticLU`, far cheaper), and a
+    solve is one compiled pass over the factors and the coupling blocks (faster than
+    ``SuperLU.solve`` and sparse products).
     """
 
     def __init__(self, matrix, identity_block: tuple[slice, slice, float] | None = None,
@@ -582,8 +573,8 @@ class Factorization:
         self._compiled = None
         kernels = _kernels()
         if kernels is None:
-            # COLAMD measured fastest over whole runs of the 1000-body chain (46.5 ms per
-            # step against 50-52 ms with MMD_ATA and threshold pivoting 0.1)
+            # COLAMD: over whole runs of large chains faster than MMD_ATA and than threshold
+            # pivoting
             self._sparse = spla.splu(pattern.schur(pattern.values(data, alpha)),
                                      permc_spec="COLAMD", panel_size=_PANEL_SIZE)
             block = rows.stop - rows.start

@@ -12,8 +12,8 @@ tensor ``T`` (``D(w) = sum_k T[:, :, k] w_k``)::
 Once per step the data part is folded in (``c_step = c + L_d d + 1/2 D_dd(d) d``,
 ``L_step = L_x + D_xd(d)``), after which every Newton iteration costs one sparse mat-vec
 ``D_xx(x) = T_xx x`` plus a handful of dense operations, whatever the scheme: the Jacobian is an
-affine function of the unknowns with a constant pattern (issue 7). This replaces ~50 numpy calls
-of the element-wise assembly per iteration by ~10.
+affine function of the unknowns with a constant pattern. An iteration thus takes a fraction of
+the numpy calls of the element-wise assembly.
 
 The coefficients are built exactly from the constraint table (no numerical probing), so the
 polynomial is the same function as the assembled residual, up to the order of floating-point
@@ -52,7 +52,7 @@ from mbs.solvers.polynomial_sparse import SparseQuadraticSystem
 
 _gesv = lapack.dgesv
 
-#: max of an array without ndarray.max's Python-level wrapper (~1 us per call on small arrays)
+#: max of an array without ndarray.max's Python-level wrapper (costly on small arrays)
 _max = np.maximum.reduce
 
 
@@ -74,7 +74,7 @@ def _halved(matrix: sp.csr_matrix) -> sp.csr_matrix:
 
 def _accumulator(matrix: sp.csr_matrix) -> Callable[[np.ndarray, np.ndarray], None]:
     """``f(x, out)`` doing ``out += matrix @ x`` in place for a flat buffer ``out``: the
-    SciPy CSR kernel bound to the matrix arrays (no Python frame per call, ~2x cheaper than
+    SciPy CSR kernel bound to the matrix arrays (no Python frame per call, cheaper than
     ``matrix @ x`` at these sizes), or the public product where that kernel is missing."""
     if csr_matvec is None:
         def accumulate(x: np.ndarray, out: np.ndarray) -> None:
@@ -327,7 +327,7 @@ class QuadraticSystem:
     discrete gradient: it returns ``(r, J)`` to be added (either may be None).
 
     The per-iteration work is organised around few numpy calls, because at the sizes of small
-    models (tens of unknowns) each call costs more than its arithmetic (issue 7): with
+    models (tens of unknowns) each call costs more than its arithmetic: with
     ``B(x) = L_step + 1/2 D_xx(x)`` the residual is ``c_step + B(x) x`` and the Jacobian is
     ``B(x) + 1/2 D_xx(x)``, so one preallocated buffer receives ``L_step`` and then one or two
     accumulating CSR mat-vecs of the halved tensor.
