@@ -66,7 +66,7 @@ from benchmarks.timing import (
     mbs_timed_run,
     solver_for,
 )
-from mbs.solvers import compiled
+from mbs.backends import compiled
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ENERGY_T, ENERGY_TOL, ENERGY_H0 = 20.0, 1e-8, 20.0 / 2**8

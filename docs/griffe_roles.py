@@ -1,7 +1,7 @@
 """Griffe extension of the documentation build: Sphinx roles in docstrings become links.
 
 The docstrings of ``mbs`` use reStructuredText roles (``:class:`System```,
-``:func:`~mbs.simulate```, ``:mod:`mbs.solvers.equations```). mkdocstrings renders docstrings as
+``:func:`~mbs.simulate```, ``:mod:`mbs.engine.equations```). mkdocstrings renders docstrings as
 Markdown, where such a role would appear literally. This extension rewrites each role, once
 every module is loaded:
 

@@ -1,14 +1,13 @@
 """Ensembles: one model integrated from many initial states in one vectorised run.
 
-:func:`simulate_ensemble` advances K copies of a small model at once. The schemes whose
-unknowns are (q^{n+1}, p^{n+1}, lambda, gamma) -- energy-momentum, GGL-VI A, RATTLE -- run in
-one batched kernel compiled with numba (:mod:`mbs.ensemble_numba`), members in SIMD lanes: the
-kernel evaluates the scheme's own step equations, turned into tables once per model and step
-size (:mod:`mbs.ensemble_plan`). Each member runs the Newton iteration of a single run
-(explicit predictor, exact Newton that keeps its factors near the solution) and stops as
-soon as it converges, so the cost per member is a fraction of a separate run (e.g. Monte
-Carlo studies of tops). Every other case runs the members one by one through
-:func:`mbs.simulate`.
+:func:`simulate_ensemble` advances K copies of a small model at once. The schemes whose unknowns are
+(q^{n+1}, p^{n+1}, lambda, gamma) -- energy-momentum, GGL-VI A, RATTLE -- run in one batched kernel
+compiled with numba (:mod:`mbs.backends.ensemble_numba`), members in SIMD lanes: the kernel
+evaluates the scheme's own step equations, turned into tables once per model and step size
+(:mod:`mbs.backends.ensemble_plan`). Each member runs the Newton iteration of a single run (explicit
+predictor, exact Newton that keeps its factors near the solution) and stops as soon as it converges,
+so the cost per member is a fraction of a separate run (e.g. Monte Carlo studies of tops). Every
+other case runs the members one by one through :func:`mbs.simulate`.
 
 Parameter sweeps (different masses, stiffnesses, geometry) are different models: run them with
 :func:`simulate_many`, which maps :func:`mbs.simulate` over (model, options) pairs with any
@@ -28,15 +27,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mbs.ensemble_plan import lane_plan
+from mbs.backends.ensemble_plan import lane_plan
+from mbs.engine.cache import model_cache
+from mbs.engine.defects import COEFFICIENT_TABLE, MAX_CORRECTION_DEGREE
+from mbs.engine.newton import NewtonOptions
 from mbs.errors import ModelError, SolverError
 from mbs.liegroup.model import LieGroupModel
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
 from mbs.simulate import simulate
 from mbs.solvers import Solver, make_solver
-from mbs.solvers.cache import model_cache
-from mbs.solvers.defects import COEFFICIENT_TABLE, MAX_CORRECTION_DEGREE
-from mbs.solvers.newton import NewtonOptions
 from mbs.validation import as_scalar
 
 
@@ -329,9 +328,9 @@ def _single_threaded_blas():
 
 
 def _numba_kernels():
-    """The compiled kernels (:mod:`mbs.ensemble_numba`), or None without numba."""
+    """The compiled kernels (:mod:`mbs.backends.ensemble_numba`), or None without numba."""
     try:
-        from mbs import ensemble_numba
+        from mbs.backends import ensemble_numba
     except ImportError:  # numba not installed (or not importable): members one by one
         return None
     return ensemble_numba
@@ -339,14 +338,14 @@ def _numba_kernels():
 
 class _BatchedRun:
     """A scheme's steps for K members at once in the SIMD kernel
-    (:func:`mbs.ensemble_numba.run_lanes`) from the tables of its step equations
-    (:func:`mbs.ensemble_plan.lane_plan`).
+    (:func:`mbs.backends.ensemble_numba.run_lanes`) from the tables of its step equations
+    (:func:`mbs.backends.ensemble_plan.lane_plan`).
 
     Every member runs the Newton iteration of a single run on its own: it starts from the
     explicit predictor with the previous step's multipliers, corrected by the extrapolated
     defects of its past steps, factorises its Newton matrix there, and refactorises only
     while its relative increment is above ``refactor_above`` or contracts slower than
-    ``contraction`` (:func:`mbs.solvers.newton.newton`); it stops at the tolerance on the
+    ``contraction`` (:func:`mbs.engine.newton.newton`); it stops at the tolerance on the
     relative increments of q and p, including the stagnation rule for fresh matrices, so
     converged members cost nothing. A member whose iteration fails at some step is run again
     as its single run through :func:`mbs.simulate` (``rerun`` lists (member, failed step)).

@@ -242,7 +242,7 @@ class Model:
     @property
     def quadratic_constraint_table(self) -> QuadraticTable | None:
         """The constraint table when every constraint is quadratic (else None): solvers build
-        their polynomial step equations from it (:mod:`mbs.solvers.polynomial`)."""
+        their polynomial step equations from it (:mod:`mbs.backends.polynomial`)."""
         return None if self._user else self._table
 
     def constant_potential_gradient(self) -> np.ndarray | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbs.engine.newton import NewtonConvergenceError
 from mbs.errors import (
     ForceFunctionError,
     MbsError,
@@ -36,7 +37,6 @@ from mbs.run_context import progress_bar, single_threaded_blas
 from mbs.solution import Solution
 from mbs.solvers import Solver, make_solver
 from mbs.solvers.base import StepResult
-from mbs.solvers.newton import NewtonConvergenceError
 from mbs.streaming import StreamWriter, read_last_state, read_solver_state, read_stream
 from mbs.validation import as_scalar
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import mbs
+from mbs.backends import compiled
 from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
 from mbs.forces import Damper, JointDamper, JointForce, JointTorque, Load, Spring
-from mbs.solvers import compiled
 from mbs.streaming import load_stream
 from tests.mechanisms import (
     assert_stream_resume_and_ensemble_repeat_the_run,

@@ -7,7 +7,8 @@ import pytest
 from mechanisms import assert_stream_resume_and_ensemble_repeat_the_run
 
 import mbs
-from mbs.solvers import COMPOSITIONS, Composition, EnergyMomentum, compiled
+from mbs.backends import compiled
+from mbs.solvers import COMPOSITIONS, Composition, EnergyMomentum
 from mbs.solvers.composition import composition_coefficients
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import mbs
-from mbs.solvers import compiled
+from mbs.backends import compiled
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +236,7 @@ def test_batched_members_whose_static_pivots_fail_are_factorised_with_pivoting(t
     """A member whose Newton matrix fails the static pivot test is factorised again with
     partial pivoting (a threshold above 1 fails every pivot): same solutions to the Newton
     tolerance."""
-    from mbs import ensemble_numba
+    from mbs.backends import ensemble_numba
 
     monkeypatch.setattr(ensemble_numba, "STATIC_PIVOT_THRESHOLD", 2.0)
     q0, p0 = rotated_states(top, 3)

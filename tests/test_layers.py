@@ -62,7 +62,7 @@ def import_graph() -> nx.DiGraph:
 
 def test_the_import_graph_covers_the_package():
     graph = import_graph()
-    assert {"mbs.simulate", "mbs.solution", "mbs.solvers.newton"} <= set(graph)
+    assert {"mbs.simulate", "mbs.solution", "mbs.engine.newton"} <= set(graph)
     assert graph.has_edge("mbs.simulate", "mbs.solution")
 
 

@@ -9,7 +9,8 @@ import pytest
 from mechanisms import assert_stream_resume_and_ensemble_repeat_the_run, spherical_pendulum
 
 import mbs
-from mbs.solvers import Lobatto, LobattoTableau, Rattle, compiled
+from mbs.backends import compiled
+from mbs.solvers import Lobatto, LobattoTableau, Rattle
 
 
 @pytest.fixture(scope="module")

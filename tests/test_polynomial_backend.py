@@ -24,9 +24,10 @@ from mechanisms import JOINT_EQUATIONS, random_tree
 
 import mbs
 from benchmarks.chain_compile import build_chain
-from mbs.solvers import GGLVI, EnergyMomentum, NewtonOptions, compiled, make_solver
-from mbs.solvers.defects import DefectHistory
-from mbs.solvers.newton import Factorization
+from mbs.backends import compiled
+from mbs.engine.defects import DefectHistory
+from mbs.engine.newton import Factorization
+from mbs.solvers import GGLVI, EnergyMomentum, NewtonOptions, make_solver
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import double_pendulum  # noqa: E402

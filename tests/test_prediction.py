@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import mbs
-from mbs.solvers import Lobatto, compiled
-from mbs.solvers.defects import fitted_prediction
+from mbs.backends import compiled
+from mbs.engine.defects import fitted_prediction
+from mbs.solvers import Lobatto
 
 
 def quasi_periodic(times: np.ndarray, columns: int, seed: int = 0) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The condensed sparse Newton path of large models: Schur complement on a precomputed
 pattern, the compiled condensed solve and the compiled evaluation of the sparse polynomial
-step equations (mbs.solvers.newton, mbs.solvers.polynomial_sparse)."""
+step equations (mbs.engine.newton, mbs.backends.polynomial_sparse)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import scipy.sparse.linalg as spla
 
 import mbs
 from benchmarks.chain_compile import build_chain
+from mbs.engine import newton as newton_module
+from mbs.engine.newton import Factorization
 from mbs.solvers import make_solver
-from mbs.solvers import newton as newton_module
-from mbs.solvers.newton import Factorization
 
 #: SuperLU itself, for reference solves that the ``superlu_calls`` fixture does not count
 SPLU = spla.splu
@@ -92,7 +92,7 @@ def test_schur_pattern_is_reused_and_equals_the_sparse_formula(kernels):
 
 @pytest.fixture
 def superlu_calls(monkeypatch):
-    """Counts the SuperLU factorisations of mbs.solvers.newton."""
+    """Counts the SuperLU factorisations of mbs.engine.newton."""
     calls = []
 
     def counting(*args, **kwargs):

@@ -1,6 +1,6 @@
 """Each scheme's step equations, written once, against residuals written out independently.
 
-The schemes state their equations as terms (:mod:`mbs.solvers.equations`); the tensor form
+The schemes state their equations as terms (:mod:`mbs.engine.equations`); the tensor form
 and the model evaluation both read them. Here the residuals of seed 003 -- EM (84), GGL-VI
 (55), (79), (82) -- are written out directly from the paper with the model's functions and
 compared with both evaluations at random iterates, on a model with quadratic constraints and a

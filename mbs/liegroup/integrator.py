@@ -15,7 +15,7 @@ the dipole test with a small J_3) costs many iterations per step.
   one stacked call of Phi (the problems and group maps work on leading axes), so a Jacobian
   costs one vectorised evaluation rather than n.
 * Convergence: Newton runs in the engine of the director schemes
-  (:func:`mbs.solvers.newton.newton`), each unknown a convergence block whose floor is the
+  (:func:`mbs.engine.newton.newton`), each unknown a convergence block whose floor is the
   natural size s_j of its block (for instance h |xi| for the X_i, |mu| + h |n| for the M_i).
   The iteration stops when the increment relative to max(s_j, |z_j|) is below ``tol``, or when
   ``rate / (1 - rate) * increment <= tol`` with rate the ratio of successive increments, an
@@ -38,9 +38,9 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from mbs.engine.newton import NewtonConvergenceError, NewtonOptions, newton
 from mbs.errors import SolverError
 from mbs.liegroup.problems import Problem
-from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, newton
 
 #: Unit round-off of float64.
 UNIT_ROUNDOFF = float(np.finfo(float).eps)

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from mbs.engine.defects import extrapolation_coefficients
+from mbs.engine.newton import NewtonConvergenceError
 from mbs.errors import ModelError, SolverError
 from mbs.liegroup.integrator import SolverSettings
 from mbs.liegroup.model import LieGroupModel, LieGroupState
@@ -26,8 +28,6 @@ from mbs.model import Model
 from mbs.solution import Solution
 from mbs.solvers import REGISTRY
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, instance_or_key
-from mbs.solvers.defects import extrapolation_coefficients
-from mbs.solvers.newton import NewtonConvergenceError
 
 #: Solver names of the Lie-group formulation.
 LIE_GROUP_SOLVERS = ("vrkmk", "vcg")

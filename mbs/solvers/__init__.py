@@ -4,14 +4,15 @@ Every scheme declares its properties (:class:`SchemeProperties`: order, symplect
 conserves, which constraint levels hold at step ends); :func:`solver_table` renders them, and the
 README's solver table is that output.
 
-Each implicit scheme writes its step equations once as terms (:mod:`mbs.solvers.equations`);
+Each implicit scheme writes its step equations once as terms (:mod:`mbs.engine.equations`);
 backends evaluate them (``backend=`` option): "polynomial" (default where it applies: quadratic
-constraints; :mod:`mbs.solvers.polynomial`), "assembled" (through the model's functions: any
-model, the reference) and "compiled" (optional numba kernel, :mod:`mbs.solvers.compiled`).
+constraints; :mod:`mbs.backends.polynomial`), "assembled" (through the model's functions: any
+model, the reference) and "compiled" (optional numba kernel, :mod:`mbs.backends.compiled`).
 """
 
 from __future__ import annotations
 
+from mbs.engine.newton import NewtonOptions
 from mbs.errors import ModelError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, instance_or_key
 from mbs.solvers.composition import COMPOSITIONS, Composition
@@ -20,7 +21,6 @@ from mbs.solvers.energy_momentum import EnergyMomentum
 from mbs.solvers.ggl_vi import GGLVI
 from mbs.solvers.hbvm import HBVM
 from mbs.solvers.lobatto import Lobatto, LobattoTableau
-from mbs.solvers.newton import NewtonOptions
 from mbs.solvers.rattle import Rattle
 
 REGISTRY = {

@@ -7,14 +7,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mbs.errors import ModelError, ModelTypeError
-from mbs.model import Model
-from mbs.solvers.cache import model_cache
-from mbs.solvers.compiled_run import CompiledRun
-from mbs.solvers.defects import MAX_CORRECTION_DEGREE
-from mbs.solvers.equations import EquationLayout, ModelEquations
-from mbs.solvers.guess import ExplicitPredictor, WarmStart, build_map
-from mbs.solvers.newton import (
+from mbs.backends.compiled_run import CompiledRun
+from mbs.backends.polynomial import QuadraticSystemBuilder
+from mbs.engine.cache import model_cache
+from mbs.engine.defects import MAX_CORRECTION_DEGREE
+from mbs.engine.equations import EquationLayout, ModelEquations
+from mbs.engine.guess import ExplicitPredictor, WarmStart, build_map
+from mbs.engine.newton import (
     SIMPLIFIED_NEWTON_ABOVE,
     NewtonConvergenceError,
     NewtonOptions,
@@ -24,7 +23,8 @@ from mbs.solvers.newton import (
     newton,
     state_factorization,
 )
-from mbs.solvers.polynomial import QuadraticSystemBuilder
+from mbs.errors import ModelError, ModelTypeError
+from mbs.model import Model
 
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
 _max = np.maximum.reduce
@@ -96,13 +96,13 @@ class Solver:
         with it as the scheme does, which saves Newton iterations.
     backend : {"auto", "polynomial", "compiled", "assembled"}
         How the scheme's step equations (written once as terms, :meth:`_equations`) are
-        evaluated. "polynomial": in tensor form (:mod:`mbs.solvers.polynomial`; models with
+        evaluated. "polynomial": in tensor form (:mod:`mbs.backends.polynomial`; models with
         quadratic constraints only); "compiled": that tensor form's Newton solve in one numba
-        kernel (:mod:`mbs.solvers.compiled_run`), whole blocks of steps for the schemes whose
+        kernel (:mod:`mbs.backends.compiled_run`), whole blocks of steps for the schemes whose
         unknowns are (q1, p1, lambda, gamma) (EM, GGL-VI A), one kernel call per step for the
         others; falls back to "polynomial" with a warning where it does not apply;
         "assembled": term by term through the model's functions
-        (:mod:`mbs.solvers.equations`; any model); "auto" picks
+        (:mod:`mbs.engine.equations`; any model); "auto" picks
         "polynomial" where it applies, else "assembled". All solve the same equations (they
         agree to round-off).
     predictor_correction : int, None or "auto"
@@ -111,7 +111,7 @@ class Solver:
         guess^{k+1}) of past steps that is added to its next guess. The defect of a smooth
         motion varies smoothly, so its extrapolation removes the leading error terms; for the
         GGL theta methods, whose q^n and multipliers alternate, every second defect is used
-        (see :class:`~mbs.solvers.guess.WarmStart`). None turns it off. "auto" (default)
+        (see :class:`~mbs.engine.guess.WarmStart`). None turns it off. "auto" (default)
         takes degree 3, or 6 where every second defect is used: the extrapolation error grows
         with the spacing (L h)^(k+1), and these degrees make the first Newton increment small
         enough at moderate steps that the second one is under the default tolerance, which
@@ -215,7 +215,7 @@ class Solver:
     #: Whether the compiled kernel starts gamma from the previous step (else from zero).
     _warm_gamma = False
     #: Whether gamma is a velocity-level multiplier the explicit predictor applies (see
-    #: :class:`~mbs.solvers.guess.ExplicitPredictor`); False when it is a constraint force.
+    #: :class:`~mbs.engine.guess.ExplicitPredictor`); False when it is a constraint force.
     _predict_with_gamma = True
 
     @property
@@ -270,7 +270,7 @@ class Solver:
 
     def _fitted_prediction(self) -> tuple[int | None, np.ndarray | None]:
         """(order, block boundaries) of the fitted linear prediction of the defects
-        (:func:`~mbs.solvers.defects.fitted_prediction`), or (None, None) for the polynomial
+        (:func:`~mbs.engine.defects.fitted_prediction`), or (None, None) for the polynomial
         extrapolation alone."""
         return None, None
 
@@ -302,8 +302,8 @@ class Solver:
         return position, velocity
 
     def _make_predictor(self) -> ExplicitPredictor:
-        """The run's :class:`~mbs.solvers.guess.ExplicitPredictor`, with its tensor map (built
-        once per model, scheme and h and kept in :mod:`mbs.solvers.cache`) where the step's
+        """The run's :class:`~mbs.engine.guess.ExplicitPredictor`, with its tensor map (built
+        once per model, scheme and h and kept in :mod:`mbs.engine.cache`) where the step's
         unknowns are (q1, p1, lambda, gamma), the tensor form is dense and the potential is
         linear in q (the map's tensor has (outputs x inputs) rows, which only small models
         afford)."""
@@ -323,7 +323,7 @@ class Solver:
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
         """Newton's x0 = (q1, p1, lambda, gamma) from the predictor and the multiplier warm
-        start (see :mod:`mbs.solvers.guess`)."""
+        start (see :mod:`mbs.engine.guess`)."""
         self._predictor.time = self._time  # drives: the constraint directions at t
         return self._predictor.unknowns(q0, p0, *self._warm.multipliers(), self.initial_guess)
 
@@ -408,7 +408,7 @@ class Solver:
                       ) -> tuple[np.ndarray, int, np.ndarray | None]:
         """Newton on the current step system from ``guess`` with convergence judged on
         ``blocks``: the dense tensor form's own loop where it applies, else
-        :func:`~mbs.solvers.newton.newton` on ``evaluate``. Returns (x, iterations, R(x)),
+        :func:`~mbs.engine.newton.newton` on ``evaluate``. Returns (x, iterations, R(x)),
         where rows before ``residual_from`` may be left unevaluated (None: R is not
         evaluated)."""
         if self._compiled is not None:
@@ -439,7 +439,7 @@ class Solver:
 
     def _shared_polynomial(self):
         """The polynomial step equations, built once per (model, scheme, h) and kept in
-        :mod:`mbs.solvers.cache` (building them for a large model is costly); each
+        :mod:`mbs.engine.cache` (building them for a large model is costly); each
         solver gets its own copy of the per-step buffers, so runs may share a model across
         threads."""
         cache = model_cache(self.model, "polynomial_systems")
@@ -463,13 +463,13 @@ class Solver:
                                       self._constant_gradient, self.model.has_applied_forces)
 
     def _build_polynomial(self):
-        """The scheme's equations as a :class:`~mbs.solvers.polynomial.QuadraticSystem`."""
+        """The scheme's equations as a :class:`~mbs.backends.polynomial.QuadraticSystem`."""
         return self._equations(self._polynomial_layout).build(dense=self._dense_polynomial())
 
     def _equations(self, layout, shifted: bool = False) -> EquationLayout:
         """The scheme's step equations, written once: ``layout(data, unknowns)`` returns an
         empty builder over those blocks (tensor form or model evaluation, see
-        :mod:`mbs.solvers.equations`); the scheme declares its residual blocks and adds its
+        :mod:`mbs.engine.equations`); the scheme declares its residual blocks and adds its
         terms, and returns the builder. ``shifted`` asks for the shifted unknowns of a
         scheme that has them (see :meth:`QuadraticSystemBuilder.build`). Schemes with an
         implicit step written this way implement it."""

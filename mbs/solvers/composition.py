@@ -226,7 +226,7 @@ class Composition(Solver):
         kernel (see :meth:`Solver.run_compiled`): the same sub-steps, with the same warm
         starts, as :meth:`step` takes one kernel call at a time. A step that fails is left
         to :meth:`step`, with every sub-step's warm start as before it."""
-        from mbs.solvers.compiled import run_composed
+        from mbs.backends.compiled import run_composed
 
         runs = [solver._compiled for solver in self.substeps]
         warm = [solver._warm for solver in self.substeps]

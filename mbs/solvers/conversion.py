@@ -26,11 +26,11 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import lapack
 
+from mbs.engine.defects import extrapolation_coefficients
+from mbs.engine.newton import NewtonConvergenceError, NewtonState
 from mbs.errors import ModelError
 from mbs.model import Model
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
-from mbs.solvers.defects import extrapolation_coefficients
-from mbs.solvers.newton import NewtonConvergenceError, NewtonState
 
 _getrf = lapack.dgetrf
 _getrs = lapack.dgetrs
@@ -147,7 +147,7 @@ class VariationalConversion(Solver):
         iteration caps are max(50, ``max_iterations``) with J0 and max(30,
         ``max_iterations``) with finite differences.
         A step that does not converge raises
-        :class:`~mbs.solvers.newton.NewtonConvergenceError`, so that :func:`mbs.simulate`
+        :class:`~mbs.engine.newton.NewtonConvergenceError`, so that :func:`mbs.simulate`
         refines it.
 
     Attributes

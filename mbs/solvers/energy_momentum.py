@@ -39,7 +39,7 @@ class EnergyMomentum(Solver):
     (84e) between the step ends, which holds exactly for quadratic constraints).
 
     The equations are written once (:meth:`_equations`) and evaluated in tensor form or
-    through the model (:mod:`mbs.solvers.equations`). Newton's Jacobian follows from them; it
+    through the model (:mod:`mbs.engine.equations`). Newton's Jacobian follows from them; it
     is exact when every potential term is a polynomial of degree <= 2 in its invariants
     (gravity, quartic springs); for other potentials the derivative of the discrete gradient
     is taken as 1/2 Hess V(q_mid), which differs by O(|q1 - q0|): Newton then converges

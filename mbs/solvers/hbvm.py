@@ -40,11 +40,11 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.polynomial import legendre
 
+from mbs.engine.equations import weighted_sum
+from mbs.engine.newton import NewtonConvergenceError, NewtonOptions, solve_linear
 from mbs.errors import ModelError
 from mbs.model import Model
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
-from mbs.solvers.equations import weighted_sum
-from mbs.solvers.newton import NewtonConvergenceError, NewtonOptions, solve_linear
 
 _TINY = 1e-300
 #: Multiplier systems up to this size are solved with numpy.linalg.solve.

@@ -14,7 +14,7 @@ Lambda (s, m) stage multipliers::
     p_{k+1} = p_k + h sum_j b_j F_j,   G(q_{k+1}) M^-1 p_{k+1} = 0
 
 The method is data (:class:`LobattoTableau`); the step equations are written once as terms
-(:mod:`mbs.solvers.equations`), so they run in tensor form on models with quadratic
+(:mod:`mbs.engine.equations`), so they run in tensor form on models with quadratic
 constraints and through the model's evaluators on any other, with the shared Newton engine.
 With s = 2 it is RATTLE.
 """
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbs.engine.equations import weighted_sum
+from mbs.engine.newton import NewtonOptions
 from mbs.errors import ModelError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
-from mbs.solvers.equations import weighted_sum
-from mbs.solvers.newton import NewtonOptions
 
 
 def _stage_newton_options() -> NewtonOptions:
@@ -139,13 +139,13 @@ class Lobatto(Solver):
     the first step from M^-1 p_k. That guess is corrected by the defects of past steps: with
     ``predictor_correction="auto"`` by their linear prediction with coefficients fitted per
     block (stage velocities, p1, multipliers; order ``prediction_order``, see
-    :func:`~mbs.solvers.defects.fitted_prediction`) once 2 ``prediction_order`` defects are
+    :func:`~mbs.engine.defects.fitted_prediction`) once 2 ``prediction_order`` defects are
     known, which follows a fast spin where a polynomial cannot (the first Newton increment
     then tends to fall below the 1e-3 up to which the factorisation is kept, saving an
     iteration and a factorisation per step);
     an integer ``predictor_correction`` keeps the polynomial extrapolation of that degree. On
     the compiled backend whole steps run in the kernel when the potential is linear in q
-    and there are no applied forces (:mod:`~mbs.solvers.compiled_stages`). The solution's
+    and there are no applied forces (:mod:`~mbs.backends.compiled_stages`). The solution's
     ``multipliers`` are the first stage's Lambda_1 and its ``velocity_multipliers`` the last
     stage's Lambda_s (lambda and mu of RATTLE for s = 2).
     """
@@ -265,7 +265,7 @@ class Lobatto(Solver):
 
     @property
     def _runs_in_kernel(self) -> bool:
-        """Whether whole steps run in the compiled kernel (:mod:`~mbs.solvers.compiled_stages`):
+        """Whether whole steps run in the compiled kernel (:mod:`~mbs.backends.compiled_stages`):
         on the compiled backend, with a potential linear in q and no applied forces."""
         return (self._compiled is not None and self._compiled.runs_stage_steps
                 and self._acceleration is not None)

@@ -1,19 +1,19 @@
 """A scheme's step equations as tables for the batched ensemble kernel.
 
 The step equations of every scheme whose unknowns are (q^{n+1}, p^{n+1}, lambda, gamma) are
-written once, as terms (:mod:`mbs.solvers.equations`); with quadratic constraints and a
+written once, as terms (:mod:`mbs.engine.equations`); with quadratic constraints and a
 potential linear in q the tensor form folds them into a polynomial of degree 2 in
-``w = (q^n, p^n, x)`` (:class:`mbs.solvers.polynomial.QuadraticSystemBuilder`). This module
-turns that polynomial into the tables :func:`mbs.ensemble_numba.run_lanes` evaluates for many
-members at once, with ``w`` extended by a constant 1:
+``w = (q^n, p^n, x)`` (:class:`mbs.backends.polynomial.QuadraticSystemBuilder`). This module
+turns that polynomial into the tables :func:`mbs.backends.ensemble_numba.run_lanes`
+evaluates for many members at once, with ``w`` extended by a constant 1:
 
 * every residual row as a constant plus monomials ``c w_a w_b``;
 * the constraint rows the single runs re-evaluate from the factored form of the constraint
-  table (differences before products, :func:`mbs.solvers.factored_rows.factored_override`)
+  table (differences before products, :func:`mbs.backends.factored_rows.factored_override`)
   as products of affine 3-vectors of ``w``;
 * every stored entry of the Newton matrix, which is affine in ``w``, as a constant plus
   monomials ``c w_a``;
-* the explicit predictor of the single runs (:func:`mbs.solvers.guess.build_map`) as
+* the explicit predictor of the single runs (:func:`mbs.engine.guess.build_map`) as
   monomials of ``(q^n, p^n, lambda^n, gamma^n, 1)``;
 * a static pivot order and the operation lists of sparse LU without row exchanges in that
   order: the identity block of the Newton matrix first (p^{n+1} eliminated exactly, as the
@@ -33,11 +33,11 @@ from collections import namedtuple
 import numpy as np
 import scipy.sparse as sp
 
-from mbs.solvers.factored_rows import factored_override
-from mbs.solvers.guess import build_map
+from mbs.backends.factored_rows import factored_override
+from mbs.engine.guess import build_map
 
 #: The tables of one (model, scheme, h); see :func:`lane_plan` and
-#: :func:`mbs.ensemble_numba.run_lanes`.
+#: :func:`mbs.backends.ensemble_numba.run_lanes`.
 LanePlan = namedtuple("LanePlan", (
     "n_w",                                               # size of w (its 1 is row n_w)
     "residual",         # (const, ptr, coef, var) per residual row
@@ -79,7 +79,7 @@ def _monomial_rows(rows: np.ndarray, first: np.ndarray, second: np.ndarray,
 
 def _elimination(pattern: np.ndarray, trailing: int) -> tuple:
     """Fill of elimination without row exchanges for the (size, size) boolean ``pattern``
-    (diagonal included) and the operation lists of :func:`mbs.ensemble_numba.
+    (diagonal included) and the operation lists of :func:`mbs.backends.ensemble_numba.
     _lanes_sparse_lu` and of the substitutions, in two phases: phase 1 eliminates the
     pivots before ``trailing`` from every row, phase 2 the trailing pivots from the trailing
     rows; between them the trailing rows hold the Schur complement of the leading block,
@@ -191,7 +191,7 @@ def _overrides(builder, n_w: int) -> tuple:
 def _smallest_pivot_ratio(matrix: np.ndarray, exact: int) -> float:
     """The smallest |pivot| / max |entry below it| of elimination without row exchanges,
     over the pivots after the first ``exact`` (the test of
-    :func:`mbs.ensemble_numba._lanes_sparse_lu`)."""
+    :func:`mbs.backends.ensemble_numba._lanes_sparse_lu`)."""
     a = matrix.astype(float)
     worst = np.inf
     for c in range(a.shape[0]):

@@ -37,10 +37,10 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import lapack
 
-from mbs.quadratic import QuadraticTable
-from mbs.solvers.equations import EquationLayout, Linear
-from mbs.solvers.factored_rows import csr_matvec, factored_override
-from mbs.solvers.newton import (
+from mbs.backends.factored_rows import csr_matvec, factored_override
+from mbs.backends.polynomial_sparse import SparseQuadraticSystem
+from mbs.engine.equations import EquationLayout, Linear
+from mbs.engine.newton import (
     NewtonConvergenceError,
     NewtonOptions,
     _getrs,
@@ -48,7 +48,7 @@ from mbs.solvers.newton import (
     natural_size,
     residual_at_roundoff,
 )
-from mbs.solvers.polynomial_sparse import SparseQuadraticSystem
+from mbs.quadratic import QuadraticTable
 
 _gesv = lapack.dgesv
 
@@ -97,7 +97,7 @@ class QuadraticSystemBuilder(EquationLayout):
     constant_force : array or None
         grad V when the potential is linear in q (then potential terms are constants);
         None when it is not (potential terms are then evaluated with the model, see
-        :class:`~mbs.solvers.equations.PotentialTerms`).
+        :class:`~mbs.engine.equations.PotentialTerms`).
     applied_forces : bool
         Whether the model has loads, dampers or actuators (evaluated with the model too).
 
@@ -105,7 +105,7 @@ class QuadraticSystemBuilder(EquationLayout):
     -----
     Residual blocks are declared with :meth:`equation` in order; terms are added to a block
     by name, with the methods every scheme writes its equations with (see
-    :mod:`mbs.solvers.equations`). All polynomial terms are exact: their coefficients are
+    :mod:`mbs.engine.equations`). All polynomial terms are exact: their coefficients are
     products of table coefficients, scheme constants and the entries of the linear maps.
     """
 
@@ -317,7 +317,7 @@ class QuadraticMap:
 class QuadraticSystem:
     """Evaluates a residual built by :class:`QuadraticSystemBuilder` and its Jacobian.
 
-    ``potential_terms`` (:class:`~mbs.solvers.equations.PotentialTerms` or None) are the
+    ``potential_terms`` (:class:`~mbs.engine.equations.PotentialTerms` or None) are the
     non-polynomial potential terms of the definition; bound to a step they are the
     ``extra`` of :meth:`start`.
 
@@ -452,7 +452,7 @@ class QuadraticSystem:
 
     def evaluate(self, x: np.ndarray, jacobian: bool = True, first_row: int = 0):
         """(R(x), dR/dx) at the current step data; the Jacobian is None when not asked.
-        ``first_row`` is accepted for the interface of :class:`~mbs.solvers.equations.
+        ``first_row`` is accepted for the interface of :class:`~mbs.engine.equations.
         ModelSystem`; every row is evaluated."""
         buffer = np.empty((self.n_unknowns, self.n_equations))
         inner = x if self._shift_step is None else x + self._shift_step
@@ -470,7 +470,7 @@ class QuadraticSystem:
         return residual, jac
 
     def _at_roundoff(self, x: np.ndarray, blocks: tuple, floors: np.ndarray) -> bool:
-        """:func:`~mbs.solvers.newton.residual_at_roundoff` at ``x`` (the stall test of
+        """:func:`~mbs.engine.newton.residual_at_roundoff` at ``x`` (the stall test of
         ``NewtonOptions.stall_level``)."""
         starts, _, lead = blocks
         residual, jacobian = self.evaluate(x)
@@ -482,7 +482,7 @@ class QuadraticSystem:
         """Newton's method on R(x) = 0 at the current step data. Dense systems only.
 
         Same stopping rules, errors and factorisation reuse as
-        :func:`mbs.solvers.newton.newton` (relative increments per block, stagnation, the
+        :func:`mbs.engine.newton.newton` (relative increments per block, stagnation, the
         round-off test of stalled iterations, ``refactor_above``), with the evaluation inlined
         into preallocated buffers and LAPACK getrf/getrs applied to the transposed buffer
         (Fortran order, so nothing is copied).
@@ -492,7 +492,7 @@ class QuadraticSystem:
         x0 : array
             Starting iterate (overwritten).
         blocks : (starts, sizes, lead)
-            Convergence blocks as in :func:`mbs.solvers.newton._segments`: ``x[lead]`` split at
+            Convergence blocks as in :func:`mbs.engine.newton._segments`: ``x[lead]`` split at
             ``starts`` into blocks of ``sizes``.
         floors : array
             The relative increment of block b is max|dx_b| / max(floor_b, max|x_b|).

@@ -1,8 +1,8 @@
 """The sparse (pattern-based) form of the polynomial step equations, for large models.
 
-See :mod:`mbs.solvers.polynomial` for the polynomial form of the step equations; this module
+See :mod:`mbs.backends.polynomial` for the polynomial form of the step equations; this module
 holds :class:`SparseQuadraticSystem`, which keeps the Jacobian on its fixed sparsity pattern
-(chains of hundreds or thousands of bodies) and is driven by :func:`mbs.solvers.newton.newton`.
+(chains of hundreds or thousands of bodies) and is driven by :func:`mbs.engine.newton.newton`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
+from mbs.backends.factored_rows import csr_matvec, factored_override
+from mbs.engine import newton as _newton
 from mbs.quadratic import QuadraticTable
-from mbs.solvers import newton as _newton
-from mbs.solvers.factored_rows import csr_matvec, factored_override
 
 
 def _evaluate_kernel(x, tensor_indptr, tensor_indices, tensor_values, linear_step, indptr,
@@ -64,7 +64,7 @@ _EVALUATE: dict = {}
 
 def _evaluate_compiled() -> dict | None:
     """:func:`_evaluate_kernel` and :func:`_factored_rows_kernel` compiled by numba (once,
-    cached on disk), or None without numba (or with :data:`mbs.solvers.newton.USE_NUMBA`
+    cached on disk), or None without numba (or with :data:`mbs.engine.newton.USE_NUMBA`
     off)."""
     if _newton._kernels() is None:
         return None

@@ -84,7 +84,7 @@ class DefectHistory:
         Degree of the extrapolating polynomial (None: no history is kept).
     lag : int
         Every L-th defect is used (L = 2 for schemes whose multipliers alternate from step to
-        step, see :class:`~mbs.solvers.guess.WarmStart`).
+        step, see :class:`~mbs.engine.guess.WarmStart`).
     fit_order : int, optional
         Once 2 r defects are known (r = ``fit_order``, lag 1), predict by
         :func:`fitted_prediction` over the ``fit_blocks`` of the defect vector instead of

@@ -3,7 +3,7 @@
 Importing this module raises ImportError when numba is missing; :mod:`mbs.ensemble` then runs
 the members one by one through :func:`mbs.simulate`. :func:`run_lanes` computes a whole run
 of many members in one call, members in SIMD lanes, from the tables of a scheme's step
-equations (:func:`mbs.ensemble_plan.lane_plan`): the kernels know no scheme; the residual,
+equations (:func:`mbs.backends.ensemble_plan.lane_plan`): the kernels know no scheme; the residual,
 the Newton matrix and the predictor are sums of monomials of each member's variables.
 """
 
@@ -12,7 +12,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from mbs.ensemble_rows import (
+from mbs.backends.compiled import (  # the pivoted per-member fallback
+    _lu_factor,
+    _lu_solve,
+)
+from mbs.backends.ensemble_rows import (
     LANES,
     _v_abs_max,
     _v_add_cmul,
@@ -32,10 +36,6 @@ from mbs.ensemble_rows import (
     _v_sub_mul2_run,
     _v_sub_mul_run,
 )
-from mbs.solvers.compiled import (  # the pivoted per-member fallback
-    _lu_factor,
-    _lu_solve,
-)
 
 #: Member status codes of :func:`run_lanes`.
 CONVERGED, SINGULAR, NOT_FINITE, NOT_CONVERGED = 0, 1, 2, 3
@@ -44,10 +44,10 @@ CONVERGED, SINGULAR, NOT_FINITE, NOT_CONVERGED = 0, 1, 2, 3
 # -- members in SIMD lanes ---------------------------------------------------------------------
 # The kernels below hold LANES members per array, member-innermost ((n, LANES), (nnz,
 # LANES)): every arithmetic operation acts on a row of LANES values, one per member, as
-# vector instructions (mbs.ensemble_rows) that reassociate nothing (each lane computes
+# vector instructions (mbs.backends.ensemble_rows) that reassociate nothing (each lane computes
 # exactly the sequence of operations of a scalar run, so no fastmath is needed). The Newton
 # matrix is stored, assembled, factorised and solved entry by entry with the structure found
-# once per model, scheme and step size (:func:`mbs.ensemble_plan.lane_plan`).
+# once per model, scheme and step size (:func:`mbs.backends.ensemble_plan.lane_plan`).
 
 #: Default of ``pivot_threshold`` (:func:`run_lanes`): a static pivot is accepted when it is
 #: at least this fraction of the largest entry below it in its column (threshold pivoting:
@@ -70,7 +70,7 @@ def _lanes_csr(ptr, idx, val, x, out):
 
 # -- sparse Newton matrices --------------------------------------------------------------------
 # The Newton matrix has a fixed structure per model, scheme and step size:
-# :func:`mbs.ensemble_plan.lane_plan` expands every entry once into monomials of the lane
+# :func:`mbs.backends.ensemble_plan.lane_plan` expands every entry once into monomials of the lane
 # variables, computes the fill of elimination without row exchanges in a static pivot order
 # and lists the operations. The matrix and its factors are stored entry by entry (nnz,
 # LANES), the fill included, in row-major order of the pivot positions.
@@ -80,7 +80,7 @@ def _lanes_csr(ptr, idx, val, x, out):
 def _lanes_sparse_lu(a, ok, ok_row, column_max, inverse, threshold, tested_from, tested_to, diag,
                      pairs, first_pair, last_pair, pair_ops, single_ops):
     """One phase of LU without row exchanges of every lane of ``a`` (nnz, LANES), in place,
-    with the tables of :func:`mbs.ensemble_plan.lane_plan` (pairs ``first_pair`` ..
+    with the tables of :func:`mbs.backends.ensemble_plan.lane_plan` (pairs ``first_pair`` ..
     ``last_pair`` - 1): for each pair (c1, c2) of L entries of a row i, the multipliers (times
     the inverse pivots) and the updates of row i from rows c1 and c2, two at a time where
     both rows have the column (the multipliers stay in registers); the inverse pivot of a
@@ -136,7 +136,7 @@ def _lanes_backward(lu, x, diag, backward_ptr, backward, first, stop):
 def _lanes_correct_guess(w, n, size, defects, defect_count, order, lag, coefficients,
                          corrected):
     """Add to the predictor's guess, the unknowns x in rows 2n .. 2n + size - 1 of ``w``, lane
-    by lane, the extrapolated defect of :meth:`mbs.solvers.guess.WarmStart.corrected` (same
+    by lane, the extrapolated defect of :meth:`mbs.engine.guess.WarmStart.corrected` (same
     terms, summed term by term) through every ``lag``-th past defect, unless it is larger
     than the predicted change of (q, p) from the data (q0, p0) in rows 0 .. 2n - 1;
     ``corrected[lane]`` says whether it was added."""
@@ -167,7 +167,7 @@ def _lanes_correct_guess(w, n, size, defects, defect_count, order, lag, coeffici
 @njit(cache=True, error_model="numpy")
 def _lanes_residual(res, uv, w, residual, overrides):
     """The step residual of every lane at the lane variables ``w`` (see
-    :func:`mbs.ensemble_plan.lane_plan`): the polynomial rows, then the factored
+    :func:`mbs.backends.ensemble_plan.lane_plan`): the polynomial rows, then the factored
     constraint rows."""
     r_const, r_ptr, r_coef, r_var = residual
     _v_assemble(res, w, r_const, r_ptr, r_coef, r_var)
@@ -474,7 +474,7 @@ def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correctio
               coefficients, plan, status, iterations, factorizations, failed_step,
               fallbacks, retries):
     """Every step of every member, ``lanes`` members per SIMD block and the blocks in
-    parallel, for the step equations in ``plan`` (:class:`mbs.ensemble_plan.LanePlan`
+    parallel, for the step equations in ``plan`` (:class:`mbs.backends.ensemble_plan.LanePlan`
     without its counts; n coordinates, unknowns (q1, p1, lambda, gamma)).
 
     Row 0 of ``q_out``, ``p_out`` (K, N + 1, n) holds the initial states; rows 1..N are
@@ -483,9 +483,9 @@ def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correctio
     zero at the start), corrected by the extrapolated defects of every ``lag``-th past step
     of the member, of degree ``correction_order`` (-1: none; see
     ``Solver.predictor_correction``; ``coefficients`` is
-    :data:`mbs.solvers.defects.COEFFICIENT_TABLE`), and runs exact Newton that keeps its
+    :data:`mbs.engine.defects.COEFFICIENT_TABLE`), and runs exact Newton that keeps its
     factors once the relative increment is below ``refactor_above`` and contracts by
-    ``contraction`` (:func:`mbs.solvers.newton.newton`; ``limits`` = (tolerance,
+    ``contraction`` (:func:`mbs.engine.newton.newton`; ``limits`` = (tolerance,
     max_iterations, contraction, refactor_above, stagnation_level)). The increments of q and
     p are relative to max(|q0|, length scale) and max(|p0|, p floor) (``scales``) or the
     iterate, whichever is larger. A failing member stops: ``status[k]`` (codes above),

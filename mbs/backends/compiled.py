@@ -1,21 +1,21 @@
 """Optional compiled backend: Newton solves of many polynomial steps in one numba call.
 
-The :class:`~mbs.solvers.polynomial.QuadraticSystem` of a scheme is plain arrays, so its steps
+The :class:`~mbs.backends.polynomial.QuadraticSystem` of a scheme is plain arrays, so its steps
 can run in compiled code with no Python in the loop (:func:`_run_steps`, blocks of steps):
 
 * the predictor (seed 003's simple or advanced guess, or the explicit momentum-balance guess of
-  :meth:`mbs.solvers.guess.ExplicitPredictor.state`);
+  :meth:`mbs.engine.guess.ExplicitPredictor.state`);
 * the step data folded into the equations, then per Newton iteration the residual and the
   Jacobian on its fixed sparsity pattern (one CSR tensor product), the constraint rows from the
   factored form;
 * the Newton matrix, kept as its values on the fixed pattern, condensed on its alpha I
-  momentum block (as :class:`mbs.solvers.newton.Factorization` does for sparse models) with
+  momentum block (as :class:`mbs.engine.newton.Factorization` does for sparse models) with
   only the structural products (a pattern split made once, :func:`_condensation_plan`), and
   factorised by a small dense LU with partial pivoting that skips zero multipliers, reused
   while the increments are below ``refactor_above`` or, with simplified Newton (above 48
   coordinates), from step to step while it contracts; when the factors fill little of the
   matrix the triangular solves visit only their nonzeros (:func:`_compress_lu`); stopping
-  rules as in :func:`mbs.solvers.newton.newton`.
+  rules as in :func:`mbs.engine.newton.newton`.
 
 Terms the tensor form does not hold (potentials that are not linear in q, applied forces:
 Python code) are evaluated between iterations: the Newton loop pauses after each iteration
@@ -40,8 +40,8 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from mbs.solvers.defects import COEFFICIENT_TABLE
-from mbs.solvers.newton import estimated_error as _estimated_error_python
+from mbs.engine.defects import COEFFICIENT_TABLE
+from mbs.engine.newton import estimated_error as _estimated_error_python
 
 try:  # optional dependency: pip install "mbs[fast]"
     import numba
@@ -65,7 +65,7 @@ CONVERGED, RESIDUAL_NOT_FINITE, SINGULAR, INCREMENT_NOT_FINITE, NOT_CONVERGED, P
 
 _compile_seconds: float | None = None
 
-#: :func:`mbs.solvers.newton.estimated_error`, compiled for the kernels
+#: :func:`mbs.engine.newton.estimated_error`, compiled for the kernels
 _estimated_error = _jit(_estimated_error_python)
 
 
@@ -94,7 +94,7 @@ Condensation = namedtuple("Condensation", (
 #: dense solves (vectorised) are faster.
 SPARSE_FACTORS_FILL = 0.15
 SPARSE_FACTORS_ABOVE = 150
-#: The stopping rules of :class:`mbs.solvers.newton.NewtonOptions` as kernel arguments, and
+#: The stopping rules of :class:`mbs.engine.newton.NewtonOptions` as kernel arguments, and
 #: whether the factorisation is kept across steps (simplified Newton).
 NewtonLimits = namedtuple("NewtonLimits", (
     "tolerance", "stagnation", "estimate_level", "contraction", "refactor_above",
@@ -102,7 +102,7 @@ NewtonLimits = namedtuple("NewtonLimits", (
 
 
 def newton_limits(options, simplified: bool) -> NewtonLimits:
-    """The kernel's :class:`NewtonLimits` of a :class:`~mbs.solvers.newton.NewtonOptions`
+    """The kernel's :class:`NewtonLimits` of a :class:`~mbs.engine.newton.NewtonOptions`
     and the run's choice of simplified Newton."""
     return NewtonLimits(float(options.tolerance), float(options.stagnation_level),
                         float(options.estimate_level), float(options.contraction),
@@ -259,7 +259,7 @@ def _lu_solve_compressed(a, pivots, factors, b):
 def _condense(values, condensation, schur):
     """Schur complement S = J_oo - J_ob J_ao / alpha of the Newton matrix J on its block
     J_ab = alpha I (a: block rows, b: block columns, o: the others), see
-    :class:`mbs.solvers.newton.Factorization`, from the values of J on its fixed sparsity
+    :class:`mbs.engine.newton.Factorization`, from the values of J on its fixed sparsity
     pattern (``values[p]`` = J at pattern entry p).
 
     The pattern is split once (:class:`CompiledSystem`): ``direct_*`` are the entries of J_oo
@@ -364,7 +364,7 @@ def _residual(x, c_step, l_step, quadratic, jac_values, factored, uv_step, resid
 def _newton_step(data, x, equations, segments, limits, condensation, constraint_row, work,
                  residual_out, shift_step):
     """Newton on R(x) = c + L x + 1/2 D(x) x = 0 at step data ``data`` (see polynomial.py),
-    with the stopping rules and factorisation reuse of :func:`mbs.solvers.newton.newton`.
+    with the stopping rules and factorisation reuse of :func:`mbs.engine.newton.newton`.
 
     ``x`` holds the initial guess and is overwritten with the solution, both in the system's
     unknowns x + ``shift_step`` (zero unless the system is shifted, see
@@ -383,7 +383,7 @@ def _newton_step(data, x, equations, segments, limits, condensation, constraint_
     evaluates those terms at the new iterate; R then is the tensor form plus the extra
     terms. With ``limits.simplified`` the factorisation (flag ``state[4]``) is kept from
     step to step and renewed only when an increment is larger than ``contraction`` times
-    the previous one, as :func:`mbs.solvers.newton.newton` does.
+    the previous one, as :func:`mbs.engine.newton.newton` does.
 
     The argument groups: ``equations`` is :attr:`CompiledSystem.equations`; ``segments`` =
     (first index, stop index, floor) of each convergence block; ``limits`` is
@@ -533,7 +533,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     with G from the table's Jacobian map (data = map q + offset at (jac_rows, jac_cols));
     lambda and gamma are those of the previous step (``lag`` 1) or of the one before (2, for
     multipliers that alternate); gamma starts from zero unless ``warm_gamma``; its terms of
-    :class:`~mbs.solvers.guess.ExplicitPredictor` are weighted by ``gamma_weight`` (1 or
+    :class:`~mbs.engine.guess.ExplicitPredictor` are weighted by ``gamma_weight`` (1 or
     0). The scheme velocity is V_d (q, p) + V_x x with the CSR arrays (indptr, indices, data)
     of V_d and V_x in ``velocity_from_data`` and ``velocity_from_unknowns``. With the explicit
     guess and
@@ -542,7 +542,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     ``Solver.predictor_correction``). With ``shifted`` the system's unknowns are x + S d,
     S the CSR ``shift_map``. The defects of the next ``startup_defects`` steps are not kept
     (see ``WarmStart.startup_defects``). ``coefficients`` is
-    :data:`mbs.solvers.defects.COEFFICIENT_TABLE` (read per step: recomputing the binomials
+    :data:`mbs.engine.defects.COEFFICIENT_TABLE` (read per step: recomputing the binomials
     costs integer divisions at every step). Returns (steps
     done, code of the failed step or CONVERGED, its residual norm, increment, iterations, LU
     factorisations, defect count, startup defects left). ``equations``, ``limits`` and
@@ -730,7 +730,7 @@ def _unroll_defects(defects, oldest):
 
 @_jit
 def _keep_defect(correcting, startup_defects, defects, defect_count, oldest, x, guess):
-    """:meth:`mbs.solvers.guess.WarmStart.remember` on the kernels' ring ``defects`` (logical
+    """:meth:`mbs.engine.guess.WarmStart.remember` on the kernels' ring ``defects`` (logical
     row 0, the oldest, at ring row ``oldest``): skip while ``startup_defects`` remain, else
     keep x - guess, overwriting the oldest when full; a step from another guess (not
     ``correcting``) starts the history afresh. Returns (count, oldest, startup defects)."""
@@ -753,9 +753,9 @@ def _keep_defect(correcting, startup_defects, defects, defect_count, oldest, x, 
 @_jit
 def _correct_guess(x, data, defects, defect_count, oldest, order, lag, correction,
                    coefficients):
-    """x += the extrapolated defect of :meth:`mbs.solvers.guess.WarmStart.corrected`
+    """x += the extrapolated defect of :meth:`mbs.engine.guess.WarmStart.corrected`
     (same terms, summed term by term), unless it is larger than the predicted change of (q, p).
-    ``coefficients`` is :data:`mbs.solvers.defects.COEFFICIENT_TABLE`."""
+    ``coefficients`` is :data:`mbs.engine.defects.COEFFICIENT_TABLE`."""
     usable = min(order + 1, defect_count // lag)
     if usable == 0:
         return
@@ -896,7 +896,7 @@ def _condensation_plan(pattern_row: np.ndarray, pattern_col: np.ndarray, size: i
 
 def _merged_overrides(overrides: list, n_x: int, n_d: int) -> tuple:
     """The factored constraint rows of a system (one block per constraint equation of the
-    scheme, see :func:`mbs.solvers.factored_rows.factored_override`) as one set for
+    scheme, see :func:`mbs.backends.factored_rows.factored_override`) as one set for
     :func:`_residual`: (rows, U x-map as CSR arrays, U d-map, constants of the 3-vectors, row
     and scale of every term, explicit constants), all u vectors before all v vectors."""
     rows, term_rows, term_scales, constants = [], [], [], []
@@ -1053,7 +1053,7 @@ class CompiledSystem:
         iterations, residual norm, increment, factorisations).
 
         ``extra(x, jacobian) -> (r, J)`` adds terms evaluated in Python (the bound
-        :class:`~mbs.solvers.equations.PotentialTerms` of the step, J dense and zero outside
+        :class:`~mbs.engine.equations.PotentialTerms` of the step, J dense and zero outside
         the ``extra_pattern``): the kernel then pauses after each iteration for them, with
         the same iteration, stopping rules and factorisation reuse."""
         shift_step = work[-1]

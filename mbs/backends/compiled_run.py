@@ -1,8 +1,8 @@
-"""The compiled backend bound to one solver run (see :mod:`mbs.solvers.compiled`).
+"""The compiled backend bound to one solver run (see :mod:`mbs.backends.compiled`).
 
 :class:`CompiledRun` builds (or takes from the model's cache) the
-:class:`~mbs.solvers.compiled.CompiledSystem` of a scheme's tensor form and runs blocks of
-steps in it with the run's warm start (:class:`~mbs.solvers.guess.WarmStart`), which it reads
+:class:`~mbs.backends.compiled.CompiledSystem` of a scheme's tensor form and runs blocks of
+steps in it with the run's warm start (:class:`~mbs.engine.guess.WarmStart`), which it reads
 before and updates after every call, so that a run may alternate between compiled blocks and
 single steps (refinement, streaming) and still repeat itself bitwise on resume.
 """
@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
+from mbs.engine.cache import model_cache
+from mbs.engine.newton import NewtonConvergenceError
 from mbs.model import DENSE_LIMIT
-from mbs.solvers.cache import model_cache
-from mbs.solvers.newton import NewtonConvergenceError
 
 if TYPE_CHECKING:
-    from mbs.solvers.compiled import CompiledSystem
+    from mbs.backends.compiled import CompiledSystem
 
 
 def _compiled():
-    """:mod:`mbs.solvers.compiled`, imported on first use (it imports numba, which takes
+    """:mod:`mbs.backends.compiled`, imported on first use (it imports numba, which takes
     longer to import than the rest of mbs)."""
-    from mbs.solvers import compiled
+    from mbs.backends import compiled
 
     return compiled
 
@@ -85,7 +85,7 @@ class CompiledRun:
     @property
     def runs_stage_steps(self) -> bool:
         """Whether whole steps of a stage scheme may run in the kernel
-        (:mod:`mbs.solvers.compiled_stages`): no terms evaluated in Python, unknowns not
+        (:mod:`mbs.backends.compiled_stages`): no terms evaluated in Python, unknowns not
         shifted."""
         return (not self.solver._state_unknowns
                 and self.solver._polynomial.potential_terms is None
@@ -95,10 +95,10 @@ class CompiledRun:
                    iterations, first: int, count: int, scheme: tuple, residual_from: int
                    ) -> tuple:
         """Steps ``first`` .. ``first + count - 1`` of a stage scheme in the kernel
-        (:func:`mbs.solvers.compiled_stages.run_stage_steps` with ``scheme``, its arrays
+        (:func:`mbs.backends.compiled_stages.run_stage_steps` with ``scheme``, its arrays
         updated in place) with the run's warm start. Returns (steps done, code, residual norm,
         increment, iterations, factorisations) as :meth:`run`."""
-        from mbs.solvers.compiled_stages import run_stage_steps
+        from mbs.backends.compiled_stages import run_stage_steps
 
         solver, warm = self.solver, self.solver._warm
         if self._work is None:
@@ -162,7 +162,7 @@ class CompiledRun:
             solver._warm.lag, -1 if order is None else order)
 
     def limits(self):
-        """The kernel's :class:`~mbs.solvers.compiled.NewtonLimits` of this run."""
+        """The kernel's :class:`~mbs.backends.compiled.NewtonLimits` of this run."""
         return _compiled().newton_limits(self.solver.newton, self.solver.uses_simplified_newton)
 
     def defect_rows(self, width: int | None = None) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Constraint rows re-evaluated from their factored form, shared by the dense and sparse
-polynomial step systems (:mod:`mbs.solvers.polynomial`, :mod:`mbs.solvers.polynomial_sparse`).
+polynomial step systems (:mod:`mbs.backends.polynomial`, :mod:`mbs.backends.polynomial_sparse`).
 
 Expanding a product (x_b - x_a) . u into monomials cancels digits when the factors nearly
 cancel; those rows are evaluated from the factors instead.

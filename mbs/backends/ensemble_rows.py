@@ -1,4 +1,4 @@
-"""Whole-row vector operations of the ensemble kernels (:mod:`mbs.ensemble_numba`).
+"""Whole-row vector operations of the ensemble kernels (:mod:`mbs.backends.ensemble_numba`).
 
 numba intrinsics that act on rows of LANES float64 values, one value per ensemble member,
 emitted as LLVM operations on ``<LANES x double>`` vectors. Plain IEEE operations in the order
@@ -23,16 +23,15 @@ LANES = 16
 
 
 # -- whole-row vector operations ---------------------------------------------------------------
-# The kernels of mbs.ensemble_numba work on rows of LANES values, one row per vector or matrix entry
-# (``d[t] -= x[i] * y[j]``). Written as loops over the lanes, each such operation pays the
-# loop vectoriser's set-up (trip count and alias checks) and the index wraparound, more than
-# its arithmetic. The intrinsics below emit each row
-# operation as LLVM operations on <LANES x double> values, which LLVM splits into the
-# machine's vector registers (4 AVX2 registers for 16 lanes): plain IEEE mul, add, sub, div,
-# compares and selects without fast-math flags, each lane rounding exactly as the scalar
-# expression written in the comment (same operations, same order). Their arrays must be
-# C-contiguous float64 (rows, LANES) (the typing rejects others); row indices are not
-# checked (nor are they in numba's own indexing).
+# The kernels of mbs.backends.ensemble_numba work on rows of LANES values, one row per vector or
+# matrix entry (``d[t] -= x[i] * y[j]``). Written as loops over the lanes, each such operation
+# pays the loop vectoriser's set-up (trip count and alias checks) and the index wraparound, more
+# than its arithmetic. The intrinsics below emit each row operation as LLVM operations on <LANES x
+# double> values, which LLVM splits into the machine's vector registers (4 AVX2 registers for 16
+# lanes): plain IEEE mul, add, sub, div, compares and selects without fast-math flags, each lane
+# rounding exactly as the scalar expression written in the comment (same operations, same order).
+# Their arrays must be C-contiguous float64 (rows, LANES) (the typing rejects others); row indices
+# are not checked (nor are they in numba's own indexing).
 
 
 def _rows_array(ty):

@@ -1,4 +1,4 @@
-"""Whole steps of the stage schemes in the compiled kernel (see :mod:`mbs.solvers.compiled`).
+"""Whole steps of the stage schemes in the compiled kernel (see :mod:`mbs.backends.compiled`).
 
 A step of constrained Lobatto IIIA-IIIB (:class:`~mbs.solvers.lobatto.Lobatto`) is, besides
 Newton on its tensor form, a guess from the previous step's stage values, a defect correction,
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbs.solvers.compiled import (
+from mbs.backends.compiled import (
     CONVERGED,
     _correct_guess,
     _jit,
@@ -24,13 +24,13 @@ from mbs.solvers.compiled import (
     _step_buffers,
     _unroll_defects,
 )
-from mbs.solvers.defects import COEFFICIENT_TABLE, FIT_RIDGE
+from mbs.engine.defects import COEFFICIENT_TABLE, FIT_RIDGE
 
 
 @_jit
 def _fitted_correction(x, defects, defect_count, oldest, order, blocks, correction, gram,
                        rhs, pivots):
-    """x += :func:`mbs.solvers.defects.fitted_prediction` of the last 2 ``order`` defects of
+    """x += :func:`mbs.engine.defects.fitted_prediction` of the last 2 ``order`` defects of
     the ring ``defects`` (logical row 0, the oldest, at ring row ``oldest``), per block
     ``blocks[b]:blocks[b + 1]``; ``gram`` (r, r), ``rhs`` (r,), ``pivots`` are scratch."""
     capacity = defects.shape[0]
@@ -105,12 +105,12 @@ def _run_stage_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out,
     ``stage_multipliers`` (s, m)), or, before the first step (``started[0]`` = 0), from
     M^-1 p at every stage and the given multipliers; p1 starts from p. With
     ``correction_order`` >= 0 the guess is corrected by the extrapolated defects (as in
-    :func:`mbs.solvers.compiled._run_steps`), or, with ``fit_order`` r > 0 and 2 r defects
+    :func:`mbs.backends.compiled._run_steps`), or, with ``fit_order`` r > 0 and 2 r defects
     known, by their fitted linear prediction over the blocks ``fit_blocks``
     (:func:`_fitted_correction`). The convergence blocks are the stage velocities,
     of size max(|M^-1 p|, h ``acceleration``), and p1, of size max(|p|,
     ``momentum_floor``). ``equations``, ``limits``, ``condensation``, ``residual_from`` and
-    ``work`` are the arguments of :func:`~mbs.solvers.compiled._newton_step`. Outputs: q1 =
+    ``work`` are the arguments of :func:`~mbs.backends.compiled._newton_step`. Outputs: q1 =
     q + h sum_i b_i V_i, p1, the last stage velocity, the first and last stage multipliers,
     the largest stage and velocity constraint rows. Returns (steps done, code of the failed
     step or CONVERGED, its residual norm, increment, iterations, LU factorisations, defect

@@ -7,7 +7,7 @@ Jacobian products ``G(u) v`` and ``G(u)^T mu``, their discrete counterpart ``D^G
 constraint Hessian products, potential gradients and discrete gradients. A scheme writes these
 terms once, against the methods shared by two builders:
 
-* :class:`mbs.solvers.polynomial.QuadraticSystemBuilder` folds them into sparse tensors when
+* :class:`mbs.backends.polynomial.QuadraticSystemBuilder` folds them into sparse tensors when
   every constraint is quadratic (the fast numpy path and the input of the compiled kernel);
 * :class:`ModelEquations` evaluates each term with the model's own functions, for any model
   (user constraints, non-polynomial potentials) -- the reference evaluation.
@@ -244,7 +244,7 @@ class PotentialTerms:
              time: float = 0.0) -> Callable:
         """``extra(x, jacobian) -> (r, J)`` at the step data (the ``extra`` of the tensor
         systems) and the step's start ``time``; ``shift`` is S of unknowns written as
-        x' = x + S d (see :meth:`~mbs.solvers.polynomial.QuadraticSystemBuilder.build`), the
+        x' = x + S d (see :meth:`~mbs.backends.polynomial.QuadraticSystemBuilder.build`), the
         maps being in x'. grad V and its Hessian are evaluated once per point, whatever the
         number of rows that use them. ``extra.work(x)`` is the work of the applied forces."""
         shift_step = None if shift is None else shift @ data
@@ -334,7 +334,7 @@ def _stack(parts: list, n_equations: int, n_unknowns: int, dense: bool):
 class ModelEquations(EquationLayout):
     """Builds a scheme's step equations for evaluation through the model's own functions.
 
-    Same term methods as :class:`~mbs.solvers.polynomial.QuadraticSystemBuilder`, so that a
+    Same term methods as :class:`~mbs.backends.polynomial.QuadraticSystemBuilder`, so that a
     scheme writes its equations once; works for every model (constraints and potentials of
     any form). :meth:`build` returns a :class:`ModelSystem`.
     """
@@ -404,7 +404,7 @@ class ModelEquations(EquationLayout):
 
 class ModelSystem:
     """Residual and Jacobian of a :class:`ModelEquations` definition at the step data set by
-    :meth:`start` (``evaluate`` is the ``system`` of :func:`mbs.solvers.newton.newton`).
+    :meth:`start` (``evaluate`` is the ``system`` of :func:`mbs.engine.newton.newton`).
 
     Small models keep the linear maps as dense arrays and the Jacobian dense; every model
     function is evaluated once per point and iterate, however many terms use it."""

@@ -17,7 +17,7 @@ Two parts, each owned by the solver run:
   O(h^2) in p and O(h^3) in q instead of O(h) and O(h^2); w is the weight of p^{n+1} in the
   scheme's position update (1/2 for EM, 1 - theta for the GGL theta methods). For small
   models with a potential linear in q it is one quadratic map of (q, p, lambda, gamma)
-  (:class:`~mbs.solvers.polynomial.QuadraticMap`), built once per model, scheme and h.
+  (:class:`~mbs.backends.polynomial.QuadraticMap`), built once per model, scheme and h.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from mbs.backends.polynomial import QuadraticMap, QuadraticSystemBuilder
+from mbs.engine.defects import DefectHistory
 from mbs.model import Model
-from mbs.solvers.defects import DefectHistory
-from mbs.solvers.polynomial import QuadraticMap, QuadraticSystemBuilder
 
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
 _max = np.maximum.reduce
@@ -47,7 +47,7 @@ class WarmStart:
         (EM), 2 for the GGL theta methods, whose lambda^n, gamma^n alternate from step to step.
     fit_order, fit_blocks : optional
         Linear prediction of the defects with fitted coefficients (see
-        :class:`~mbs.solvers.defects.DefectHistory`).
+        :class:`~mbs.engine.defects.DefectHistory`).
     """
 
     def __init__(self, m: int, degree: int | None, lag: int, fit_order: int | None = None,
