@@ -73,6 +73,44 @@ def test_no_import_cycles():
     assert not cycles, f"import cycles: {cycles}"
 
 
+#: The layers of the package, lowest first: a module imports only from its own layer and the
+#: layers below it (a function-level import counts; ``TYPE_CHECKING`` imports do not).
+LAYERS = {
+    "model building": ["mbs.errors", "mbs.validation", "mbs.rotations", "mbs.elements",
+                       "mbs.quadratic", "mbs.bodies", "mbs.joints", "mbs.forces"],
+    "compiled model": ["mbs.potential_group", "mbs.model"],
+    "engine": ["mbs.engine"],
+    "backends": ["mbs.backends"],
+    "methods": ["mbs.solvers"],
+}
+
+
+def layer_of(module: str) -> int | None:
+    for rank, prefixes in enumerate(LAYERS.values()):
+        if any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes):
+            return rank
+    return None
+
+
+def test_layers_import_only_downwards():
+    """Model building and the compiled model know nothing of the schemes; the engine (step
+    equations, Newton, initial guess) knows no backend and no scheme; backends know no
+    scheme."""
+    upward = [(source, target) for source, target in import_graph().edges()
+              if layer_of(source) is not None
+              and (layer_of(target) is None or layer_of(target) > layer_of(source))]
+    assert not upward, f"imports from a higher layer: {upward}"
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    """The check itself: an engine module importing a scheme is reported."""
+    engine = tmp_path / "engine.py"
+    engine.write_text("def later():\n    from mbs.solvers import base\n")
+    targets = imported_modules("mbs.engine.newton", engine, {"mbs.solvers.base"})
+    assert targets == {"mbs.solvers.base"}
+    assert layer_of("mbs.solvers.base") > layer_of("mbs.engine.newton")
+
+
 def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
     """The detector itself: a function-level import back to the importer is a cycle."""
     first = tmp_path / "first.py"

@@ -13,7 +13,8 @@ evaluates for many members at once, with ``w`` extended by a constant 1:
   as products of affine 3-vectors of ``w``;
 * every stored entry of the Newton matrix, which is affine in ``w``, as a constant plus
   monomials ``c w_a``;
-* the explicit predictor of the single runs (:func:`mbs.engine.guess.build_map`) as
+* the explicit predictor of the single runs
+  (:func:`mbs.backends.polynomial.explicit_predictor_map`) as
   monomials of ``(q^n, p^n, lambda^n, gamma^n, 1)``;
 * a static pivot order and the operation lists of sparse LU without row exchanges in that
   order: the identity block of the Newton matrix first (p^{n+1} eliminated exactly, as the
@@ -34,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.backends.factored_rows import factored_override
-from mbs.engine.guess import build_map
+from mbs.backends.polynomial import explicit_predictor_map
 
 #: The tables of one (model, scheme, h); see :func:`lane_plan` and
 #: :func:`mbs.backends.ensemble_numba.run_lanes`.
@@ -266,7 +267,7 @@ def lane_plan(solver) -> LanePlan:
     entry_row, entry_col, entry_var, entry_coef = (
         a[unknown] for a in (entry_row, entry_col, entry_var, entry_coef))
     # the explicit predictor y = c + L v + 1/2 D(v) v over v = (q, p, lam, gam), 1 at 2n + 2m
-    prediction = build_map(model, h, solver._new_momentum_weight, solver._warm_gamma,
+    prediction = explicit_predictor_map(model, h, solver._new_momentum_weight, solver._warm_gamma,
                            solver._predict_with_gamma, solver._constant_gradient)
     inputs = 2 * n + 2 * m
     lin = sp.coo_matrix(prediction.linear)

@@ -48,6 +48,7 @@ from mbs.engine.newton import (
     natural_size,
     residual_at_roundoff,
 )
+from mbs.model import Model
 from mbs.quadratic import QuadraticTable
 
 _gesv = lapack.dgesv
@@ -602,3 +603,37 @@ def _raise_failure(kind: str, residual: np.ndarray, iteration: int) -> None:
         "Newton increment is not finite", norm, np.inf, iteration,
         "singular Newton matrix: singular configuration, redundant constraints, or a too "
         "large step")
+
+
+def explicit_predictor_map(model: Model, h: float, weight: float, warm_gamma: bool,
+                           gamma_terms: bool, constant_gradient: np.ndarray) -> QuadraticMap:
+    """The "explicit" prediction as a quadratic map of (q, p, lambda, gamma): p1 = p - h F,
+    q1 = q + h M^-1 (p - w h F + G(q)^T gamma) with the force F = grad V + G(q)^T lambda +
+    H(gamma) M^-1 p (the gamma terms only with ``gamma_terms``); gamma is passed on only
+    when ``warm_gamma``. Needs a potential linear in q (``constant_gradient``) and quadratic
+    constraints. The state's update is :class:`mbs.engine.guess.WarmStart`'s "explicit"
+    mode, folded into one map."""
+    n, m = model.n, model.m
+    builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
+                                     {"q": n, "p": n, "lam": m, "gam": m}, {})
+    q, p, lam, gam = builder.variables("q", "p", "lam", "gam")
+    for name, size in (("q", n), ("p", n), ("force", n), ("correction", n), ("lam", m),
+                       ("gam", m)):
+        builder.equation(name, size)
+    builder.add_linear("q", q)
+    builder.add_linear("p", p)
+    builder.add_constant("force", constant_gradient)
+    builder.add_jacobian_transpose_product("force", q, lam)
+    if gamma_terms:
+        builder.add_hessian_product("force", q, gam, p.mapped(model.inverse_mass_matrix))
+        builder.add_jacobian_transpose_product("correction", q, gam)
+    builder.add_linear("lam", lam)
+    builder.add_linear("gam", gam)
+    inverse, identity = sp.csr_matrix(model.inverse_mass_matrix), sp.identity(n)
+    post = sp.bmat([
+        [identity, h * inverse, -weight * h * h * inverse, h * inverse, None, None],
+        [None, identity, -h * identity, None, None, None],
+        [None, None, None, None, sp.identity(m), None],
+        [None, None, None, None, None,
+         sp.identity(m) if warm_gamma else sp.csr_matrix((m, m))]])
+    return builder.build_map(post)

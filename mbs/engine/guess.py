@@ -17,17 +17,21 @@ Two parts, each owned by the solver run:
   O(h^2) in p and O(h^3) in q instead of O(h) and O(h^2); w is the weight of p^{n+1} in the
   scheme's position update (1/2 for EM, 1 - theta for the GGL theta methods). For small
   models with a potential linear in q it is one quadratic map of (q, p, lambda, gamma)
-  (:class:`~mbs.backends.polynomial.QuadraticMap`), built once per model, scheme and h.
+  (:func:`~mbs.backends.polynomial.explicit_predictor_map`), built once per model, scheme
+  and h.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import scipy.sparse as sp
+from typing import TYPE_CHECKING
 
-from mbs.backends.polynomial import QuadraticMap, QuadraticSystemBuilder
+import numpy as np
+
 from mbs.engine.defects import DefectHistory
 from mbs.model import Model
+
+if TYPE_CHECKING:
+    from mbs.backends.polynomial import QuadraticMap
 
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
 _max = np.maximum.reduce
@@ -157,7 +161,8 @@ class ExplicitPredictor:
     constant_gradient : array or None
         grad V when the potential is linear in q.
     tensor_map : QuadraticMap or None
-        The "explicit" prediction as one map of (q, p, lambda, gamma) (:func:`build_map`).
+        The "explicit" prediction as one map of (q, p, lambda, gamma)
+        (:func:`mbs.backends.polynomial.explicit_predictor_map`).
     """
 
     def __init__(self, model: Model, h: float, weight: float, warm_gamma: bool,
@@ -205,35 +210,3 @@ class ExplicitPredictor:
         return np.concatenate([*self.state(q, p, lam, gam, mode), lam,
                                gam if self.warm_gamma else np.zeros_like(gam)])
 
-
-def build_map(model: Model, h: float, weight: float, warm_gamma: bool, gamma_terms: bool,
-              constant_gradient: np.ndarray) -> QuadraticMap:
-    """The "explicit" prediction as a quadratic map of (q, p, lambda, gamma): p1 = p - h F,
-    q1 = q + h M^-1 (p - w h F + G(q)^T gamma) with the force F = grad V + G(q)^T lambda +
-    H(gamma) M^-1 p (the gamma terms only with ``gamma_terms``); gamma is passed on only
-    when ``warm_gamma``. Needs a potential linear in q (``constant_gradient``) and quadratic
-    constraints."""
-    n, m = model.n, model.m
-    builder = QuadraticSystemBuilder(model.quadratic_constraint_table,
-                                     {"q": n, "p": n, "lam": m, "gam": m}, {})
-    q, p, lam, gam = builder.variables("q", "p", "lam", "gam")
-    for name, size in (("q", n), ("p", n), ("force", n), ("correction", n), ("lam", m),
-                       ("gam", m)):
-        builder.equation(name, size)
-    builder.add_linear("q", q)
-    builder.add_linear("p", p)
-    builder.add_constant("force", constant_gradient)
-    builder.add_jacobian_transpose_product("force", q, lam)
-    if gamma_terms:
-        builder.add_hessian_product("force", q, gam, p.mapped(model.inverse_mass_matrix))
-        builder.add_jacobian_transpose_product("correction", q, gam)
-    builder.add_linear("lam", lam)
-    builder.add_linear("gam", gam)
-    inverse, identity = sp.csr_matrix(model.inverse_mass_matrix), sp.identity(n)
-    post = sp.bmat([
-        [identity, h * inverse, -weight * h * h * inverse, h * inverse, None, None],
-        [None, identity, -h * identity, None, None, None],
-        [None, None, None, None, sp.identity(m), None],
-        [None, None, None, None, None,
-         sp.identity(m) if warm_gamma else sp.csr_matrix((m, m))]])
-    return builder.build_map(post)

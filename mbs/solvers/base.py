@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mbs.backends.compiled_run import CompiledRun
-from mbs.backends.polynomial import QuadraticSystemBuilder
+from mbs.backends.polynomial import QuadraticSystemBuilder, explicit_predictor_map
 from mbs.engine.cache import model_cache
 from mbs.engine.defects import MAX_CORRECTION_DEGREE
 from mbs.engine.equations import EquationLayout, ModelEquations
-from mbs.engine.guess import ExplicitPredictor, WarmStart, build_map
+from mbs.engine.guess import ExplicitPredictor, WarmStart
 from mbs.engine.newton import (
     SIMPLIFIED_NEWTON_ABOVE,
     NewtonConvergenceError,
@@ -313,7 +313,7 @@ class Solver:
             cache = model_cache(self.model, "polynomial_systems")
             key = ("predictor", type(self).__name__, self._polynomial_key(), self.h)
             if key not in cache:
-                cache[key] = build_map(self.model, self.h, self._new_momentum_weight,
+                cache[key] = explicit_predictor_map(self.model, self.h, self._new_momentum_weight,
                                        self._warm_gamma, self._predict_with_gamma,
                                        self._constant_gradient)
             tensor_map = cache[key].for_run()
