@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mbs.model import Model
+from mbs.symmetry import conserved_axes
 
 
 @dataclass
@@ -257,28 +258,64 @@ class Solution:
                 f"max |E - E0 - W| / scale = "
                 f"{np.max(np.abs(self.energy_balance())) / scale:.3e}")
 
-    def _momentum_note(self, angular: bool) -> str:
-        """Why a momentum need not be conserved (empty when nothing obvious breaks it; the
-        angular momentum about ``about`` may still change through joints to the ground)."""
+    def _symmetry_states(self, count: int = 8) -> list[tuple[float, np.ndarray, np.ndarray]]:
+        """Up to ``count`` states (t, q, p) spread over the run, the initial one first."""
+        index = np.unique(np.linspace(0, self.t.size - 1, min(count, self.t.size))
+                          .round().astype(int))
+        return [(float(self.t[k]), self.q[k], self.p[k]) for k in index]
+
+    def _momentum_hints(self, angular: bool, about) -> list[str]:
+        """The elements that usually break a momentum: named when the invariance check
+        finds it is not conserved."""
         model = self.model
         grounded_joints = {joint.name for joint in model.joints if "ground" in joint.bodies}
-        reasons = []
-        if not angular and grounded_joints:
-            reasons.append("joints to the ground")
+        hints = []
+        if grounded_joints:
+            hints.append("joints to the ground")
         if not angular and model.gravity is not None:
-            reasons.append("gravity")
+            hints.append("gravity")
+        for force in model.forces:
+            if force.type == "CentralGravity" and not (
+                    angular and np.allclose(force.data.get("center"), about)):
+                hints.append("central gravity" + (" about another centre" if angular else ""))
+            if force.type == "UserPotential":
+                hints.append("user potentials")
         if any(force.type == "Load" for force in model.forces):
-            reasons.append("loads")
+            hints.append("loads")
         if any("ground" in force.bodies and force.type not in ("UniformGravity", "Load")
                for force in model.forces):
-            reasons.append("forces from the ground")
+            hints.append("forces from the ground")
         if any(joint in grounded_joints for joint, _ in getattr(model, "drives", {}).values()):
-            reasons.append("drives against the ground")
-        if reasons:
-            return f"  (not conserved: {', '.join(reasons)})"
-        if angular and grounded_joints:
-            return "  (conserved when the joints to the ground allow turning about this axis)"
-        return "  (conserved by this model)"
+            hints.append("drives against the ground")
+        if any(joint.type == "UserConstraint" for joint in model.joints):
+            hints.append("user constraints")
+        return list(dict.fromkeys(hints))
+
+    def _momentum_note(self, conserved: np.ndarray | None, angular: bool, about=None,
+                       axis_names: tuple[str, ...] = ("x", "y", "z")) -> str:
+        """Whether the momentum is conserved by this model (per axis where it differs), and
+        which elements usually break it where it is not. ``conserved`` comes from the
+        invariance check of :mod:`mbs.symmetry`; None (models in other coordinates): from
+        the element types alone."""
+        hints = self._momentum_hints(angular, about)
+        if conserved is None:
+            blocking = [h for h in hints if h != "joints to the ground" or not angular]
+            if blocking:
+                return f"  (not conserved: {', '.join(blocking)})"
+            if angular and "joints to the ground" in hints:
+                return ("  (conserved when the joints to the ground allow turning about this "
+                        "axis)")
+            return "  (conserved by this model)"
+        if conserved.all():
+            return "  (conserved by this model)"
+        why = (", ".join(hints) if hints
+               else "the potential, constraints or forces are not invariant")
+        if not conserved.any():
+            return f"  (not conserved: {why})"
+        preposition = "about" if angular else "along"
+        kept = ", ".join(name for name, ok in zip(axis_names, conserved) if ok)
+        lost = ", ".join(name for name, ok in zip(axis_names, conserved) if not ok)
+        return f"  (conserved {preposition} {kept}; not {preposition} {lost}: {why})"
 
     @staticmethod
     def _drift(values: np.ndarray, symbol: str) -> str:
@@ -301,13 +338,20 @@ class Solution:
         angular = self.angular_momentum(about)
         linear = self.linear_momentum()
         gravity = self.model.gravity
+        axes = None
         if gravity is not None and np.linalg.norm(gravity) > 0.0:
-            # Under uniform gravity only the component about the vertical is a first integral.
-            axis = -gravity / np.linalg.norm(gravity)
+            # Under uniform gravity only the component about the vertical can be a first
+            # integral.
+            axes = (-gravity / np.linalg.norm(gravity))[None, :]
             angular_label = "vertical angular momentum"
-            angular = (angular @ axis)[:, None]
+            angular = (angular @ axes[0])[:, None]
         else:
             angular_label = "angular momentum"
+        linear_kept = angular_kept = None
+        if isinstance(self.model, Model):
+            states = self._symmetry_states()
+            linear_kept = conserved_axes(self.model, states, "translation")
+            angular_kept = conserved_axes(self.model, states, "rotation", about, axes)
         res = self.constraint_residuals()
         props = self.solver_properties
         lines = [
@@ -317,9 +361,9 @@ class Solution:
             f"{np.mean(self.stats.get('newton_iterations', [np.nan])):.2f}",
             self._energy_line(energy, scale),
             f"{angular_label}  J0 = {np.array2string(angular[0], precision=8)}, "
-            f"{self._drift(angular, 'J')}" + self._momentum_note(angular=True),
+            f"{self._drift(angular, 'J')}" + self._momentum_note(angular_kept, True, about),
             f"linear momentum   {self._drift(linear, 'L')}"
-            + self._momentum_note(angular=False),
+            + self._momentum_note(linear_kept, False),
             f"constraints       max |g(q_n)| = {np.max(res['position']):.3e}, max |G M^-1 "
             f"p_n| = {np.max(res['velocity']):.3e}",
             f"scheme enforces   {getattr(props, 'constraints_at_step_end', '?')}: max "

@@ -78,7 +78,7 @@ def test_no_import_cycles():
 LAYERS = {
     "model building": ["mbs.errors", "mbs.validation", "mbs.rotations", "mbs.elements",
                        "mbs.quadratic", "mbs.bodies", "mbs.joints", "mbs.forces"],
-    "compiled model": ["mbs.potential_group", "mbs.model"],
+    "compiled model": ["mbs.potential_group", "mbs.model", "mbs.symmetry"],
     "engine": ["mbs.engine"],
     "backends": ["mbs.backends"],
     "methods": ["mbs.solvers"],
