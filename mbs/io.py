@@ -161,11 +161,20 @@ class LoadedSolution(Solution):
 
     source: str = ""
     _residuals: dict | None = None
+    _conserved_momenta: tuple = (None, None)
 
     def constraint_residuals(self) -> dict[str, np.ndarray]:
         if self._residuals is None:
             return super().constraint_residuals()
         return {k: v.copy() for k, v in self._residuals.items()}
+
+    def conserved_momenta(self, about=(0.0, 0.0, 0.0)
+                          ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """As stored when saving (about the origin; the check needs the force and
+        constraint code): (None, None) about another point or for older files."""
+        if np.any(np.asarray(about, dtype=float) != 0.0):
+            return None, None
+        return self._conserved_momenta
 
 
 # -- save ---------------------------------------------------------------------------------
@@ -202,6 +211,9 @@ def save_solution(solution: Solution, path) -> Path:
     residuals = solution.constraint_residuals()
     for key, value in residuals.items():
         arrays[f"residuals.{key}"] = np.asarray(value)
+    for key, value in zip(("linear", "angular"), solution.conserved_momenta()):
+        if value is not None:
+            arrays[f"conserved_momenta.{key}"] = np.asarray(value, dtype=bool)
     arrays["potential_energy"] = np.asarray(solution.potential_energy(), dtype=float)
     arrays["reference_q"] = np.asarray(solution.model.q0, dtype=float)
     arrays["point_blocks"] = np.asarray(model.point_blocks)
@@ -375,7 +387,20 @@ def _read_solution(archive, header: dict, model: Model | None, path: Path) -> So
     solution = LoadedSolution(model=stored_model, stats=stats, solver_properties=props, **data)
     solution.source = str(path)
     solution._residuals = residuals
+    solution._conserved_momenta = tuple(
+        _conserved_axes(archive, key, gravity is None or not np.linalg.norm(gravity) > 0.0,
+                        path) for key in ("linear", "angular"))
     return solution
+
+
+def _conserved_axes(archive, key: str, three_axes: bool, path) -> np.ndarray | None:
+    """The stored verdicts on the momentum components (None in files written without)."""
+    name = f"conserved_momenta.{key}"
+    if name not in archive.files:
+        return None
+    verdicts = _numbers(archive, name, path).astype(bool)
+    _shape(verdicts, (3,) if key == "linear" or three_axes else (1,), name, path)
+    return verdicts
 
 
 def _mapping(value, what: str, path) -> dict:

@@ -258,6 +258,22 @@ class Solution:
                 f"max |E - E0 - W| / scale = "
                 f"{np.max(np.abs(self.energy_balance())) / scale:.3e}")
 
+    def conserved_momenta(self, about=(0.0, 0.0, 0.0)
+                          ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Which components of the linear momentum (along x, y, z) and of the angular
+        momentum about ``about`` (about x, y, z; under uniform gravity about the vertical
+        only) the model conserves: its potential, constraints and applied forces are
+        invariant under the translation or rotation (:mod:`mbs.symmetry`, checked at states
+        of this run and generic neighbours). (None, None) for models in other coordinates."""
+        if not isinstance(self.model, Model):
+            return None, None
+        gravity = self.model.gravity
+        axes = (None if gravity is None or not np.linalg.norm(gravity) > 0.0
+                else (-gravity / np.linalg.norm(gravity))[None, :])
+        states = self._symmetry_states()
+        return (conserved_axes(self.model, states, "translation"),
+                conserved_axes(self.model, states, "rotation", about, axes))
+
     def _symmetry_states(self, count: int = 8) -> list[tuple[float, np.ndarray, np.ndarray]]:
         """Up to ``count`` states (t, q, p) spread over the run, the initial one first."""
         index = np.unique(np.linspace(0, self.t.size - 1, min(count, self.t.size))
@@ -347,11 +363,7 @@ class Solution:
             angular = (angular @ axes[0])[:, None]
         else:
             angular_label = "angular momentum"
-        linear_kept = angular_kept = None
-        if isinstance(self.model, Model):
-            states = self._symmetry_states()
-            linear_kept = conserved_axes(self.model, states, "translation")
-            angular_kept = conserved_axes(self.model, states, "rotation", about, axes)
+        linear_kept, angular_kept = self.conserved_momenta(about)
         res = self.constraint_residuals()
         props = self.solver_properties
         lines = [

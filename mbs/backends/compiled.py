@@ -42,6 +42,7 @@ import scipy.sparse as sp
 
 from mbs.engine.defects import COEFFICIENT_TABLE
 from mbs.engine.newton import estimated_error as _estimated_error_python
+from mbs.engine.newton import stale_iterate_exact as _stale_iterate_exact_python
 
 try:  # optional dependency: pip install "mbs[fast]"
     import numba
@@ -67,6 +68,7 @@ _compile_seconds: float | None = None
 
 #: :func:`mbs.engine.newton.estimated_error`, compiled for the kernels
 _estimated_error = _jit(_estimated_error_python)
+_stale_iterate_exact = _jit(_stale_iterate_exact_python)
 
 
 #: The arrays of a scheme's tensor form that :func:`_newton_step` reads (see
@@ -472,9 +474,13 @@ def _newton_step(data, x, equations, segments, limits, condensation, constraint_
                 largest_step = max(largest_step, abs(step[j]))
                 largest_x = max(largest_x, abs(x[j] - shift_step[j]))
             increment = max(increment, largest_step / largest_x)
-        if (increment <= tolerance
-                or _estimated_error(increment, previous) <= estimate_level
-                or (fresh and increment <= stagnation and increment > 0.5 * previous)):
+        if increment <= tolerance and simplified and not fresh:
+            accept = _stale_iterate_exact(increment, previous)
+        else:
+            accept = (increment <= tolerance
+                      or _estimated_error(increment, previous) <= estimate_level
+                      or (fresh and increment <= stagnation and increment > 0.5 * previous))
+        if accept:
             # the constraint rows at the accepted iterate (the enforced residuals reported)
             _residual(x, c_step, l_step, quadratic, no_jacobian, factored, uv_step,
                       residual_out, constraint_row)

@@ -658,17 +658,41 @@ def estimated_error(increment: float, previous: float) -> float:
     return increment * increment / (previous - increment)
 
 
+#: The estimated relative error (:func:`estimated_error`) below which an iterate of simplified
+#: Newton is exact to round-off.
+ROUNDOFF_ERROR = 4.0 * np.finfo(float).eps
+
+
+def stale_iterate_exact(increment: float, previous: float) -> bool:
+    """Whether an iterate of simplified Newton (a Jacobian kept from earlier steps) whose
+    increment passed the tolerance is exact: its estimated error (:func:`estimated_error`)
+    is at round-off, or the increments stalled there (no longer halve).
+
+    Such a Jacobian contracts only linearly (theta ~ 0.1), so an increment at the tolerance
+    leaves an error of theta / (1 - theta) times it, of the same sign from step to step: it
+    would accumulate in the energy that the energy-momentum scheme conserves. Compiled
+    unchanged into the numba kernel."""
+    if not previous < math.inf:
+        return False
+    return (increment > 0.5 * previous
+            or increment * increment <= ROUNDOFF_ERROR * (previous - increment))
+
+
 def converged(increment: float, previous: float, fresh: bool, options: NewtonOptions,
-              at_roundoff: Callable[[], bool]) -> bool:
+              at_roundoff: Callable[[], bool], stale: bool = False) -> bool:
     """The stopping rule of every Newton loop of the implicit schemes.
 
-    Accept when the relative increment is at the tolerance; or when the estimated error of
-    the iterate (:func:`estimated_error`) is below ``estimate_level``; or when it stopped halving
-    (``stalled``) at round-off level with a fresh Jacobian (``stagnation_level``); or when it
-    stalled below ``stall_level`` and ``at_roundoff()`` (evaluated only then) finds the
-    residual at round-off, as at singular configurations (see :class:`NewtonOptions`).
+    Accept when the relative increment is at the tolerance (with a ``stale`` Jacobian of
+    simplified Newton, once the iterate is also exact: :func:`stale_iterate_exact`); or when
+    the estimated error of the iterate (:func:`estimated_error`) is below ``estimate_level``;
+    or when it stopped halving (``stalled``) at round-off level with a fresh Jacobian
+    (``stagnation_level``); or when it stalled below ``stall_level`` and ``at_roundoff()``
+    (evaluated only then) finds the residual at round-off, as at singular configurations (see
+    :class:`NewtonOptions`).
     """
     stalled = increment > 0.5 * previous
+    if stale and increment <= options.tolerance:
+        return stale_iterate_exact(increment, previous)
     return (increment <= options.tolerance
             or estimated_error(increment, previous) <= options.estimate_level
             or (fresh and stalled and increment <= options.stagnation_level)
@@ -835,7 +859,8 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
                      if floors.size else 0.0)
         if converged(increment, previous, fresh, options,
                      lambda x=x: residual_at_roundoff(
-                         *system(x), natural_size(x, segment_starts, floors, lead))):
+                         *system(x), natural_size(x, segment_starts, floors, lead)),
+                     stale=simplified and not fresh):
             state.factorization = factorization if simplified else None
             return x, iteration, float(np.abs(residual).max()) if residual.size else 0.0
         if (increment > options.contraction * previous
