@@ -486,9 +486,9 @@ def _newton_step(data, x, equations, segments, limits, condensation, constraint_
                       residual_out, constraint_row)
             return CONVERGED, iteration, norm, increment, factorizations
         # a Jacobian that contracts too slowly, or (exact Newton) an iterate still far from
-        # the solution, is renewed
-        fresh = increment > contraction * previous or (not simplified
-                                                       and increment > refactor_above)
+        # the solution, is renewed; below the tolerance it only takes the iterate to round-off
+        fresh = increment > tolerance and (increment > contraction * previous
+                                           or (not simplified and increment > refactor_above))
         previous = increment
         if pausing and iteration < max_iterations:
             state[0], state[1], state[2] = iteration, previous, 1.0 if fresh else 0.0

@@ -863,10 +863,12 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
                      stale=simplified and not fresh):
             state.factorization = factorization if simplified else None
             return x, iteration, float(np.abs(residual).max()) if residual.size else 0.0
-        if (increment > options.contraction * previous
+        if increment > options.tolerance and (
+                increment > options.contraction * previous
                 or not (simplified or increment <= options.refactor_above)):
             # a stale Jacobian that contracts too slowly, or exact Newton still far from the
-            # solution; close to it the last factorisation is good enough (refactor_above)
+            # solution; close to it the last factorisation is good enough (refactor_above),
+            # and below the tolerance it only takes the iterate to round-off
             factorization = None
         previous = increment
     state.factorization = None
