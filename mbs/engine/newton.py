@@ -99,7 +99,10 @@ class NewtonOptions:
     simplified : bool or None
         Reuse the factorised Jacobian across iterations and steps (see module doc). None
         (default) chooses it for models with more than 48 coordinates, where factorisation
-        dominates (:data:`SIMPLIFIED_NEWTON_ABOVE`). A run resumed from a stream
+        dominates (:data:`SIMPLIFIED_NEWTON_ABOVE`). Its iterates converge linearly, so
+        once an increment passes ``tolerance`` the iteration goes on until the estimated
+        error is at round-off (:func:`stale_iterate_exact`): the energy-momentum scheme then
+        conserves energy to round-off on large models too. A run resumed from a stream
         then reproduces the streamed run (the Jacobian is rebuilt at every flush), not a run
         without streaming, bitwise.
     contraction : float
