@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mbs.model import Model
-from mbs.symmetry import conserved_axes
+from mbs.symmetry import conserved_axes, generic_states
 
 
 @dataclass
@@ -270,7 +270,7 @@ class Solution:
         gravity = self.model.gravity
         axes = (None if gravity is None or not np.linalg.norm(gravity) > 0.0
                 else (-gravity / np.linalg.norm(gravity))[None, :])
-        states = self._symmetry_states()
+        states = generic_states(self.model, self._symmetry_states())
         return (conserved_axes(self.model, states, "translation"),
                 conserved_axes(self.model, states, "rotation", about, axes))
 
