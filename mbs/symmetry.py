@@ -105,10 +105,11 @@ def generic_states(model: Model, states: list[tuple[float, np.ndarray, np.ndarra
     for t, q, p in states:
         moved_q = q + size * model.length_scale * rng.standard_normal(q.size)
         moved_p = p + size * max(float(np.abs(p).max()), 1.0) * rng.standard_normal(p.size)
-        try:
-            moved_q, moved_p = model.project(moved_q, moved_p, t=t)
-        except (ArithmeticError, ValueError, RuntimeError, np.linalg.LinAlgError):
-            continue
+        if model.m:
+            try:
+                moved_q, moved_p = model.project(moved_q, moved_p, t=t)
+            except (ArithmeticError, ValueError, RuntimeError, np.linalg.LinAlgError):
+                continue
         if np.all(np.isfinite(moved_q)) and np.all(np.isfinite(moved_p)):
             out.append((t, moved_q, moved_p))
     return out

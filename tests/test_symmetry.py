@@ -150,3 +150,22 @@ def test_a_planar_motion_is_no_symmetry_of_the_model():
     assert invariance_defects(model, states, "translation", axes=along_y)[0] == 0.0
     assert not conserved_axes(model, generic_states(model, states), "translation",
                               axes=along_y)[0]
+
+
+def test_an_unconstrained_pair_keeps_both_momenta():
+    """Two particles joined by a spring (no constraints): every momentum component is
+    conserved, and EM conserves it to round-off."""
+    system = mbs.System()
+    first = system.add(mbs.PointMass(1.0, name="a"))
+    second = system.add(mbs.PointMass(2.0, name="b"))
+    first.set_state(position=(0.0, 0.0, 0.0), velocity=(0.0, 1.0, 0.2))
+    second.set_state(position=(1.0, 0.0, 0.0), velocity=(0.0, -0.5, 0.0))
+    system.add(mbs.forces.Spring(first, second, stiffness=5.0, rest_length=0.8))
+    model = system.compile()
+    assert model.m == 0
+    solution = mbs.simulate(model, "em", h=0.01, t_end=1.0)
+    kept = solution.conserved_momenta()
+    assert kept[0].all() and kept[1].all()
+    lines = solution.conservation_summary().splitlines()
+    assert lines[2].endswith("(conserved by this model)")
+    assert lines[3].endswith("(conserved by this model)")
