@@ -267,12 +267,19 @@ class Solution:
         of this run and generic neighbours). (None, None) for models in other coordinates."""
         if not isinstance(self.model, Model):
             return None, None
-        gravity = self.model.gravity
-        axes = (None if gravity is None or not np.linalg.norm(gravity) > 0.0
-                else (-gravity / np.linalg.norm(gravity))[None, :])
+        vertical = self._vertical()
         states = generic_states(self.model, self._symmetry_states())
         return (conserved_axes(self.model, states, "translation"),
-                conserved_axes(self.model, states, "rotation", about, axes))
+                conserved_axes(self.model, states, "rotation", about,
+                               None if vertical is None else vertical[None, :]))
+
+    def _vertical(self) -> np.ndarray | None:
+        """The unit vector against uniform gravity (None without it): under uniform gravity
+        only the angular momentum about the vertical can be a first integral."""
+        gravity = self.model.gravity
+        if gravity is None or not np.linalg.norm(gravity) > 0.0:
+            return None
+        return -gravity / np.linalg.norm(gravity)
 
     def _symmetry_states(self, count: int = 8) -> list[tuple[float, np.ndarray, np.ndarray]]:
         """Up to ``count`` states (t, q, p) spread over the run, the initial one first."""
@@ -353,14 +360,10 @@ class Solution:
         scale = abs(energy[0]) if abs(energy[0]) >= 0.5 * kinetic else max(kinetic, 1e-300)
         angular = self.angular_momentum(about)
         linear = self.linear_momentum()
-        gravity = self.model.gravity
-        axes = None
-        if gravity is not None and np.linalg.norm(gravity) > 0.0:
-            # Under uniform gravity only the component about the vertical can be a first
-            # integral.
-            axes = (-gravity / np.linalg.norm(gravity))[None, :]
+        vertical = self._vertical()
+        if vertical is not None:
             angular_label = "vertical angular momentum"
-            angular = (angular @ axes[0])[:, None]
+            angular = (angular @ vertical)[:, None]
         else:
             angular_label = "angular momentum"
         linear_kept, angular_kept = self.conserved_momenta(about)
