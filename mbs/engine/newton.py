@@ -16,8 +16,9 @@ increments of exact-Jacobian iterations stop decreasing at round-off level (stag
 Simplified Newton (``NewtonOptions(simplified=True)``): the factorised Jacobian is kept across
 iterations and steps and rebuilt only when the contraction of the increments is slower than
 ``contraction`` (or the iteration diverges), so most iterations cost one residual and one
-back-substitution. Convergence is then linear, so the stagnation rule is not used with a stale
-Jacobian and the tolerance test alone decides.
+back-substitution. Convergence is then linear, so with a stale Jacobian the stagnation rule is
+not used, and an increment below the tolerance is accepted only once the iterate's estimated
+error is at round-off (:func:`stale_iterate_exact`).
 
 Large sparse Newton matrices with an identity block (the p-block of the EM and GGL steps) are
 condensed to the Schur complement S on that block (:class:`Factorization`). With numba
