@@ -40,7 +40,7 @@ from mbs.errors import MbsError, ModelError, SolutionFileNotFoundError
 from mbs.hdf5 import save_hdf5 as save_hdf5  # re-exported: mbs.io.save_hdf5
 from mbs.model import BodyInfo, ElementInfo, Model
 from mbs.safe_files import load_json, open_archive
-from mbs.solution import Solution
+from mbs.solution import Solution, vertical_axis
 
 FORMAT = "mbs-solution"
 VERSION = 1
@@ -388,8 +388,8 @@ def _read_solution(archive, header: dict, model: Model | None, path: Path) -> So
     solution.source = str(path)
     solution._residuals = residuals
     solution._conserved_momenta = tuple(
-        _conserved_axes(archive, key, gravity is None or not np.linalg.norm(gravity) > 0.0,
-                        path) for key in ("linear", "angular"))
+        _conserved_axes(archive, key, vertical_axis(gravity) is None, path)
+        for key in ("linear", "angular"))
     return solution
 
 

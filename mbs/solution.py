@@ -10,6 +10,13 @@ from mbs.model import Model
 from mbs.symmetry import conserved_axes, generic_states
 
 
+def vertical_axis(gravity) -> np.ndarray | None:
+    """The unit vector against uniform ``gravity`` (None without it): under uniform gravity
+    only the angular momentum about the vertical can be a first integral."""
+    if gravity is None or not np.linalg.norm(gravity) > 0.0:
+        return None
+    return -np.asarray(gravity, dtype=float) / np.linalg.norm(gravity)
+
 @dataclass
 class BodyTrajectory:
     """Motion of one body along a solution (world frame unless stated).
@@ -274,12 +281,7 @@ class Solution:
                                None if vertical is None else vertical[None, :]))
 
     def _vertical(self) -> np.ndarray | None:
-        """The unit vector against uniform gravity (None without it): under uniform gravity
-        only the angular momentum about the vertical can be a first integral."""
-        gravity = self.model.gravity
-        if gravity is None or not np.linalg.norm(gravity) > 0.0:
-            return None
-        return -gravity / np.linalg.norm(gravity)
+        return vertical_axis(self.model.gravity)
 
     def _symmetry_states(self, count: int = 8) -> list[tuple[float, np.ndarray, np.ndarray]]:
         """Up to ``count`` states (t, q, p) spread over the run, the initial one first."""
