@@ -161,24 +161,31 @@ class QuadraticSystemBuilder(EquationLayout):
     def add_jacobian_transpose_product(self, equation: str, at: Linear, multipliers: Linear,
                                        scale: float = 1.0, time: float = 0.0) -> None:
         """R[equation] += scale G(u)^T mu, with u = ``at`` and mu = ``multipliers``."""
-        t = self.table
-        self._add_linear_entries(self._rows(equation, t.lin_i), multipliers, t.lin_row,
-                                 scale * t.lin_coef)
-        # component l: sum_k mu_k d2 g_k / dq_l dq_j u_j
-        row, coord_l, coord_j, coef = self._hessian_entries()
-        self._add_bilinear_entries(self._rows(equation, coord_l), multipliers, row,
-                                   at, coord_j, scale * coef)
+        self._add_jacobian_terms(equation, at, multipliers, scale, transposed=True)
 
     def add_jacobian_product(self, equation: str, at: Linear, vector: Linear,
                              scale: float = 1.0, time: float = 0.0) -> None:
         """R[equation] += scale G(u) v, with u = ``at`` and v = ``vector``."""
+        self._add_jacobian_terms(equation, at, vector, scale, transposed=False)
+
+    def _add_jacobian_terms(self, equation: str, at: Linear, vector: Linear, scale: float,
+                            transposed: bool) -> None:
+        """G(u)^T v (``transposed``) or G(u) v as linear plus bilinear entries: component l
+        of G^T v is sum_k v_k (dg_k/dq_l + sum_j d2 g_k / dq_l dq_j u_j), component k of G v
+        is sum_l (dg_k/dq_l + sum_j d2 g_k / dq_l dq_j u_j) v_l."""
         t = self.table
-        self._add_linear_entries(self._rows(equation, t.lin_row), vector, t.lin_i,
+        constraint, coordinate = t.lin_row, t.lin_i
+        out_linear, in_linear = ((coordinate, constraint) if transposed
+                                 else (constraint, coordinate))
+        self._add_linear_entries(self._rows(equation, out_linear), vector, in_linear,
                                  scale * t.lin_coef)
-        # component k: sum_{l, j} d2 g_k / dq_l dq_j u_j v_l
         row, coord_l, coord_j, coef = self._hessian_entries()
-        self._add_bilinear_entries(self._rows(equation, row), at, coord_j, vector, coord_l,
-                                   scale * coef)
+        if transposed:
+            self._add_bilinear_entries(self._rows(equation, coord_l), vector, row,
+                                       at, coord_j, scale * coef)
+        else:
+            self._add_bilinear_entries(self._rows(equation, row), at, coord_j, vector, coord_l,
+                                       scale * coef)
 
     def add_discrete_jacobian_transpose_product(self, equation: str, first: Linear,
                                                 second: Linear, multipliers: Linear,

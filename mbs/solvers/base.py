@@ -44,17 +44,19 @@ def instance_or_key(solver, kinds: type | tuple, options: dict, expected: str):
     return solver.lower()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SchemeProperties:
-    """What a scheme promises (the README solver table is generated from these)."""
+    """What a scheme promises (the README solver table is generated from these). The
+    defaults are the promises of most director schemes: order 2, momentum maps exact for
+    symmetric potentials, both constraint levels enforced at the step end."""
 
     name: str
-    order_q: str
-    order_p: str
+    order_q: str = "2"
+    order_p: str = "2"
     symplectic: bool
     energy: str
-    momentum: str
-    constraints_at_step_end: str
+    momentum: str = "exact (symmetric potentials)"
+    constraints_at_step_end: str = "g(q^{n+1}) and G M^-1 p^{n+1}"
     multiplier_times: str
     reference: str
 
@@ -126,7 +128,9 @@ class Solver:
     backend: str = "auto"
     predictor_correction: int | str | None = "auto"
 
-    properties = SchemeProperties("base", "-", "-", False, "-", "-", "-", "-", "-")
+    properties = SchemeProperties(name="base", order_q="-", order_p="-", symplectic=False,
+                                  energy="-", momentum="-", constraints_at_step_end="-",
+                                  multiplier_times="-", reference="-")
 
     #: Whether symmetric compositions raise the scheme to order 4 and 6
     #: (:class:`~mbs.solvers.composition.Composition`): the step is symmetric and of order 2.

@@ -200,7 +200,6 @@ class VariationalConversion(Solver):
         energy="bounded oscillation",
         momentum="discrete Noether momentum mu . (xi q_bar) exact; the continuous one to "
                  "O(h^r)",
-        constraints_at_step_end="g(q^{n+1}) and G M^-1 p^{n+1}",
         multiplier_times="nu_1^+ / h (~ lambda of the step), nu_2^+ / h (O(h)): the TTQ "
                          "multipliers of the w^{n+1} side (S1.2)",
         reference="Patrick, Cuell, Spiteri, Zhang, On converting any one-step method to a "

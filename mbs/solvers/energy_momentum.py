@@ -47,9 +47,7 @@ class EnergyMomentum(Solver):
     """
 
     properties = SchemeProperties(
-        name="em", order_q="2", order_p="2", symplectic=False,
-        energy="exact (round-off)", momentum="exact (symmetric potentials)",
-        constraints_at_step_end="g(q^{n+1}) and G M^-1 p^{n+1}",
+        name="em", symplectic=False, energy="exact (round-off)",
         multiplier_times="lambda^{n+1}, gamma^{n+1}",
         reference="Kinon, Betsch, Schneider (2023), (84)")
     composable = True

@@ -36,8 +36,8 @@ _VARIANTS = {
 _PROPERTIES = {
     variant: SchemeProperties(
         name=f"ggl-vi-{variant.lower()}", order_q=order, order_p=order, symplectic=True,
-        energy="bounded oscillation", momentum="exact (symmetric potentials)",
-        constraints_at_step_end=constraints, multiplier_times=multipliers,
+        energy="bounded oscillation", constraints_at_step_end=constraints,
+        multiplier_times=multipliers,
         reference=f"Kinon, Betsch, Schneider (2023), {equation}")
     for variant, (order, constraints, multipliers, equation) in _VARIANTS.items()
 }

@@ -37,9 +37,7 @@ class Rattle(Solver):
     """
 
     properties = SchemeProperties(
-        name="rattle", order_q="2", order_p="2", symplectic=True,
-        energy="bounded oscillation", momentum="exact (symmetric potentials)",
-        constraints_at_step_end="g(q^{n+1}) and G M^-1 p^{n+1}",
+        name="rattle", symplectic=True, energy="bounded oscillation",
         multiplier_times="lambda^n (position), mu^{n+1} (velocity)",
         reference="Hairer, Lubich, Wanner, Geometric Numerical Integration (2006), VII.1")
     composable = True
