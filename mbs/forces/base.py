@@ -54,6 +54,13 @@ class InvariantTerm:
         raise NotImplementedError
 
     @classmethod
+    def energy_scale(cls, pi: np.ndarray, params: dict) -> np.ndarray:
+        """Size of the terms summed in :meth:`energy`, (n_elements,): its round-off is eps
+        times this. The default |V~| suits a V~ that is one product of factors; a V~ whose
+        terms cancel returns the sum of their magnitudes."""
+        return np.abs(cls.energy(pi, params))
+
+    @classmethod
     def invariant_scales(cls, pi0: np.ndarray, params: dict) -> np.ndarray:
         """Characteristic magnitude of each invariant, (n_elements, n_invariants).
 
@@ -122,10 +129,11 @@ def discrete_invariant_gradient(term: type[InvariantTerm], pi0: np.ndarray, pi1:
 
     which for one invariant is Greenspan's quotient (V~1 - V~0)/(pi1 - pi0). Where the residual
     V~1 - V~0 - grad V~(pi_mid) . dpi is at round-off level (below ``roundoff_factor`` * eps *
-    (|V~0| + |V~1| + |grad V~(pi_mid)| |dpi|)) the midpoint gradient is used: it then satisfies
-    directionality to round-off already, while the quotient would divide round-off by a tiny
-    dpi. The test is scale free, so it neither depends on the invariants' magnitude at the
-    initial state nor on how fast V~ varies.
+    (s0 + s1 + |grad V~(pi_mid)| |dpi|), s the :meth:`InvariantTerm.energy_scale` at pi0 and
+    pi1) the midpoint gradient is used: it then satisfies directionality to round-off already,
+    while the quotient would divide round-off by a tiny dpi. The test is scale free, so it
+    neither depends on the invariants' magnitude at the initial state nor on how fast V~
+    varies.
     """
     mid = 0.5 * (pi0 + pi1)
     grad_mid = term.gradient(mid, params)
@@ -135,7 +143,8 @@ def discrete_invariant_gradient(term: type[InvariantTerm], pi0: np.ndarray, pi1:
     energy0, energy1 = term.energy(pi0, params), term.energy(pi1, params)
     residual = energy1 - energy0 - np.sum(grad_mid * delta, axis=1)
     roundoff = roundoff_factor * np.finfo(float).eps * (
-        np.abs(energy0) + np.abs(energy1) + np.sum(np.abs(grad_mid * delta), axis=1))
+        term.energy_scale(pi0, params) + term.energy_scale(pi1, params)
+        + np.sum(np.abs(grad_mid * delta), axis=1))
     use_quotient = np.abs(residual) > roundoff
     if not np.any(use_quotient):
         return grad_mid

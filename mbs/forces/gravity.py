@@ -90,47 +90,59 @@ class CentralPointTerm(InvariantTerm):
         return (-0.75 * params["mu_m"] * pi[:, 0] ** -2.5)[:, None, None]
 
 
-class CentralRigidTerm(InvariantTerm):
-    """Point-mass term plus gravity gradient of a rigid body.
+class CentralGradientTerm(InvariantTerm):
+    """Gravity gradient of a rigid body: the part of its central-gravity potential beyond the
+    point-mass term (:class:`CentralPointTerm`),
 
-    V = -mu m / r - mu / (2 r^3) sum_ij E_ij (3 (n.d_i)(n.d_j) - delta_ij), n = (phi - c)/r,
+    V = -mu / (2 r^3) sum_ij E_ij (3 (n.d_i)(n.d_j) - delta_ij), n = (phi - c)/r,
+
     written through pi_0 = |phi - c|^2 and a_i = (phi - c) . d_i (both invariant under
-    rotations about c): V~ = -mu m pi_0^-1/2 - 3/2 mu (a.E a) pi_0^-5/2 + 1/2 mu tr(E) pi_0^-3/2.
+    rotations about c): V~ = -3/2 mu (a.E a) pi_0^-5/2 + 1/2 mu tr(E) pi_0^-3/2.
+
+    It is a term of its own because it is smaller than the point-mass term by (body size /
+    r)^2, 1e-15 for a spacecraft in Earth orbit: in one discrete gradient with the point-mass
+    term, the round-off of that term's energy difference would outweigh it.
     """
 
     n_invariants = 4
 
     @classmethod
     def energy(cls, pi, params):
-        mu, mass, euler = params["mu"], params["mass"], params["euler"]
+        mu, euler = params["mu"], params["euler"]
         r2, a = pi[:, 0], pi[:, 1:]
         quad = np.einsum("ei,eij,ej->e", a, euler, a)
         trace = np.trace(euler, axis1=1, axis2=2)
-        return (-mu * mass * r2**-0.5 - 1.5 * mu * quad * r2**-2.5
-                + 0.5 * mu * trace * r2**-1.5)
+        return -1.5 * mu * quad * r2**-2.5 + 0.5 * mu * trace * r2**-1.5
+
+    @classmethod
+    def energy_scale(cls, pi, params):
+        # the two terms nearly cancel for a body of nearly equal moments
+        mu, euler = params["mu"], params["euler"]
+        r2, a = pi[:, 0], pi[:, 1:]
+        quad = np.einsum("ei,eij,ej->e", a, euler, a)
+        trace = np.trace(euler, axis1=1, axis2=2)
+        return np.abs(1.5 * mu * quad * r2**-2.5) + np.abs(0.5 * mu * trace * r2**-1.5)
 
     @classmethod
     def gradient(cls, pi, params):
-        mu, mass, euler = params["mu"], params["mass"], params["euler"]
+        mu, euler = params["mu"], params["euler"]
         r2, a = pi[:, 0], pi[:, 1:]
         ea = np.einsum("eij,ej->ei", euler, a)
         quad = np.sum(a * ea, axis=1)
         trace = np.trace(euler, axis1=1, axis2=2)
-        d_r2 = (0.5 * mu * mass * r2**-1.5 + 3.75 * mu * quad * r2**-3.5
-                - 0.75 * mu * trace * r2**-2.5)
+        d_r2 = 3.75 * mu * quad * r2**-3.5 - 0.75 * mu * trace * r2**-2.5
         d_a = -3.0 * (mu * r2**-2.5)[:, None] * ea
         return np.column_stack([d_r2, d_a])
 
     @classmethod
     def hessian(cls, pi, params):
-        mu, mass, euler = params["mu"], params["mass"], params["euler"]
+        mu, euler = params["mu"], params["euler"]
         r2, a = pi[:, 0], pi[:, 1:]
         ea = np.einsum("eij,ej->ei", euler, a)
         quad = np.sum(a * ea, axis=1)
         trace = np.trace(euler, axis1=1, axis2=2)
         out = np.zeros((pi.shape[0], 4, 4))
-        out[:, 0, 0] = (-0.75 * mu * mass * r2**-2.5 - 13.125 * mu * quad * r2**-4.5
-                        + 1.875 * mu * trace * r2**-3.5)
+        out[:, 0, 0] = -13.125 * mu * quad * r2**-4.5 + 1.875 * mu * trace * r2**-3.5
         cross = 7.5 * (mu * r2**-3.5)[:, None] * ea
         out[:, 0, 1:] = cross
         out[:, 1:, 0] = cross
@@ -180,15 +192,14 @@ class CentralGravity(FieldForce):
             if np.linalg.norm(body.reference_point() - self.center) == 0.0:
                 raise ModelError(f"CentralGravity {self.name!r}: body {body.name!r} starts at "
                                  f"the attracting centre, where the potential is singular")
+            out.append(TermInstance(CentralPointTerm, [squared_distance(relative)],
+                                    {"mu_m": self.mu * body.mass}))
             if body.n_coordinates == 12 and self.gravity_gradient:
                 invariants = [squared_distance(relative)] + [
                     dot(relative, body.director_expression(i, context.offsets[body.name]))
                     for i in range(3)]
-                out.append(TermInstance(CentralRigidTerm, invariants, {
-                    "mu": self.mu, "mass": body.mass, "euler": body.euler_tensor}))
-            else:
-                out.append(TermInstance(CentralPointTerm, [squared_distance(relative)],
-                                        {"mu_m": self.mu * body.mass}))
+                out.append(TermInstance(CentralGradientTerm, invariants, {
+                    "mu": self.mu, "euler": body.euler_tensor}))
         return out
 
 
