@@ -391,3 +391,35 @@ def test_remembered_invariants_follow_the_configuration(rng):
         other = rng.standard_normal(model.n)
         np.testing.assert_array_equal(group.invariants(other), fresh(other))
     np.testing.assert_array_equal(group.invariants(q), fresh(q))
+
+
+@pytest.mark.parametrize("scheme", ["em", "rattle"])
+def test_zero_length_spring_passes_through_zero_length(scheme):
+    """V = k/2 |x|^2 (rest length 0) is regular where the spring's length vanishes. A point
+    mass starts at the anchor and oscillates through it. The schemes' exact discrete
+    solutions of this linear oscillator: EM is the implicit midpoint rule, which turns
+    (omega x, v) by 2 atan(omega h / 2) per step; RATTLE is Stormer-Verlet, x_n =
+    h v0 sin(n theta) / sin(theta) with cos(theta) = 1 - (omega h)^2 / 2."""
+    system = mbs.System()
+    bob = system.add(mbs.PointMass(2.0, name="bob"))
+    bob.set_state(position=(0.0, 0.0, 0.0), velocity=(1.5, 0.0, 0.0))
+    system.add(mbs.forces.Spring(system.ground, bob, stiffness=50.0, rest_length=0.0,
+                                 point_a=(0.0, 0.0, 0.0)))
+    h, omega, speed = 0.01, 5.0, 1.5
+    solution = mbs.simulate(system.compile(), scheme, h=h, t_end=2.0)
+    steps = np.arange(solution.t.size)
+    if scheme == "em":
+        expected = speed / omega * np.sin(2.0 * np.arctan(omega * h / 2.0) * steps)
+    else:
+        theta = np.arccos(1.0 - (omega * h) ** 2 / 2.0)
+        expected = h * speed * np.sin(theta * steps) / np.sin(theta)
+    # the phase's round-off grows linearly: 200 steps * eps * amplitude 0.3 ~ 1.3e-14
+    np.testing.assert_allclose(solution.q[:, 0], expected, rtol=0.0, atol=1e-13)
+
+
+def test_spring_with_rest_length_between_coinciding_points_is_rejected():
+    system = mbs.System()
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    with pytest.raises(mbs.ModelError, match="coincide at the initial pose.*rest_length=0"):
+        mbs.forces.Spring(system.ground, bob, stiffness=1.0, rest_length=0.5,
+                          point_a=(0.0, 0.0, 0.0), name="stuck")

@@ -31,6 +31,26 @@ class HookeanSpringTerm(InvariantTerm):
                 * pi[:, 0] ** -1.5)[:, None, None]
 
 
+class ZeroLengthSpringTerm(InvariantTerm):
+    """V~ = 1/2 k pi: the Hookean spring of rest length 0, linear in the squared length (a
+    separate term because the general form divides by the length, which may vanish)."""
+
+    n_invariants = 1
+    polynomial_degree = 1
+
+    @classmethod
+    def energy(cls, pi, params):
+        return 0.5 * params["stiffness"] * pi[:, 0]
+
+    @classmethod
+    def gradient(cls, pi, params):
+        return 0.5 * params["stiffness"][:, None] * np.ones((pi.shape[0], 1))
+
+    @classmethod
+    def hessian(cls, pi, params):
+        return np.zeros((pi.shape[0], 1, 1))
+
+
 class QuarticSpringTerm(InvariantTerm):
     """V~ = 1/2 k (pi - l^2)^2 (seed 003, section 6.3): quadratic in pi."""
 
@@ -108,6 +128,11 @@ class Spring(_TwoPointForce):
                             as_scalar(rest_length, "rest_length", owner, non_negative=True))
         self.damping = (None if damping is None else
                         as_scalar(damping, "damping", owner, positive=True))
+        if self.rest_length not in (None, 0.0) and self.initial_length() == 0.0:
+            raise ModelError(f"{owner}: its two points coincide at the initial pose, where a "
+                             f"spring of rest length {self.rest_length:g} has no direction to "
+                             f"push; give distinct points, or rest_length=0 for a zero-length "
+                             f"spring")
         if self.damping is not None and self.initial_length() == 0.0:
             raise ModelError(f"{owner}: a spring-damper needs distinct attachment points (the "
                              f"damping acts along the line between them)")
@@ -120,7 +145,11 @@ class Spring(_TwoPointForce):
 
     def terms(self, context):
         rest = self.initial_length() if self.rest_length is None else self.rest_length
-        return [TermInstance(HookeanSpringTerm, [squared_distance(self._relative(context))],
+        invariant = squared_distance(self._relative(context))
+        if rest == 0.0:
+            return [TermInstance(ZeroLengthSpringTerm, [invariant],
+                                 {"stiffness": self.stiffness})]
+        return [TermInstance(HookeanSpringTerm, [invariant],
                              {"stiffness": self.stiffness, "rest_length": rest})]
 
 
