@@ -376,6 +376,20 @@ def test_projection_fixes_the_initial_state_with_a_warning():
     np.testing.assert_allclose(p, [0.0, 1.0, 0.0], atol=1e-12)
 
 
+def test_projection_reaches_round_off():
+    """Newton converges quadratically, so the projection goes on past the consistency
+    tolerance down to round-off of g = |r|^2 - 1, where the schemes keep the constraints."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.05, 0.0, 0.1), velocity=(0.3, 0.5, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=1.0, name="rod"))
+    with pytest.warns(UserWarning, match="inconsistent"):
+        model = system.compile()
+    with pytest.warns(UserWarning, match="projected"):
+        q, p = model.initial_state(project=True)
+    assert np.max(np.abs(model.constraints(q))) <= 4 * np.finfo(float).eps
+
+
 def test_consistent_initial_state_needs_no_projection():
     model = heavy_top.build().compile()
     with warnings.catch_warnings():

@@ -61,7 +61,7 @@ class RigidBody(Body):
         """Rigid body with the mass and inertia of a homogeneous solid.
 
         See :func:`mbs.bodies.shapes.shape_inertia` for the shapes and their dimensions
-        (box, cylinder, tube, sphere, spherical_shell, cone). Exactly one of ``mass`` and
+        (box, cylinder, tube, sphere, spherical_shell, cone, torus). Exactly one of ``mass`` and
         ``density`` must be given.
         """
         from mbs.bodies.shapes import shape_inertia
