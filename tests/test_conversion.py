@@ -367,3 +367,20 @@ def test_user_constraint_model_is_rejected_with_alternatives():
     model = system.compile()
     with pytest.raises(mbs.ModelError, match="quadratic.*'lobatto' or 'em'"):
         mbs.simulate(model, VariationalConversion(), h=0.1, t_end=1.0)
+
+
+def test_a_large_model_is_warned_about_the_dense_cost():
+    """Above the dense limit the scheme warns that its step is O(n^3) and names the sparse
+    high-order alternative (the step still runs)."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    previous = system.ground
+    for k in range(13):  # 13 bodies: n = 156 coordinates, above the dense limit
+        link = system.add(mbs.RigidBody(mass=1.0, inertia=(0.1, 0.1, 0.05), name=f"link{k}"))
+        link.set_state(position=(0.0, 0.0, -0.5 - k))
+        system.add(mbs.joints.Spherical(previous, link, point=(0.0, 0.0, -float(k))))
+        previous = link
+    model = system.compile()
+    assert model.is_large
+    with pytest.warns(RuntimeWarning, match=r"n = 156 coordinates.*O\(n\^3\).*'lobatto'"):
+        solution = mbs.simulate(model, "vi-conversion", h=1e-3, t_end=1e-3)
+    assert solution.stats["completed"]

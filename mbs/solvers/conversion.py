@@ -20,6 +20,7 @@ first step, because the next step's multipliers are mu' = lambda^+ and lambda^-'
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -232,6 +233,14 @@ class VariationalConversion(Solver):
             raise ModelError(
                 "VariationalConversion: the model has loads, dampers or actuators, and the "
                 "converted method has no forcing terms; use 'lobatto' (any order) or 'em'")
+        if model.is_large:
+            size = 3 * model.n + 3 * model.m
+            warnings.warn(
+                f"VariationalConversion: the model has n = {model.n} coordinates; every chord "
+                f"iteration factorises a dense matrix of size 3n + 3m = {size} and propagates "
+                f"a sensitivity of 2n = {2 * model.n} columns through the RK stages, so a "
+                f"step costs O(n^3); for high order on large models use 'lobatto' (sparse)",
+                RuntimeWarning, stacklevel=4)  # simulate -> run.begin -> start
         self.model, self.h = model, h
         self._table = table
         n = model.n
