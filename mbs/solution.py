@@ -17,6 +17,7 @@ def vertical_axis(gravity) -> np.ndarray | None:
         return None
     return -np.asarray(gravity, dtype=float) / np.linalg.norm(gravity)
 
+
 @dataclass
 class BodyTrajectory:
     """Motion of one body along a solution (world frame unless stated).
