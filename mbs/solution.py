@@ -74,7 +74,11 @@ class DriveTrajectory:
         The torque (force) the drive exerts on body_b about (along) the axis in step
         n -> n+1: minus the drive's multiplier of the step (its time in
         ``solver_properties.multiplier_times``), or minus the mean of the multipliers at the
-        step's two ends for rattle and lobatto.
+        step's two ends for rattle and lobatto. The multipliers of ggl-vi-a, ggl-vi-b and
+        hbvm alternate from step to step about the reaction (by O(h), or for ggl-vi-b at
+        theta = 1 by the applied force along the drive); their effort is the centred
+        average (e_{n-1} + 2 e_n + e_{n+1}) / 4, which removes the alternation and changes a
+        smooth effort by O(h^2). ``Solution.multipliers`` keeps the raw values.
     work : (N+1,)
         Cumulative sum of effort_n (position_{n+1} - position_n), 0 at the start: a
         second-order estimate of the drive's work (``Solution.work`` holds the scheme's own,
@@ -229,6 +233,8 @@ class Solution:
         effort = -self.multipliers[:, row]
         if self.stats.get("drive_effort") == "mean":
             effort = 0.5 * (effort - self.velocity_multipliers[:, row])
+        elif self.stats.get("drive_effort") == "centred":
+            effort = _without_alternation(effort)
         work = np.concatenate([[0.0], np.cumsum(effort * np.diff(coordinate.position))])
         return DriveTrajectory(name, kind, coordinate.position, coordinate.rate, effort, work)
 
@@ -389,3 +395,20 @@ class Solution:
             f"{np.max(res['enforced_velocity'], initial=0):.3e} (velocity)",
         ]
         return "\n".join(lines)
+
+
+def _without_alternation(values: np.ndarray) -> np.ndarray:
+    """The centred average (v_{n-1} + 2 v_n + v_{n+1}) / 4 of a sequence along the steps:
+    zero response to a component alternating in sign from step to step, an O(h^2) change of
+    a smooth one. The two end values are extrapolated linearly from the two averages next
+    to them (sequences of fewer than four values get the mean of neighbouring pairs)."""
+    out = np.array(values, dtype=float)
+    if out.shape[0] < 2:
+        return out
+    if out.shape[0] < 4:
+        pairs = 0.5 * (out[:-1] + out[1:])
+        return np.concatenate([pairs[:1], 0.5 * (pairs[:-1] + pairs[1:]), pairs[-1:]])
+    out[1:-1] = 0.25 * (values[:-2] + 2.0 * values[1:-1] + values[2:])
+    out[0] = 2.0 * out[1] - out[2]
+    out[-1] = 2.0 * out[-2] - out[-3]
+    return out

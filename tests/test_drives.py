@@ -146,6 +146,42 @@ def test_prismatic_drive_prescribes_the_displacement():
     np.testing.assert_allclose(drive.effort, expected, rtol=0, atol=1e-3 * 2.0 * 9.81)
 
 
+def pushed_slider(scheme: str, options: dict, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """A block on a rail driven along x = sin(3t) against a load and a joint damper: the
+    drive's force is m x'' - F + c x' (returned at the step midpoints with the effort)."""
+    mass, load, damping = 2.0, 3.0, 0.7
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    block = system.add(mbs.RigidBody.from_shape("box", mass=mass, lx=0.2, ly=0.1, lz=0.1,
+                                                name="block"))
+    block.set_state(velocity=(3.0, 0.0, 0.0))
+    rail = system.add(mbs.joints.Prismatic(system.ground, block, point=(0, 0, 0),
+                                           axis=(1.0, 0.0, 0.0), name="rail"))
+    system.add(mbs.forces.Load(block, force=(load, 0.0, 0.0)))
+    system.add(mbs.forces.JointDamper(rail, damping))
+    system.add(Drive(rail, lambda t: np.sin(3.0 * t), lambda t: 3.0 * np.cos(3.0 * t),
+                     name="push"))
+    solution = mbs.simulate(system.compile(), scheme, h=h, t_end=1.0, **options)
+    t = solution.t[:-1] + 0.5 * h
+    exact = -9.0 * mass * np.sin(3.0 * t) - load + 3.0 * damping * np.cos(3.0 * t)
+    return solution.drive("push").effort, exact
+
+
+@pytest.mark.parametrize("scheme, options, order", [
+    ("em", {}, 2), ("ggl-vi-s", {}, 2), ("ggl-vi-a", {}, 2), ("ggl-vi-b", {}, 1),
+    ("rattle", {}, 2), ("hbvm", {}, 2), ("lobatto", {"stages": 3}, 2),
+    ("em", {"order": 4}, 2), ("ggl-vi-a", {"order": 4}, 2), ("rattle", {"order": 4}, 2)])
+def test_drive_effort_converges_at_every_step(scheme, options, order):
+    """The effort against the exact force at the step midpoints, including the first and
+    last steps: second order (the midpoint value of a step's mean force), first for
+    ggl-vi-b. The multipliers of ggl-vi-a, ggl-vi-b and hbvm alternate from step to step
+    about the force, and a composed step holds several sub-steps' multipliers."""
+    errors = []
+    for h in (1e-2, 5e-3):
+        effort, exact = pushed_slider(scheme, options, h)
+        errors.append(np.abs(effort - exact).max())
+    assert np.log2(errors[0] / errors[1]) == pytest.approx(order, abs=0.25)
+
+
 def test_bad_drives_get_clear_errors():
     system = mbs.System()
     body = system.add(mbs.RigidBody(1.0, (0.1, 0.1, 0.1), name="body"))

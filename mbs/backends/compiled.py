@@ -673,14 +673,15 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
 @_jit
 def _run_composed(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
                   first, count, systems, lam, gam, lam_before, gam_before, defects,
-                  defect_counts, startups, coefficients):
+                  defect_counts, startups, coefficients, fractions):
     """Steps first .. first + count - 1 of a composition: each step is the sequence of
     sub-steps i = 0 .. S - 1, sub-step i one step of :func:`_run_steps` with the argument
     groups ``systems[i]`` (a typed list, see :meth:`CompiledSystem.argument_groups`) and its
     own warm start (row i of ``lam``, ``gam``, ``lam_before``, ``gam_before``, ``defects``,
     ``defect_counts``, ``startups``, updated in place), exactly as the sub-step solvers
     would run it one call at a time. A step's outputs are those of its last sub-step, with
-    the iterations summed and the enforced residuals the largest of the sub-steps'. When a
+    the iterations summed, the enforced residuals the largest of the sub-steps' and the
+    multipliers the sub-steps' weighted by their ``fractions`` of the step. When a
     sub-step fails, the warm starts are put back to the start of that step and the step is
     left to the caller. Returns (steps done, factorisations)."""
     n = q_out.shape[1]
@@ -696,6 +697,7 @@ def _run_composed(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, it
         saved[4][:], saved[5][:], saved[6][:] = defects, defect_counts, startups
         sub_q[0], sub_p[0] = q_out[k], p_out[k]
         total, position, velocity = 0, 0.0, 0.0
+        lam_out[k], gam_out[k] = 0.0, 0.0
         for i in range(len(systems)):
             front, middle, late, shift = systems[i]
             (_, code, _, _, _, sub_factorizations, defect_counts[i],
@@ -711,12 +713,14 @@ def _run_composed(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, it
                 return k - first, factorizations
             lam_before[i], gam_before[i] = lam[i], gam[i]
             lam[i], gam[i] = sub_lam[0], sub_gam[0]
+            lam_out[k] += fractions[i] * sub_lam[0]
+            gam_out[k] += fractions[i] * sub_gam[0]
             sub_q[0], sub_p[0] = sub_q[1], sub_p[1]
             total += sub_iterations[0]
             position = max(position, sub_enforced[0, 0])
             velocity = max(velocity, sub_enforced[0, 1])
         q_out[k + 1], p_out[k + 1] = sub_q[0], sub_p[0]
-        velocity_out[k], lam_out[k], gam_out[k] = sub_velocity[0], sub_lam[0], sub_gam[0]
+        velocity_out[k] = sub_velocity[0]
         enforced_out[k, 0], enforced_out[k, 1] = position, velocity
         iterations_out[k] = total
     return count, factorizations
@@ -794,7 +798,7 @@ def _correct_guess(x, data, defects, defect_count, oldest, order, lag, correctio
 
 def run_composed(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
                  first: int, count: int, systems: tuple, lam, gam, lam_before, gam_before,
-                 defects, defect_counts, startups) -> tuple[int, int]:
+                 defects, defect_counts, startups, fractions) -> tuple[int, int]:
     """:func:`_run_composed` (see there); returns (steps done, factorisations)."""
     # a typed list (not a tuple) of the sub-steps' groups: one compiled kernel whatever
     # the number of sub-steps
@@ -804,7 +808,7 @@ def run_composed(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, ite
     done, factorizations = _run_composed(
         q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out, first,
         count, groups, lam, gam, lam_before, gam_before, defects, defect_counts, startups,
-        COEFFICIENT_TABLE)
+        COEFFICIENT_TABLE, fractions)
     return int(done), int(factorizations)
 
 

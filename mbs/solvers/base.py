@@ -346,8 +346,10 @@ class Solver:
     #: estimates it from the multipliers, see :meth:`mbs.Solution.drive`).
     reports_drive_work = False
     #: How the step's reaction of a drive follows from the stored multipliers: "multiplier"
-    #: (the multiplier is the step's constraint force) or "mean" (of the multiplier and the
-    #: velocity multiplier, the forces at the step's two ends: rattle, lobatto).
+    #: (the multiplier is the step's constraint force), "mean" (of the multiplier and the
+    #: velocity multiplier, the forces at the step's two ends: rattle, lobatto) or "centred"
+    #: (the multiplier carries a mode alternating from step to step, removed by a centred
+    #: average over neighbouring steps; see :meth:`mbs.Solution.drive`).
     drive_effort = "multiplier"
 
     def _work(self, x: np.ndarray) -> float:

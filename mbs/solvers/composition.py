@@ -149,7 +149,8 @@ class Composition(Solver):
             name=f"{base.name}-order{self.order}", order_q=str(self.order),
             order_p=str(self.order), symplectic=base.symplectic, energy=base.energy,
             momentum=base.momentum, constraints_at_step_end=base.constraints_at_step_end,
-            multiplier_times=f"{base.multiplier_times} of the last sub-step",
+            multiplier_times=f"{base.multiplier_times}, mean over the sub-steps weighted by "
+                             f"their fractions of the step",
             reference=f"{_REFERENCES[self.method]} of {base.name}"
                       + (" over its double step" if self.base.composed_in_pairs else ""))
 
@@ -161,15 +162,22 @@ class Composition(Solver):
         self._offsets = np.concatenate([[0.0], np.cumsum(self.coefficients)[:-1]])
 
     def step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
+        """The sub-steps in turn. The step's multipliers are the sub-steps' weighted by
+        their fractions gamma_i: the mean constraint force of the step (its impulse / h),
+        as the base scheme's multiplier is of its own step."""
         iterations, position, velocity, work = 0, 0.0, 0.0, 0.0
-        for solver, offset in zip(self.substeps, self._offsets):
+        multiplier = velocity_multiplier = 0.0
+        for solver, offset, fraction in zip(self.substeps, self._offsets, self.coefficients):
             result = solver.step(t + offset * self.h, q, p)
             q, p = result.q, result.p
             iterations += result.iterations
             work += result.work
             position = max(position, result.enforced[0])
             velocity = max(velocity, result.enforced[1])
+            multiplier = multiplier + fraction * result.multiplier
+            velocity_multiplier = velocity_multiplier + fraction * result.velocity_multiplier
         result.iterations, result.enforced, result.work = iterations, (position, velocity), work
+        result.multiplier, result.velocity_multiplier = multiplier, velocity_multiplier
         return result
 
     def set_step_size(self, h: float) -> None:
@@ -193,7 +201,8 @@ class Composition(Solver):
 
     @property
     def drive_effort(self) -> str:
-        return self.base.drive_effort
+        # ggl-vi-a is composed in pairs of sub-steps, over which its alternation cancels
+        return "mean" if self.base.drive_effort == "mean" else "multiplier"
 
     @property
     def guess_retries(self) -> int:
@@ -240,7 +249,7 @@ class Composition(Solver):
         done, factorizations = run_composed(
             q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
             count, tuple(run.argument_groups() for run in runs), lam, gam, lam_before,
-            gam_before, defects, defect_counts, startups)
+            gam_before, defects, defect_counts, startups, self.coefficients)
         if done:
             for i, w in enumerate(warm):
                 w.lam_before, w.gam_before = lam_before[i].copy(), gam_before[i].copy()

@@ -242,6 +242,13 @@ class GGLVI(Solver):
                                                                              shift=shift)
 
     @property
+    def drive_effort(self) -> str:
+        # A and B enforce the constraints at q^{n+theta} or on v^{n+1} only: lambda^n then
+        # carries a mode alternating from step to step (of the size of the applied force
+        # along the constraint for B at theta = 1)
+        return "multiplier" if self.variant == "S" else "centred"
+
+    @property
     def _multiplier_lag(self) -> int:
         # variant A's lambda^n, gamma^n alternate from step to step
         return 2 if self.variant == "A" else 1

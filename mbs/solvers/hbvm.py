@@ -240,6 +240,8 @@ class HBVM(Solver):
         multiplier_times="lambda_n constant on [t_n, t_{n+1}] (~ lambda(t_n + h/2))",
         reference=("Brugnano, Gurioli, Iavernaro, Weinmüller, Line integral solution of "
                    "Hamiltonian systems with holonomic constraints, (50)-(52)"))
+    # G M^-1 p^{n+1} is enforced only to O(h^2), and lambda_n alternates from step to step
+    drive_effort = "centred"
 
     def __post_init__(self):
         super().__post_init__()
