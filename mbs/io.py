@@ -41,6 +41,7 @@ from mbs.hdf5 import save_hdf5 as save_hdf5  # re-exported: mbs.io.save_hdf5
 from mbs.model import BodyInfo, ElementInfo, Model
 from mbs.safe_files import load_json, open_archive
 from mbs.solution import Solution, vertical_axis
+from mbs.streaming import load_stream, stream_directory
 
 FORMAT = "mbs-solution"
 VERSION = 1
@@ -261,12 +262,30 @@ def _check_model(model, header_model: dict, path) -> None:
                          + "; ".join(problems))
 
 
+def _is_stream(path: Path) -> bool:
+    """Whether ``path`` is an output stream: a directory with a manifest, a run in progress
+    (``<name>.npz.partial``), or a packed stream (an .npz with a manifest)."""
+    if (path.is_dir() and (path / "manifest.json").is_file()) or (
+            not path.exists() and stream_directory(path).is_dir()):
+        return True
+    if path.suffix != ".npz" or not path.is_file():
+        return False
+    try:
+        with open_archive(path) as archive:
+            return "manifest" in archive.files and "header" not in archive.files
+    except MbsError:
+        return False
+
+
 def load_solution(path, model: Model | None = None) -> Solution:
     """Read a solution written by :meth:`Solution.save` / :func:`save_solution`.
 
     Parameters
     ----------
     path : str or Path
+        A file of :func:`save_solution`, or a stream of ``simulate(output=...)`` (directory,
+        packed .npz, or a run in progress): a stream is read by
+        :func:`mbs.streaming.load_stream` and needs ``model``.
     model : Model, optional
         The compiled model of the run (e.g. ``build().compile()`` from the same script). If
         given it is checked against the stored metadata and attached, giving a full
@@ -283,6 +302,12 @@ def load_solution(path, model: Model | None = None) -> Solution:
         work on what is returned.
     """
     path = Path(path)
+    if _is_stream(path):
+        if model is None:
+            raise ModelError(f"{path} is a stream written by simulate(output=...); read it "
+                             f"with load_solution(path, model), model the compiled model of "
+                             f"the run")
+        return load_stream(path, model)
     if not path.is_file():
         raise SolutionFileNotFoundError(2, f"no such solution file: {path}; check the path "
                                            f"(save_solution writes <name>.npz)", str(path))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -37,7 +37,14 @@ from mbs.run_context import progress_bar, single_threaded_blas
 from mbs.solution import Solution
 from mbs.solvers import Solver, make_solver
 from mbs.solvers.base import StepResult
-from mbs.streaming import StreamWriter, read_last_state, read_solver_state, read_stream
+from mbs.streaming import (
+    StreamWriter,
+    model_digest,
+    read_last_state,
+    read_solver_state,
+    read_stream,
+    solver_options_digest,
+)
 from mbs.validation import as_scalar
 
 ON_FAILURE = ("raise", "refine")
@@ -162,17 +169,34 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         run.begin(q0, p0)
         writer = None if output is None else StreamWriter(
             output, {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n,
-                     "m": model.m}, q0, p0)
+                     "m": model.m, "solver_options": solver_options_digest(solver),
+                     "model_digest": model_digest(model),
+                     "solver_properties": asdict(solver.properties)}, q0, p0)
     with single_threaded_blas():
         return run.execute(writer, flush_every, progress)
 
 
 def _check_resume(manifest: dict, model: Model, solver: Solver, h: float, t_start: float):
+    """Refuse to continue a stream with another scheme, step, model or scheme option
+    (streams written before these were recorded are checked for what they hold)."""
     expected = {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n, "m": model.m}
     for key, value in expected.items():
         if manifest.get(key) != value:
             raise ModelError(f"simulate(resume=...): the stream was written with {key} = "
                              f"{manifest.get(key)!r}, this call has {value!r}")
+    stored = manifest.get("solver_options")
+    if isinstance(stored, dict):
+        options = solver_options_digest(solver)
+        changed = sorted(key for key in set(stored) | set(options)
+                         if stored.get(key) != options.get(key))
+        if changed:
+            raise ModelError(f"simulate(resume=...): the stream was written by {solver.name} "
+                             f"with other values of {', '.join(changed)}; resume with the "
+                             f"options of the run that wrote it")
+    if "model_digest" in manifest and manifest["model_digest"] != model_digest(model):
+        raise ModelError("simulate(resume=...): the model differs from the one the stream "
+                         "was written for (masses, gravity, forces or joints); resume with "
+                         "the model of the run that wrote it")
 
 
 @dataclass

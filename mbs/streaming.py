@@ -24,12 +24,16 @@ import math
 import os
 import re
 import shutil
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 import numpy as np
 
-from mbs.errors import ModelError
+from mbs.errors import MbsError, ModelError
 from mbs.safe_files import load_json, open_archive, read_lines, read_text, sha256
+from mbs.solution import Solution
+from mbs.solvers import make_solver
+from mbs.solvers.base import SchemeProperties
 
 FORMAT = "mbs-stream"
 VERSION = 2
@@ -84,6 +88,9 @@ class StreamWriter:
         if self.directory.exists() and any(self.directory.iterdir()):
             raise ModelError(f"output directory {self.directory} is not empty; remove it, "
                              f"choose another name, or pass resume=")
+        if self.path != self.directory and self.path.exists():
+            raise ModelError(f"output {self.path} exists; remove it, choose another name, or "
+                             f"pass resume= to continue the run it holds")
         self.directory.mkdir(parents=True, exist_ok=True)
         self.manifest = {"format": FORMAT, "version": VERSION, **metadata,
                          "chunk_count": 0, "steps_done": 0}
@@ -455,14 +462,51 @@ def _write_manifest(directory: Path, manifest: dict) -> None:
     os.replace(temporary, directory / "manifest.json")
 
 
+#: Solver fields that choose how the step equations are solved, not which equations: a run
+#: may be resumed with other values of them.
+ENGINE_OPTIONS = ("newton", "initial_guess", "backend", "predictor_correction")
+
+
+def solver_options_digest(solver) -> dict:
+    """A digest of each field of ``solver`` that defines its scheme (a composed scheme's base
+    scheme field by field): a resumed run must continue the scheme that wrote the stream."""
+    out = {}
+    for item in fields(solver) if is_dataclass(solver) else ():
+        if not item.init or item.name in ENGINE_OPTIONS:
+            continue
+        value = getattr(solver, item.name, None)
+        if is_dataclass(value) and hasattr(value, "properties"):  # a base scheme
+            out.update({f"{item.name}.{key}": digest
+                        for key, digest in solver_options_digest(value).items()})
+        else:
+            out[item.name] = hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+    return out
+
+
+def model_digest(model) -> str:
+    """A digest of the model's mass matrix, and of its potential and constraints at a fixed
+    configuration (not the initial state, which a resuming script may set differently), so
+    that a stream is resumed with the model it was written for (same masses, gravity,
+    springs, joints)."""
+    probe = np.cos(np.arange(model.n) + 1.0)
+    digest = hashlib.sha256()
+    mass = model.mass_matrix.tocsr()
+    for array in (mass.indptr, mass.indices, mass.data):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    with np.errstate(all="ignore"):
+        for evaluate in (model.potential, model.potential_gradient, model.constraints):
+            try:
+                digest.update(np.asarray(evaluate(probe), dtype=float).tobytes())
+            except Exception:  # noqa: BLE001 - a user function may reject the probe
+                digest.update(b"-")
+    return digest.hexdigest()[:32]
+
+
 def load_stream(path: str | os.PathLike, model):
     """A :class:`~mbs.solution.Solution` of every flushed step of the stream at ``path``.
 
     ``model`` must be the compiled model the stream was written for (checked by size).
     """
-    from mbs.solution import Solution
-    from mbs.solvers import make_solver
-
     data = read_stream(path)
     manifest = data["manifest"]
     for key in ("h", "t_start"):
@@ -488,4 +532,19 @@ def load_stream(path: str | os.PathLike, model):
         stats={"solver": manifest["solver"], "h": manifest["h"], "steps": steps,
                "newton_iterations": data["newton_iterations"],
                "completed": bool(manifest.get("completed", False))},
-        solver_properties=make_solver(manifest["solver"]).properties)
+        solver_properties=_solver_properties(manifest))
+
+
+def _solver_properties(manifest: dict):
+    """The properties stored with the stream, or those of the solver it names (None when
+    neither is available, e.g. a stream of another mbs version's composed scheme)."""
+    stored = manifest.get("solver_properties")
+    if isinstance(stored, dict):
+        try:
+            return SchemeProperties(**stored)
+        except TypeError:
+            pass
+    try:
+        return make_solver(manifest["solver"]).properties
+    except MbsError:
+        return None

@@ -1,0 +1,70 @@
+"""Output streams of simulate(output=...): what they refuse and who reads them.
+
+A stream is continued only by the scheme, scheme options and model that wrote it; an existing
+result file is never overwritten; load_solution and load_stream read the streams of every
+scheme, composed ones included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mbs
+from mbs.errors import ModelError
+from mbs.streaming import load_stream
+
+
+def pendulum(gravity: float = -9.81, start: float = 1.0) -> mbs.Model:
+    system = mbs.System(gravity=(0.0, 0.0, gravity))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(start, 0.0, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=abs(start)))
+    return system.compile()
+
+
+@pytest.mark.parametrize("options", [{"solver": "em", "order": 4},
+                                     {"solver": "rattle", "order": 6}])
+def test_streams_of_composed_schemes_read_back(tmp_path, options):
+    model = pendulum()
+    run = mbs.simulate(model, h=0.01, t_end=0.1, output=str(tmp_path / "run"), **options)
+    for read in (load_stream(tmp_path / "run", model),
+                 mbs.load_solution(tmp_path / "run", model)):
+        np.testing.assert_array_equal(read.q, run.q)
+        assert read.solver_properties == run.solver_properties
+
+
+def test_load_solution_reads_packed_streams_and_says_what_a_stream_needs(tmp_path):
+    model = pendulum()
+    run = mbs.simulate(model, "em", h=0.01, t_end=0.1, output=str(tmp_path / "run.npz"))
+    np.testing.assert_array_equal(mbs.load_solution(tmp_path / "run.npz", model).p, run.p)
+    with pytest.raises(ModelError, match=r"stream written by simulate\(output=...\).*model"):
+        mbs.load_solution(tmp_path / "run.npz")
+
+
+def test_an_existing_result_file_is_not_overwritten(tmp_path):
+    model = pendulum()
+    saved = mbs.simulate(model, "em", h=0.01, t_end=0.1)
+    path = mbs.save_solution(saved, tmp_path / "precious.npz")
+    before = path.read_bytes()
+    with pytest.raises(ModelError, match="exists; remove it"):
+        mbs.simulate(model, "em", h=0.02, t_end=0.1, output=str(path))
+    assert path.read_bytes() == before
+
+
+def test_resume_refuses_other_scheme_options(tmp_path):
+    model = pendulum()
+    mbs.simulate(model, "lobatto", stages=3, h=0.01, t_end=0.1, output=str(tmp_path / "run"))
+    with pytest.raises(ModelError, match="other values of stages"):
+        mbs.simulate(model, "lobatto", stages=4, h=0.01, t_end=0.2,
+                     resume=str(tmp_path / "run"))
+
+
+def test_resume_refuses_another_model_and_accepts_the_same_one_rebuilt(tmp_path):
+    path = str(tmp_path / "run")
+    mbs.simulate(pendulum(), "em", h=0.01, t_end=0.1, output=path)
+    with pytest.raises(ModelError, match="model differs"):
+        mbs.simulate(pendulum(gravity=-1.62), "em", h=0.01, t_end=0.2, resume=path)
+    # the same mechanism built with another initial state: the stream's state is continued
+    resumed = mbs.simulate(pendulum(start=-1.0), "em", h=0.01, t_end=0.2, resume=path)
+    whole = mbs.simulate(pendulum(), "em", h=0.01, t_end=0.2)
+    np.testing.assert_array_equal(resumed.q, whole.q)
