@@ -9,6 +9,10 @@ import numpy as np
 from mbs.model import Model
 from mbs.symmetry import conserved_axes, generic_states
 
+#: A momentum below this fraction of the terms it is summed from is zero to round-off (the
+#: rounding of a sum of k terms is at most about k eps of their sizes).
+ROUNDOFF_SIZE = 1e3 * np.finfo(float).eps
+
 
 def vertical_axis(gravity) -> np.ndarray | None:
     """The unit vector against uniform ``gravity`` (None without it): under uniform gravity
@@ -350,13 +354,26 @@ class Solution:
         return f"  (conserved {preposition} {kept}; not {preposition} {lost}: {why})"
 
     @staticmethod
-    def _drift(values: np.ndarray, symbol: str) -> str:
-        """max |X - X0| relative to max |X|, or absolute when X is zero throughout."""
+    def _drift(values: np.ndarray, symbol: str, scale: float) -> str:
+        """max |X - X0| relative to max |X|, unless X is zero to round-off throughout:
+        ``scale`` bounds the size of the terms X is summed from, so that |X| below
+        :data:`ROUNDOFF_SIZE` times it is cancellation, not a momentum."""
         change = float(np.max(np.linalg.norm(values - values[0], axis=1)))
         size = float(np.max(np.linalg.norm(values, axis=1)))
-        if size == 0.0:
-            return f"{symbol} = 0 throughout"
+        if size <= ROUNDOFF_SIZE * scale:
+            return (f"{symbol} = 0 throughout (to round-off: max |{symbol}| = {size:.1e} of "
+                    f"terms up to {scale:.1e})" if size > 0.0 else f"{symbol} = 0 throughout")
         return f"max |{symbol} - {symbol}0| / max |{symbol}| = {change / size:.3e}"
+
+    def _momentum_scales(self, about) -> tuple[float, float]:
+        """Upper bounds of the terms the angular and linear momenta are summed from: the
+        largest sums over the coordinate triples of (|x| + |about|) |p| and of |p|."""
+        steps = self.q.shape[0]
+        position = np.linalg.norm(self.q.reshape(steps, -1, 3), axis=2)
+        momentum = np.linalg.norm(self.p.reshape(steps, -1, 3), axis=2)
+        lever = position + float(np.linalg.norm(np.asarray(about, dtype=float)))
+        return (float(np.max((lever * momentum).sum(axis=1))),
+                float(np.max(momentum.sum(axis=1))))
 
     def conservation_summary(self, about=(0.0, 0.0, 0.0)) -> str:
         """Drifts of energy and momenta, each labelled conserved or not by this model (and
@@ -376,6 +393,7 @@ class Solution:
         else:
             angular_label = "angular momentum"
         linear_kept, angular_kept = self.conserved_momenta(about)
+        angular_scale, linear_scale = self._momentum_scales(about)
         res = self.constraint_residuals()
         props = self.solver_properties
         lines = [
@@ -385,8 +403,9 @@ class Solution:
             f"{np.mean(self.stats.get('newton_iterations', [np.nan])):.2f}",
             self._energy_line(energy, scale),
             f"{angular_label}  J0 = {np.array2string(angular[0], precision=8)}, "
-            f"{self._drift(angular, 'J')}" + self._momentum_note(angular_kept, True, about),
-            f"linear momentum   {self._drift(linear, 'L')}"
+            f"{self._drift(angular, 'J', angular_scale)}"
+            + self._momentum_note(angular_kept, True, about),
+            f"linear momentum   {self._drift(linear, 'L', linear_scale)}"
             + self._momentum_note(linear_kept, False),
             f"constraints       max |g(q_n)| = {np.max(res['position']):.3e}, max |G M^-1 "
             f"p_n| = {np.max(res['velocity']):.3e}",
