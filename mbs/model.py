@@ -576,6 +576,27 @@ class Model:
         q, p = self._q0.copy(), self._p0.copy()
         if joint_rates:
             return self._state_with_rates(q, p, dict(joint_rates), project, t)
+        return self.consistent_state(q, p, project, t)
+
+    def consistent_state(self, q: np.ndarray, p: np.ndarray, project: bool = False,
+                         t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """(q, p) if it satisfies the constraints at time t, or (with ``project``) its
+        projection onto them; see :meth:`initial_state`.
+
+        Raises
+        ------
+        ModelError
+            q or p has a non-finite entry.
+        InconsistentInitialStateError
+            The state violates the constraints and ``project`` is False, or the projection
+            fails.
+        """
+        for name, value in (("q0", q), ("p0", p)):
+            bad = np.flatnonzero(~np.isfinite(value))
+            if bad.size:
+                raise ModelError(f"initial state: {name}[{bad[0]}] = {value[bad[0]]} is not "
+                                 f"finite ({bad.size} such entries); give finite coordinates "
+                                 f"and momenta")
         if self.is_consistent(q, p, t):
             return q, p
         g, gv = self._residuals(q, p, t)
@@ -583,8 +604,9 @@ class Model:
             raise InconsistentInitialStateError(
                 f"initial state violates the constraints: max |g(q0)| = {g:.3e} (tolerance "
                 f"{POSITION_TOLERANCE:.0e}), max |G M^-1 p0| = {gv:.3e} (tolerance "
-                f"{VELOCITY_TOLERANCE:.0e} relative); fix the bodies' set_state calls or use "
-                f"model.initial_state(project=True)", g, gv)
+                f"{VELOCITY_TOLERANCE:.0e} relative); fix the bodies' set_state calls (or the "
+                f"initial_state given to simulate), or project it: "
+                f"model.initial_state(project=True), simulate(..., project=True)", g, gv)
         try:
             with np.errstate(all="ignore"):
                 q_new, p_new = self.project(q, p, t=t)

@@ -24,6 +24,7 @@ import numpy as np
 from mbs.engine.newton import NewtonConvergenceError
 from mbs.errors import (
     ForceFunctionError,
+    InconsistentInitialStateError,
     MbsError,
     ModelError,
     SimulationError,
@@ -74,12 +75,17 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         Step size (> 0). The number of steps is round((t_end - t_start) / h); a warning is
         given if that does not reach t_end exactly.
     project : bool
-        Project an inconsistent initial state onto the constraints (otherwise an error).
+        Project an inconsistent initial state (set on the bodies or given as
+        ``initial_state``) onto the constraints (otherwise an error, or for
+        ``initial_state`` a warning).
     progress : bool or None
         Progress bar (tqdm): True shows it, False hides it; None (default) shows it on an
         interactive terminal once the run has taken 3 s.
     initial_state : (q0, p0), optional
-        Start from this state instead of the one set on the bodies.
+        Start from this state instead of the one set on the bodies. Non-finite entries are
+        an error; a state that violates the constraints is projected with ``project``, and
+        otherwise used as given with a warning (a node state of ggl-vi-a, which lies off the
+        constraints by design, continues its run exactly).
     on_failure : {"refine", "raise"}
         What to do when Newton's method cannot solve a step (too large a step for the
         predictor, a near-singular configuration). "refine" (default) retries the step as
@@ -166,6 +172,7 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
             if q0.shape != (model.n,) or p0.shape != (model.n,):
                 raise ModelError(f"simulate: initial_state arrays must have shape "
                                  f"({model.n},), got {q0.shape} and {p0.shape}")
+            q0, p0 = _given_state(model, q0, p0, project, t_start)
         run.begin(q0, p0)
         writer = None if output is None else StreamWriter(
             output, {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n,
@@ -174,6 +181,24 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
                      "solver_properties": asdict(solver.properties)}, q0, p0)
     with single_threaded_blas():
         return run.execute(writer, flush_every, progress)
+
+
+def _given_state(model: Model, q0: np.ndarray, p0: np.ndarray, project: bool,
+                 t_start: float) -> tuple[np.ndarray, np.ndarray]:
+    """An ``initial_state`` checked: non-finite entries are an error; with ``project`` an
+    inconsistent state is projected, without it the run starts from it with a warning (the
+    node states of ggl-vi-a lie off the constraints by design, and a run continued from one
+    must start there)."""
+    if project:
+        return model.consistent_state(q0, p0, True, t_start)
+    try:
+        return model.consistent_state(q0, p0, False, t_start)
+    except InconsistentInitialStateError as exc:
+        warnings.warn(f"simulate: the initial_state violates the constraints: max |g(q0)| = "
+                      f"{exc.position_residual:.3e}, max |G M^-1 p0| = "
+                      f"{exc.velocity_residual:.3e}; the run starts from it as given (pass "
+                      f"project=True to project it onto the constraints)", stacklevel=3)
+        return q0, p0
 
 
 def _check_resume(manifest: dict, model: Model, solver: Solver, h: float, t_start: float):

@@ -10,6 +10,7 @@ import pendulum_3d
 import pytest
 
 import mbs
+from mbs.errors import ModelError
 from mbs.solvers import GGLVI, EnergyMomentum, NewtonOptions, Rattle, make_solver, solver_table
 
 
@@ -221,6 +222,27 @@ def test_summary_calls_a_momentum_cancelled_to_round_off_zero():
     text = solution.conservation_summary()
     assert "J = 0 throughout" in text
     assert "/ max |J|" not in text
+
+
+def test_a_given_initial_state_is_checked_and_projected_on_request():
+    """simulate(initial_state=...) with a bob 1.2 m from the pivot of a 1 m rod: projected
+    onto the rod with project=True, otherwise used as given with a warning; a NaN is an
+    error naming the entry."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=1.0))
+    model = system.compile()
+    off = (np.array([1.2, 0.0, 0.0]), np.zeros(3))
+    with pytest.warns(UserWarning, match="projected onto the constraint manifold"):
+        projected = mbs.simulate(model, "em", h=0.01, t_end=0.1, initial_state=off,
+                                 project=True)
+    np.testing.assert_allclose(np.linalg.norm(projected.q, axis=1), 1.0, atol=1e-12)
+    with pytest.warns(UserWarning, match="violates the constraints.*project=True"):
+        mbs.simulate(model, "em", h=0.01, t_end=0.1, initial_state=off)
+    with pytest.raises(ModelError, match=r"q0\[1\] = nan is not finite"):
+        mbs.simulate(model, "em", h=0.01, t_end=0.1,
+                     initial_state=(np.array([1.0, np.nan, 0.0]), np.zeros(3)))
 
 
 def test_nodes_at_finds_output_times(pendulum):
