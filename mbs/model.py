@@ -378,6 +378,23 @@ class Model:
                 out[block.rows] = block.constraint.time_derivative(q[block.indices], t)
         return out
 
+    def constraint_time_derivative_jacobian(self, q: np.ndarray, t: float = 0.0):
+        """d(dg/dt)/dq at time t, (m, n), dense when :attr:`dense`: nonzero only in the rows
+        of drives of angles."""
+        rows, columns, values = [], [], []
+        for block in self._user:
+            if block.constraint.time_dependent:
+                local = block.constraint.time_derivative_jacobian(q[block.indices], t)
+                rows.append(np.repeat(block.rows, block.indices.size))
+                columns.append(np.tile(block.indices, block.rows.size))
+                values.append(np.ravel(local))
+        shape = (self.m, self.n)
+        if not rows:
+            return np.zeros(shape) if self.dense else sp.csr_matrix(shape)
+        out = sp.csr_matrix((np.concatenate(values), (np.concatenate(rows),
+                                                      np.concatenate(columns))), shape=shape)
+        return out.toarray() if self.dense else out
+
     def constraint_jacobian_transpose_product(self, q: np.ndarray, y: np.ndarray,
                                               t: float = 0.0) -> np.ndarray:
         """G(q)^T y without forming G when every constraint is quadratic."""

@@ -517,6 +517,13 @@ class _Evaluations:
             value = value + self("constraint_time_derivative", at)
         return value
 
+    def rate_derivative(self, at: int, vector: int):
+        """d/du [G(u) v + dg/dt(u)]."""
+        value = self("hessian_vector_matrix", at, vector)
+        if self.model.is_rheonomic:
+            value = value + self("constraint_time_derivative_jacobian", at)
+        return value
+
 
 # Each term kind: its value and its derivative with respect to each argument, as functions of
 # the model's evaluations at the iterate and the arguments' keys. Arguments missing from the
@@ -534,7 +541,7 @@ _TERMS = {
          2: lambda f, a, b, mu, middle: f("discrete_jacobian_matrix", a, b).T}),
     "jacobian": (  # G(u) v + dg/dt(u)
         lambda f, u, v: f.rate(u, v),
-        {0: lambda f, u, v: f("hessian_vector_matrix", u, v),
+        {0: lambda f, u, v: f.rate_derivative(u, v),
          1: lambda f, u, v: f("jacobian_matrix", u)}),
     "hessian": (  # sum_k mu_k d2 g_k(u) v
         lambda f, u, mu, v: f("hessian_product_matrix", u, mu) @ f.points[v],

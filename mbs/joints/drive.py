@@ -173,6 +173,16 @@ class Drive(UserConstraint):
     def discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0) -> np.ndarray:
         return self.jacobian(0.5 * (q0 + q1), t)  # exact: g is quadratic in q at fixed t
 
+    def time_derivative_jacobian(self, q_local: np.ndarray, t: float) -> np.ndarray:
+        """d(dg/dt)/dq, (1, size): an angle's dg/dt is f'(t) w'(t) . pi(q) with the quadratic
+        forms pi; a displacement's does not depend on q."""
+        if self.coordinate != "angle":
+            return np.zeros((1, q_local.size))
+        rate = self._rate(t)
+        target = self._call(self.position, "position", t)
+        return (rate * np.array([-np.sin(target), -np.cos(target)])
+                @ self._gradients(q_local))[None, :]
+
     def time_derivative(self, q_local: np.ndarray, t: float) -> np.ndarray:
         """dg/dt at fixed q."""
         rate = self._rate(t)
