@@ -26,6 +26,8 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
+from mbs.errors import ModelError
+
 #: Singular values below this fraction of the largest one count as zero.
 RANK_TOLERANCE = 1e-9
 #: Blocks with more columns than this are not rank-checked (dense SVD would be too slow).
@@ -104,8 +106,13 @@ def _non_invariant_components(groups: list[ConstraintGroup], ground: str) -> dic
 
 def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
                  body_columns: dict[str, np.ndarray], internal_rows: dict[str, np.ndarray],
-                 ground: str) -> list[BlockRank]:
-    """Rank of the joint equations of every block at the configuration of ``jacobian``."""
+                 ground: str, kept_rows: np.ndarray | None = None) -> list[BlockRank]:
+    """Rank of the joint equations of every block at the configuration of ``jacobian``.
+
+    ``kept_rows`` (user constraints and drives, which the quadratic tables cannot hold and
+    removal cannot drop) are never chosen as dependent rows; when they are dependent among
+    themselves a :class:`~mbs.errors.ModelError` names them."""
+    kept_rows = np.zeros(0, dtype=int) if kept_rows is None else np.asarray(kept_rows)
     results = []
     for block in joint_blocks(groups, ground):
         bodies = sorted({b for g in block for b in g.bodies if b != ground})
@@ -136,8 +143,19 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
             null = u[:joint_rows.size, rank_total:]
             weight = np.max(np.abs(null), axis=1) if null.size else np.zeros(0)
             involved = tuple(dict.fromkeys(str(name) for name in owner[weight > 1e-8]))
-            dependent = joint_rows[_dependent_rows(dense[:joint_rows.size],
-                                                   dense[joint_rows.size:], rank)]
+            kept = np.isin(joint_rows, kept_rows)
+            fixed = np.vstack([dense[joint_rows.size:], dense[:joint_rows.size][kept]])
+            if kept.any() and np.linalg.matrix_rank(
+                    fixed, tol=RANK_TOLERANCE * max(s[0], 1e-300)) < fixed.shape[0]:
+                clashing = ", ".join(dict.fromkeys(str(name) for name in owner[kept]))
+                raise ModelError(
+                    f"the constraints of {clashing} are redundant with each other (in the "
+                    f"loop of {', '.join(names)}); user constraints and drives cannot be "
+                    f"removed as redundant: remove one of them, or drive a joint whose "
+                    f"coordinate the other constraints leave free")
+            free = np.flatnonzero(~kept)
+            dependent = joint_rows[free[_dependent_rows(dense[:joint_rows.size][free], fixed,
+                                                        rank - int(kept.sum()))]]
         results.append(BlockRank(names, joint_rows.size, rank, involved, dependent))
     return results
 

@@ -106,7 +106,8 @@ def compile_system(system: System) -> Model:
         _check_finite(model.constraints(q0), abs(jacobian).max(axis=1).toarray().ravel(),
                       constraint_rows)
         try:
-            ranks = analyse_rank(jacobian, groups, columns, internal_rows, system.ground.name)
+            ranks = analyse_rank(jacobian, groups, columns, internal_rows, system.ground.name,
+                                 kept_rows=np.arange(table.n_rows, model.m))
         except np.linalg.LinAlgError as exc:
             raise ModelError(f"the rank analysis of the constraint Jacobian failed ({exc}); "
                              f"check joint points, axes and lengths for extreme values") from exc
@@ -114,7 +115,6 @@ def compile_system(system: System) -> Model:
     dof = n - internal_count - sum(r.rank for r in ranks)
     redundancies = _describe_redundancies(ranks, constraint_rows, model, q0)
     dependent = np.concatenate([r.dependent_rows for r in ranks] + [np.zeros(0, dtype=int)])
-    dependent = dependent[dependent < table.n_rows]  # user-constraint rows are kept
     if dependent.size and system.redundant == "remove":
         removed_table = table.rows(np.sort(dependent))
         table, constraint_rows, joint_infos, user_blocks = _remove_rows(

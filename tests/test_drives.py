@@ -182,6 +182,21 @@ def test_drive_effort_converges_at_every_step(scheme, options, order):
     assert np.log2(errors[0] / errors[1]) == pytest.approx(order, abs=0.25)
 
 
+def test_a_drive_redundant_with_another_is_an_error_at_compile():
+    """Two drives of one hinge: a drive's row cannot be dropped as redundant (it is not a
+    quadratic form), so compiling names both instead of reporting one removed and failing
+    with a singular Newton matrix."""
+    system = mbs.System()
+    body = system.add(mbs.RigidBody.from_shape("cylinder", mass=1.0, radius=0.1, length=0.02,
+                                               name="disc"))
+    hinge = system.add(mbs.joints.Revolute(system.ground, body, point=(0, 0, 0), axis=Z,
+                                           name="hinge"))
+    system.add(Drive(hinge, lambda t: t, lambda t: 1.0, name="first"))
+    system.add(Drive(hinge, lambda t: t, lambda t: 1.0, name="second"))
+    with pytest.raises(ModelError, match="first, second are redundant with each other"):
+        system.compile()
+
+
 def test_bad_drives_get_clear_errors():
     system = mbs.System()
     body = system.add(mbs.RigidBody(1.0, (0.1, 0.1, 0.1), name="body"))
