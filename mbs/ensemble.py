@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import time
 from collections.abc import Iterable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -167,14 +168,18 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     started = time.perf_counter()
     with _single_threaded_blas():
         iterations = kernel.run(q, p)
-    return EnsembleSolution(model, h * np.arange(steps + 1), q, p,
-                            {"solver": f"{batched.name} (ensemble)", "h": h, "members": count,
-                             "backend": "numba", "newton_iterations": iterations,
-                             "factorizations": kernel.factorizations,
-                             "pivoted_factorizations": int(kernel.fallbacks.sum()),
-                             "guess_retries": int(kernel.retries.sum()),
-                             "rerun_members": kernel.rerun,
-                             "wall_time": time.perf_counter() - started})
+    ensemble = EnsembleSolution(model, h * np.arange(steps + 1), q, p,
+                                {"solver": f"{batched.name} (ensemble)", "h": h,
+                                 "members": count, "backend": "numba",
+                                 "newton_iterations": iterations,
+                                 "factorizations": kernel.factorizations,
+                                 "pivoted_factorizations": int(kernel.fallbacks.sum()),
+                                 "guess_retries": int(kernel.retries.sum()),
+                                 "rerun_members": kernel.rerun,
+                                 "wall_time": time.perf_counter() - started})
+    if kernel.failures:
+        _raise_member_failures(kernel.failures, ensemble)
+    return ensemble
 
 
 def _batched_solver(model: Model, name: str, q0: np.ndarray, p0: np.ndarray,
@@ -206,9 +211,8 @@ _RUN_OPTIONS = ("on_failure", "max_refinements")
 
 def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_end: float,
                       solver: str | Solver, solver_options: dict) -> EnsembleSolution:
-    """Every member through :func:`mbs.simulate` (see :func:`simulate_ensemble`). A failing
-    member raises its SolverError with an EnsembleSolution of the members before it, and of
-    it up to the failing step.
+    """Every member through :func:`mbs.simulate` (see :func:`simulate_ensemble`). Members that
+    fail do not stop the others: see :func:`_raise_member_failures`.
 
     Members whose whole steps run in the compiled kernel (``backend="compiled"``, a potential
     linear in q, no applied forces) run on one thread per core: the kernel releases the GIL,
@@ -227,7 +231,7 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
                  and isinstance(model, Model) and model.constant_potential_gradient() is not None
                  and not model.has_applied_forces)
     workers = min(os.cpu_count() or 1, q0.shape[0]) if in_kernel else 1
-    members = []
+    members, failures = [], {}
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
     try:
         # every member submitted at once; the results are taken in member order
@@ -237,28 +241,56 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
             try:
                 members.append(result())
             except SolverError as error:
-                partial = [*members, error.solution]
-                size = partial[-1].t.size
-                error.solution = EnsembleSolution(
-                    partial[-1].model, partial[-1].t, np.stack([m.q[:size] for m in partial]),
-                    np.stack([m.p[:size] for m in partial]),
-                    {"solver": f"{partial[-1].stats['solver']} (ensemble)", "h": h,
-                     "members": len(partial), "failed_member": k})
-                error.args = (f"ensemble member {k}: {error}",)
-                raise
+                failures[k] = error
+                members.append(error.solution)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+    steps = max(1, int(round(t_end / h)))
+    q, p = _padded([m.q for m in members], steps), _padded([m.p for m in members], steps)
     first = members[0]
+    stats = {"solver": f"{first.stats['solver']} (ensemble)", "h": h, "members": len(members),
+             "backend": "member by member"}
+    if failures:
+        _raise_member_failures(failures, EnsembleSolution(first.model, h * np.arange(steps + 1),
+                                                          q, p, stats))
+    stats.update({
+        "newton_iterations": np.stack([m.stats["newton_iterations"] for m in members]),
+        "refined_steps": [m.stats["refined_steps"] for m in members],
+        "restarts": [m.stats["restarts"] for m in members],
+        "wall_time": time.perf_counter() - started})
     return EnsembleSolution(
-        first.model, first.t, np.stack([m.q for m in members]), np.stack([m.p for m in members]),
-        {"solver": f"{first.stats['solver']} (ensemble)", "h": h, "members": len(members),
-         "backend": "member by member",
-         "newton_iterations": np.stack([m.stats["newton_iterations"] for m in members]),
-         "refined_steps": [m.stats["refined_steps"] for m in members],
-         "restarts": [m.stats["restarts"] for m in members],
-         "wall_time": time.perf_counter() - started},
+        first.model, first.t, q, p, stats,
         work=np.stack([m.work for m in members]) if first.model.has_applied_forces else None)
+
+
+def _padded(rows: list[np.ndarray], steps: int) -> np.ndarray:
+    """Members' (N_k + 1, n) arrays stacked to (K, steps + 1, n), NaN after a member's last
+    accepted step."""
+    out = np.full((len(rows), steps + 1, rows[0].shape[1]), np.nan)
+    for k, row in enumerate(rows):
+        out[k, :row.shape[0]] = row
+    return out
+
+
+def _raise_member_failures(failures: dict[int, SolverError], ensemble: EnsembleSolution):
+    """Raise the SolverError of the first failed member, after every member has run, with
+    ``error.solution`` the whole ensemble: completed members in full, a failed member up to
+    its last accepted step and NaN after it; ``stats["failed_members"]`` maps each failed
+    member to its failed step and ``stats["completed"]`` flags the members that finished."""
+    count = ensemble.q.shape[0]
+    ensemble.stats["failed_members"] = {k: error.step for k, error in failures.items()}
+    ensemble.stats["completed"] = np.array([k not in failures for k in range(count)])
+    k = min(failures)
+    error = failures[k]
+    error.solution = ensemble
+    listed = ", ".join(f"{j} (step {e.step})" for j, e in sorted(failures.items()))
+    # the member's own sentence about error.solution is replaced by the ensemble's
+    cause = re.sub(r"[.;]? ?error\.solution holds the \d+ accepted steps", "", str(error))
+    error.args = (f"ensemble: {len(failures)} of {count} members failed: {listed}; member "
+                  f"{k}: {cause}; error.solution holds every member (NaN after a failed "
+                  f"member's last accepted step)",)
+    raise error
 
 
 def simulate_many(runs: Iterable[tuple[Model, dict]], executor: Executor | None = None) -> list:
@@ -268,12 +300,37 @@ def simulate_many(runs: Iterable[tuple[Model, dict]], executor: Executor | None 
     ``concurrent.futures.Executor`` (process pool, Dask ``Client.get_executor()``) they run
     where the executor puts them. Models must be picklable for process or cluster executors
     (true for every built-in element; user potentials holding lambdas are not).
+
+    Raises
+    ------
+    Exception
+        The error of the first run that failed, once every run has finished; its
+        ``results`` attribute lists every run's :class:`~mbs.Solution` or error, in order.
     """
     runs = list(runs)
     if executor is None:
-        return [simulate(model, **options) for model, options in runs]
-    futures = [executor.submit(simulate, model, **options) for model, options in runs]
-    return [future.result() for future in futures]
+        outcomes = [_outcome(functools.partial(simulate, model, **options))
+                    for model, options in runs]
+    else:
+        futures = [executor.submit(simulate, model, **options) for model, options in runs]
+        outcomes = [_outcome(future.result) for future in futures]
+    failed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, Exception)]
+    if failed:
+        error = outcomes[failed[0]]
+        error.results = outcomes
+        error.args = (f"simulate_many: {len(failed)} of {len(runs)} runs failed (runs "
+                      f"{failed[:10]}); run {failed[0]}: {error}; error.results holds every "
+                      f"run's Solution or error",)
+        raise error
+    return outcomes
+
+
+def _outcome(call):
+    """The result of ``call()``, or the exception it raised."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - every run's error is kept and reported
+        return exc
 
 
 def _initial_arrays(model: Model, initial_states) -> tuple[np.ndarray, np.ndarray]:
@@ -386,33 +443,26 @@ class _BatchedRun:
                           self.plan[:-1], status, iterations, factorizations,
                           failed_step, self.fallbacks, self.retries)
         self.factorizations += int(factorizations.sum())
-        self.rerun = []
-        failed = np.flatnonzero(status != kernels.CONVERGED)
-        for i, k in enumerate(failed):
-            # the members still to rerun hold states up to their failed steps only
-            known = int(failed_step[failed[i + 1:]].min(initial=steps))
-            self._rerun(int(k), int(failed_step[k]), known, q, p, iterations)
+        self.rerun, self.failures = [], {}
+        for k in np.flatnonzero(status != kernels.CONVERGED):
+            self._rerun(int(k), int(failed_step[k]), q, p, iterations)
         return iterations.max(axis=0) if count else np.zeros(steps, dtype=int)
 
-    def _rerun(self, k: int, failed: int, known: int, q: np.ndarray, p: np.ndarray,
+    def _rerun(self, k: int, failed: int, q: np.ndarray, p: np.ndarray,
                iterations: np.ndarray) -> None:
         """Member k, whose batched iteration failed at step ``failed``, as its single run
         through :func:`mbs.simulate` (with its retries from another guess and its sub-steps).
-        If that fails too, raises its SolverError with the states of every member before the
-        step it failed at (member k's own up to there), at most up to step ``known``, the
-        last step every member has."""
+        If that fails too, its states up to the step it failed at are kept, NaN after it, and
+        its SolverError goes into ``failures``."""
         try:
             single = simulate(self.model, self.solver.name, h=self.h,
                               t_end=(q.shape[1] - 1) * self.h, initial_state=(q[k, 0], p[k, 0]))
         except SolverError as error:
-            partial = error.solution
-            q[k, :partial.t.size], p[k, :partial.t.size] = partial.q, partial.p
-            last = min(partial.t.size - 1, known)
-            error.solution = EnsembleSolution(self.model, self.h * np.arange(last + 1),
-                                              q[:, :last + 1], p[:, :last + 1])
-            error.step, error.time = last, last * self.h
-            error.args = (f"ensemble member {k}: {error}",)
-            raise
+            size = error.solution.t.size
+            q[k, :size], p[k, :size] = error.solution.q, error.solution.p
+            q[k, size:], p[k, size:] = np.nan, np.nan
+            self.failures[k] = error
+            return
         q[k], p[k] = single.q, single.p
         iterations[k] = single.stats["newton_iterations"]
         self.rerun.append((k, failed))

@@ -156,6 +156,23 @@ def test_simulate_many_serial_and_through_a_process_pool(top):
         np.testing.assert_array_equal(a.q, b.q)
 
 
+def test_simulate_many_keeps_the_runs_around_a_failing_one(top):
+    """A run that fails (RATTLE allowed one Newton iteration) does not lose the others:
+    the error comes after every run, names the failed one and lists every outcome."""
+    one_iteration = mbs.solvers.NewtonOptions(max_iterations=1)
+    runs = [(top, {"solver": "em", "h": 0.002, "t_end": 0.02}),
+            (top, {"solver": "rattle", "h": 0.05, "t_end": 0.2, "on_failure": "raise",
+                   "newton": one_iteration}),
+            (top, {"solver": "rattle", "h": 0.002, "t_end": 0.02})]
+    with pytest.raises(mbs.SolverError, match=r"1 of 3 runs failed \(runs \[1\]\)") as info:
+        mbs.simulate_many(runs)
+    results = info.value.results
+    assert isinstance(results[1], mbs.SolverError)
+    for k in (0, 2):
+        alone = mbs.simulate(top, **runs[k][1])
+        np.testing.assert_array_equal(results[k].q, alone.q)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ensemble_of_double_pendulums_with_a_partial_simd_block(backend):
     """Another model (n = 24, m = 22) and a member count that is not a multiple of the
@@ -192,18 +209,26 @@ def test_a_member_whose_corrected_guess_fails_retries_from_the_predictor(top):
 
 
 @pytest.mark.skipif(not _numba_available(), reason="numba not installed")
-def test_ensemble_failure_carries_the_states_before_it(top):
-    """A member that mbs.simulate cannot advance either (a spin 10^4 times the top's) ends
-    the run: the error names the first such member and holds every member's states before
-    the failing step (none beyond what the other failing member has)."""
+def test_ensemble_failure_keeps_every_member(top):
+    """Members that mbs.simulate cannot advance either (a spin 10^4 times the top's) do not
+    stop the others: the error, raised once every member has run, names the failed members
+    and holds the whole ensemble, the completed members equal to their single runs and the
+    failed ones NaN after their last accepted state."""
     q0, p0 = rotated_states(top, 4)
     p0[1] *= 1e4
     p0[3] *= 1e4
-    with pytest.raises(mbs.SolverError, match="ensemble member 1") as info:
+    with pytest.raises(mbs.SolverError, match=r"2 of 4 members failed: 1 \(step 0\), "
+                                              r"3 \(step 0\)") as info:
         mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02)
-    error = info.value
-    assert error.step == 0 and error.solution.q.shape == (4, 1, 12)
-    np.testing.assert_array_equal(error.solution.q[:, 0], q0)
+    ensemble = info.value.solution
+    assert ensemble.q.shape == (4, 11, 12)
+    np.testing.assert_array_equal(ensemble.stats["completed"], [True, False, True, False])
+    assert ensemble.stats["failed_members"] == {1: 0, 3: 0}
+    for k in (0, 2):
+        single = mbs.simulate(top, "em", h=2e-3, t_end=0.02, initial_state=(q0[k], p0[k]))
+        np.testing.assert_allclose(ensemble.q[k], single.q, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(ensemble.q[1, 0], q0[1])
+    assert np.isnan(ensemble.q[1, 1:]).all()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -302,19 +327,23 @@ def test_compiled_members_on_threads_are_the_single_runs(top, scheme):
 
 
 @pytest.mark.skipif(not compiled.available(), reason="numba not installed")
-def test_a_failing_member_on_threads_carries_the_members_before_it(top):
-    """The members before the failing one (in member order, whatever order the threads
-    finish in) and the failing one up to its failed step."""
+def test_a_failing_member_on_threads_leaves_the_others_complete(top):
+    """Every member in member order, whatever order the threads finish in: the completed
+    ones as their single runs, the failing one up to its failed step."""
     q0, p0 = rotated_states(top, 4)
     p0[2] *= 40.0  # a spin that Lobatto IIIA-IIIB cannot follow at this step
-    with pytest.raises(mbs.SolverError, match="ensemble member 2") as info:
+    with pytest.raises(mbs.SolverError, match="1 of 4 members failed: 2") as info:
         mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.04, solver="lobatto",
                               backend="numba", on_failure="raise")
-    partial = info.value.solution
-    assert partial.q.shape[0] == 3
-    single = mbs.simulate(top, "lobatto", h=2e-3, t_end=0.04, backend="compiled",
-                          initial_state=(q0[0], p0[0]))
-    np.testing.assert_array_equal(partial.q[0], single.q[:partial.q.shape[1]])
+    ensemble = info.value.solution
+    assert ensemble.q.shape == (4, 21, 12)
+    for k in (0, 3):
+        single = mbs.simulate(top, "lobatto", h=2e-3, t_end=0.04, backend="compiled",
+                              initial_state=(q0[k], p0[k]))
+        np.testing.assert_array_equal(ensemble.q[k], single.q)
+    failed = ensemble.stats["failed_members"][2]
+    assert np.isfinite(ensemble.q[2, :failed + 1]).all()
+    assert np.isnan(ensemble.q[2, failed + 1:]).all()
 
 
 def test_ensemble_of_a_large_model_runs_member_by_member():
@@ -331,10 +360,12 @@ def test_ensemble_of_a_large_model_runs_member_by_member():
     assert ensemble.stats["backend"] == "member by member"
 
 
-def test_a_failing_member_carries_the_members_so_far(top):
+def test_failing_members_run_one_by_one_are_all_reported(top):
     q0, p0 = rotated_states(top, 3)
     solver_options = {"newton": mbs.solvers.NewtonOptions(max_iterations=1)}
-    with pytest.raises(mbs.SolverError, match="ensemble member 0") as info:
+    with pytest.raises(mbs.SolverError, match="3 of 3 members failed") as info:
         mbs.simulate_ensemble(top, (q0, p0), h=0.05, t_end=0.2, solver="rattle",
                               on_failure="raise", **solver_options)
-    assert info.value.solution.q.shape[0] == 1
+    ensemble = info.value.solution
+    assert ensemble.q.shape == (3, 5, 12)
+    assert not ensemble.stats["completed"].any()
