@@ -686,11 +686,16 @@ def _warn_if_energy_is_lost(solution: Solution) -> None:
         return
     what = ("the energy (net of the work of loads, dampers, actuators and drives)"
             if solution.model.non_conservative else "the energy of this conservative model")
-    warnings.warn(f"simulate: {solution.stats['solver']} at h = {solution.stats['h']:g} changed "
-                  f"{what} by {change / scale:.2g} of its "
-                  f"size: the step is beyond the scheme's stability or accuracy limit; "
-                  f"reduce h (or use 'em', which conserves energy at any step size)",
-                  RuntimeWarning, stacklevel=4)
+    largest = float(np.max(np.abs(energy)))
+    growth = (f", up to {largest / abs(energy[0]):.3g} times its initial size"
+              if largest > 10.0 * abs(energy[0]) > 0.0 else "")
+    solver = str(solution.stats["solver"])
+    advice = ("reduce h" if solver.startswith("em") else
+              "reduce h (or use 'em', which conserves energy at any step size)")
+    warnings.warn(f"simulate: {solver} at h = {solution.stats['h']:g} changed {what} by up to "
+                  f"{change:.3g} from E0 = {energy[0]:.6g} ({change / scale:.2g} of the "
+                  f"{scale:.3g} the motion exchanges{growth}): the step is beyond the scheme's "
+                  f"stability or accuracy limit; {advice}", RuntimeWarning, stacklevel=4)
 
 
 #: Steps per call of a compiled solver's kernel (Ctrl-C is seen between calls).
