@@ -38,6 +38,7 @@ import scipy.sparse as sp
 
 from mbs.errors import MbsError, ModelError, SolutionFileNotFoundError
 from mbs.hdf5 import save_hdf5 as save_hdf5  # re-exported: mbs.io.save_hdf5
+from mbs.liegroup.model import LieGroupModel
 from mbs.model import BodyInfo, ElementInfo, Model
 from mbs.safe_files import load_json, open_archive
 from mbs.solution import Solution, vertical_axis
@@ -286,10 +287,11 @@ def load_solution(path, model: Model | None = None) -> Solution:
         A file of :func:`save_solution`, or a stream of ``simulate(output=...)`` (directory,
         packed .npz, or a run in progress): a stream is read by
         :func:`mbs.streaming.load_stream` and needs ``model``.
-    model : Model, optional
+    model : Model or LieGroupModel, optional
         The compiled model of the run (e.g. ``build().compile()`` from the same script). If
         given it is checked against the stored metadata and attached, giving a full
-        :class:`~mbs.solution.Solution`; otherwise a :class:`LoadedSolution` on a
+        :class:`~mbs.solution.Solution` (for a Lie-group model: on its director model, with
+        ``lie_group_state`` as the run returned it); otherwise a :class:`LoadedSolution` on a
         :class:`StoredModel`.
 
     Raises
@@ -301,6 +303,11 @@ def load_solution(path, model: Model | None = None) -> Solution:
         and header field is checked before the solution is built, so that its observables
         work on what is returned.
     """
+    if isinstance(model, LieGroupModel):
+        # stored as the director states it ran on; its group states follow from them
+        solution = load_solution(path, model.director_model)
+        solution.lie_group_state = model.unpack(*model.from_director(solution.q, solution.p))
+        return solution
     path = Path(path)
     if _is_stream(path):
         if model is None:

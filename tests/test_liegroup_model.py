@@ -614,3 +614,16 @@ def test_initial_state_and_refinement():
     plain = mbs.simulate(lie, "vrkmk", h=0.2, t_end=0.4)
     assert not plain.stats["refined_steps"]
     assert np.max(np.abs(refined.q[-1] - plain.q[-1])) <= 1e-2
+
+
+def test_a_saved_lie_group_run_loads_back_with_its_group_states(tmp_path):
+    """save_solution / load_solution(path, lie_group_model): the director states bitwise and
+    the Lie-group states (rotations, angular momenta) as the run returned them."""
+    model = heavy_top_system().compile(formulation="lie-group")
+    solution = mbs.simulate(model, "vrkmk", h=0.01, t_end=0.1)
+    path = mbs.save_solution(solution, tmp_path / "top.npz")
+    loaded = mbs.load_solution(path, model)
+    np.testing.assert_array_equal(loaded.q, solution.q)
+    for name in ("rotation", "angular_momentum", "position", "linear_momentum"):
+        np.testing.assert_array_equal(getattr(loaded.lie_group_state, name),
+                                      getattr(solution.lie_group_state, name))
