@@ -4,21 +4,38 @@
     mbs solvers
     mbs run heavy-top --solver em --h 0.002 --t-end 2 --animate top.mp4 --plot energy.png
     mbs run my_model.py --t-end 5 --save run.npz
+    mbs run heavy-top --solver lobatto --stages 4
+    mbs run heavy-top --solver vrkmk --option tableau=gauss-3
     mbs convergence heavy-top --solvers em,ggl-vi-a --h 0.004,0.002,0.001
 
 ``run`` takes a gallery name or a Python file defining ``build()`` (returning an
 :class:`mbs.System`) and optionally ``RECOMMENDED = dict(solver=..., h=..., t_end=...)``,
-``VIZ = dict(...)`` (animation options) and ``report(solution) -> str``.
-Exit codes: 0 success, 1 the simulation failed, 2 bad usage (unknown names, bad values).
+``VIZ = dict(...)`` (animation options) and ``report(solution) -> str``. The Lie-group
+solvers ``vrkmk`` and ``vcg`` run the system compiled with ``formulation="lie-group"``.
+When a run fails, the steps accepted before the failure still go to ``--save``, ``--csv``,
+``--vtk`` and the plots.
+Exit codes: 0 success, 1 the simulation failed, 2 bad usage (unknown names, bad values,
+unsupported output file types), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+from pathlib import Path
 
-from mbs.errors import MbsError, ModelError, SolverError
+from mbs.errors import MbsError, ModelError, SimulationInterrupted, SolverError
+
+#: File types of the outputs, checked before simulating so that a wrong suffix does not cost
+#: the run. Animations: those of :mod:`mbs.viz.writers` (not imported from there because
+#: importing :mod:`mbs.viz` loads PyVista); figures: those :mod:`mbs.plots` saves.
+ANIMATION_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".gif")
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+#: Exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
 
 
 class UsageError(Exception):
@@ -61,12 +78,31 @@ def _resolution(text: str) -> tuple[int, int]:
 
 
 def _solver_name(text: str) -> str:
+    """A director solver of :data:`mbs.solvers.REGISTRY` (what ``mbs convergence`` runs)."""
+    from mbs.liegroup.simulation import LIE_GROUP_SOLVERS
     from mbs.solvers import REGISTRY
 
-    if text.lower() not in REGISTRY:
+    name = text.lower()
+    if name in LIE_GROUP_SOLVERS:
+        raise argparse.ArgumentTypeError(
+            f"{name} integrates the Lie-group formulation, which this command does not "
+            f"compile; choose one of {', '.join(REGISTRY)} (or use 'mbs run --solver {name}')")
+    if name not in REGISTRY:
         raise argparse.ArgumentTypeError(f"unknown solver {text!r}; choose one of "
                                          f"{', '.join(REGISTRY)}")
-    return text.lower()
+    return name
+
+
+def _run_solver_name(text: str) -> str:
+    """A director solver, or a Lie-group one (``mbs run`` compiles the system for it)."""
+    from mbs.liegroup.simulation import LIE_GROUP_SOLVERS
+    from mbs.solvers import REGISTRY
+
+    name = text.lower()
+    if name not in REGISTRY and name not in LIE_GROUP_SOLVERS:
+        raise argparse.ArgumentTypeError(f"unknown solver {text!r}; choose one of "
+                                         f"{', '.join([*REGISTRY, *LIE_GROUP_SOLVERS])}")
+    return name
 
 
 def _solver_list(text: str) -> list[str]:
@@ -74,6 +110,54 @@ def _solver_list(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError("give at least one solver")
     return [_solver_name(name) for name in names]
+
+
+def _option_value(text: str) -> object:
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lower() == "none":
+        return None
+    return text
+
+
+def _key_value(text: str) -> tuple[str, object]:
+    key, separator, value = text.partition("=")
+    key = key.strip()
+    if not separator or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE like theta=0.5, got {text!r}")
+    return key, _option_value(value.strip())
+
+
+def _composable_solvers() -> list[str]:
+    """The solvers ``order=`` composes (:attr:`mbs.solvers.base.Solver.composable`)."""
+    from mbs.solvers import REGISTRY, make_solver
+
+    return [name for name in REGISTRY if make_solver(name).composable]
+
+
+def _lie_group_choices() -> dict[str, tuple[str, dict[str, int], int]]:
+    """For vrkmk and vcg: the option selecting the method, its values with their orders, and
+    the order of the default method."""
+    from mbs.liegroup.simulation import make_method
+    from mbs.liegroup.vcg import COMPOSITION_ORDERS
+    from mbs.liegroup.vrkmk import TABLEAUX
+
+    tableaux = dict(sorted(((name, TABLEAUX[name].order) for name in TABLEAUX),
+                           key=lambda item: item[1]))
+    return {"vrkmk": ("tableau", tableaux, make_method("vrkmk").order),
+            "vcg": ("composition", dict(COMPOSITION_ORDERS), make_method("vcg").order)}
+
+
+def _lie_group_usage(solver: str) -> str:
+    option, orders, default = _lie_group_choices()[solver]
+    listed = ", ".join(f"{name} ({order})" for name, order in orders.items())
+    return (f"--option {option}=NAME selects the method, NAME (order) one of {listed}; "
+            f"default: order {default}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,19 +178,29 @@ def build_parser() -> argparse.ArgumentParser:
                          "Python file defining build(); print the model and conservation "
                          "summaries; optionally animate, plot and save.")
     run.add_argument("target", metavar="NAME|script.py|model.json")
-    run.add_argument("--solver", type=_solver_name, help="time integrator (default: the "
-                     "example's recommendation)")
+    run.add_argument("--solver", type=_run_solver_name,
+                     help="time integrator: a name of 'mbs solvers', or vrkmk or vcg (the "
+                     "Lie-group formulation) (default: the example's recommendation)")
     run.add_argument("--h", type=_positive_float, help="step size [s]")
     run.add_argument("--t-end", type=_positive_float, help="end time [s]")
-    run.add_argument("--order", type=int, choices=(2, 4, 6), default=2,
-                     help="compose em or rattle to order 4 or 6 (default 2: the scheme itself)")
+    run.add_argument("--order", type=int, choices=(2, 4, 6),
+                     help=f"compose {', '.join(_composable_solvers())} to order 4 or 6 "
+                     f"(default: the scheme itself, order 2)")
+    run.add_argument("--stages", type=_positive_int,
+                     help="stages s of lobatto, 2 .. 10 (order 2s - 2; default 3)")
+    run.add_argument("--option", type=_key_value, action="append", metavar="KEY=VALUE",
+                     help="any other solver option, repeatable: e.g. theta=0.5 (ggl-vi-*), "
+                     "s=3 and k=6 (hbvm), backend=compiled, tableau=gauss-3 (vrkmk), "
+                     "composition=yoshida-6 (vcg)")
     run.add_argument("--project", action="store_true",
                      help="project an inconsistent initial state onto the constraints")
     out = run.add_argument_group("output")
-    out.add_argument("--animate", metavar="PATH", help="write an animation (.mp4 or .gif)")
+    out.add_argument("--animate", metavar="PATH",
+                     help=f"write an animation ({', '.join(ANIMATION_SUFFIXES)})")
     out.add_argument("--snapshot", metavar="PATH", help="write a picture (.png) of one instant")
     out.add_argument("--time", type=float, help="time of the snapshot (default: the end)")
-    out.add_argument("--plot", metavar="PATH", help="energy error plot (.png, .pdf, .svg)")
+    out.add_argument("--plot", metavar="PATH",
+                     help=f"energy error plot ({', '.join(FIGURE_SUFFIXES)})")
     out.add_argument("--plot-momentum", metavar="PATH", help="momentum error plot")
     out.add_argument("--plot-constraints", metavar="PATH", help="constraint residual plot")
     out.add_argument("--save", metavar="PATH",
@@ -169,6 +263,10 @@ def _cmd_solvers() -> int:
     from mbs.solvers import solver_table
 
     print(solver_table())
+    print("\nLie-group formulation (rigid bodies on SO(3) x R^3; joints: a spherical joint "
+          "to the ground; no loads or dampers), with 'mbs run --solver vrkmk|vcg':")
+    for name in _lie_group_choices():
+        print(f"  {name:<6} {_lie_group_usage(name)}")
     return 0
 
 
@@ -180,37 +278,151 @@ def _progress(choice: str) -> bool:
     return sys.stderr.isatty()
 
 
+def _check_output_types(args) -> None:
+    """Refuse an output file type no writer handles before anything is simulated."""
+    checks = [("--animate", args.animate, ANIMATION_SUFFIXES, ", ".join(ANIMATION_SUFFIXES))]
+    checks += [(flag, path, FIGURE_SUFFIXES, ", ".join(FIGURE_SUFFIXES)) for flag, path in
+               (("--plot", args.plot), ("--plot-momentum", args.plot_momentum),
+                ("--plot-constraints", args.plot_constraints))]
+    if args.snapshot:
+        checks.append(("--snapshot", args.snapshot, _image_suffixes(),
+                       ".png (or another image type Pillow writes, e.g. .jpg, .tif, .webp)"))
+    for flag, path, allowed, described in checks:
+        if path and allowed is not None and Path(path).suffix.lower() not in allowed:
+            raise UsageError(f"{flag} {path}: cannot write this file type; use {described}")
+
+
+def _image_suffixes() -> tuple[str, ...] | None:
+    """The suffixes Pillow (which writes snapshots) can save; None without Pillow, whose
+    absence the snapshot itself reports."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    Image.init()
+    return tuple(suffix for suffix, kind in Image.registered_extensions().items()
+                 if kind in Image.SAVE)
+
+
+def _solver_options(args, solver: str) -> dict:
+    """The solver's keyword options from --option, --order and --stages."""
+    options = dict(args.option or ())
+    if args.order is not None:
+        composable = _composable_solvers()
+        if solver not in composable:
+            if solver == "lobatto":
+                hint = "lobatto has order 2s - 2: use --stages 3 (order 4) or 4 (order 6)"
+            elif solver in _lie_group_choices():
+                hint = _lie_group_usage(solver)
+            else:
+                hint = "its order is fixed (see 'mbs solvers')"
+            raise UsageError(f"--order composes {', '.join(composable)}, not {solver}; {hint}")
+        options = _add_option(options, "order", args.order, "--order")
+    if args.stages is not None:
+        if solver != "lobatto":
+            raise UsageError(f"--stages sets the stages of lobatto, not of {solver}; other "
+                             f"solvers take their options as --option KEY=VALUE (hbvm: "
+                             f"--option s=S --option k=K)")
+        options = _add_option(options, "stages", args.stages, "--stages")
+    return options
+
+
+def _add_option(options: dict, key: str, value, flag: str) -> dict:
+    if key in options and options[key] != value:
+        raise UsageError(f"{flag} {value} contradicts --option {key}={options[key]}")
+    return {**options, key: value}
+
+
+def _compile(system, solver):
+    from mbs.liegroup.simulation import is_lie_group_solver
+
+    if not is_lie_group_solver(solver):
+        return system.compile()
+    try:
+        return system.compile(formulation="lie-group")
+    except ModelError as exc:
+        raise UsageError(f"{exc}\n--solver {solver} integrates the Lie-group formulation; "
+                         f"run this system with a director solver (e.g. --solver em or "
+                         f"lobatto)") from exc
+
+
 def _cmd_run(args) -> int:
     import mbs
     from mbs.gallery import load_example
 
+    _check_output_types(args)
     module, recommended, viz_options, title = load_example(args.target)
     solver = args.solver or recommended["solver"]
+    if isinstance(solver, str):  # a script's RECOMMENDED name is not checked by the parser
+        solver = solver.lower()
     h = args.h or recommended["h"]
     t_end = args.t_end or recommended["t_end"]
+    options = _solver_options(args, solver)
     progress = _progress(args.progress)
     system = module.build()
     if not isinstance(system, mbs.System):
         raise UsageError(f"{args.target}: build() must return an mbs.System, got "
                          f"{type(system).__name__}")
-    model = system.compile()
+    model = _compile(system, solver)
     if not args.quiet:
         print(f"{title}\n")
-        system.summary(model)
+        system.summary(getattr(model, "director_model", model))
         print()
     try:
-        order = {"order": args.order} if args.order != 2 else {}
-        solution = mbs.simulate(model, solver, h=h, t_end=t_end, project=args.project, **order,
-                                progress=progress)
-    except SolverError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        solution = mbs.simulate(model, solver, h=h, t_end=t_end, project=args.project,
+                                progress=progress, **options)
+    except (SolverError, SimulationInterrupted) as exc:
+        return _keep_partial_run(args, exc, viz_options)
     print(solution.conservation_summary())
     report = getattr(module, "report", None)
     if callable(report):
         print(report(solution))
-    _outputs(args, solution, viz_options, progress)
+    wrote: list[str] = []
+    _write_files(args, solution, viz_options, wrote)
+    _render(args, solution, viz_options, progress, wrote)
+    for path in wrote:
+        print(f"wrote {path}")
     return 0
+
+
+#: The library's pointer to ``error.solution``, which means nothing on a command line.
+_SOLUTION_POINTER = re.compile(r"[;.]?\s*error\.solution holds[^;(]*?(?=\s*[;(]|\s*$)")
+
+
+def _keep_partial_run(args, error: SolverError | SimulationInterrupted,
+                      viz_defaults: dict) -> int:
+    """Report a failed or interrupted run and write the steps it accepted to the requested
+    files and plots (animations and snapshots are not rendered for it); the exit code."""
+    code = EXIT_INTERRUPTED if isinstance(error, SimulationInterrupted) else 1
+    message = _SOLUTION_POINTER.sub("", str(error))
+    print(f"mbs run: error: {message}", file=sys.stderr)
+    partial = getattr(error, "solution", None)
+    steps = 0 if partial is None else len(partial.t) - 1
+    requested = [path for path in (args.save, args.csv, args.vtk, args.plot,
+                                   args.plot_momentum, args.plot_constraints) if path]
+    if steps < 1:
+        if requested:
+            print("mbs run: no step was accepted; nothing written", file=sys.stderr)
+        return code
+    wrote: list[str] = []
+    try:
+        _write_files(args, partial, viz_defaults, wrote)
+    except Exception as exc:  # noqa: BLE001 - the run's failure stays the error reported
+        print(f"mbs run: writing the accepted steps failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+    span = f"t = {partial.t[0]:g} to {partial.t[-1]:g}"
+    if wrote:
+        print(f"mbs run: the {steps} accepted steps ({span}) were written to "
+              f"{', '.join(wrote)}", file=sys.stderr)
+    elif not requested:
+        print(f"mbs run: the {steps} accepted steps ({span}) were not kept; give --save "
+              f"PATH to keep them", file=sys.stderr)
+    skipped = [flag for flag, path in (("--animate", args.animate),
+                                       ("--snapshot", args.snapshot)) if path]
+    if skipped:
+        print(f"mbs run: not rendered for an incomplete run: {', '.join(skipped)}",
+              file=sys.stderr)
+    return code
 
 
 def _viz_options(args, defaults: dict) -> dict:
@@ -224,17 +436,18 @@ def _viz_options(args, defaults: dict) -> dict:
     return options
 
 
-def _outputs(args, solution, viz_defaults: dict, progress: bool) -> None:
-    wrote = []
+def _write_files(args, solution, viz_defaults: dict, wrote: list[str]) -> None:
+    """Write --save, --csv, the plots and --vtk, appending each path to ``wrote`` as soon as
+    it is written (so that a later failure still reports the earlier files)."""
     if args.save:
         from mbs.io import save_hdf5, save_solution
 
         hdf5 = args.save.lower().endswith((".h5", ".hdf5"))
-        wrote.append((save_hdf5 if hdf5 else save_solution)(solution, args.save))
+        wrote.append(str((save_hdf5 if hdf5 else save_solution)(solution, args.save)))
     if args.csv:
         from mbs.io import save_csv
 
-        wrote.append(save_csv(solution, args.csv))
+        wrote.append(str(save_csv(solution, args.csv)))
     plots = ((args.plot, "plot_energy"), (args.plot_momentum, "plot_momentum"),
              (args.plot_constraints, "plot_constraints"))
     if any(path for path, _ in plots):
@@ -244,30 +457,31 @@ def _outputs(args, solution, viz_defaults: dict, progress: bool) -> None:
             if path:
                 getattr(plotting, name)(solution, path=path)
                 wrote.append(path)
-    if args.animate or args.snapshot or args.vtk:
-        options = _viz_options(args, viz_defaults)
-        if args.vtk:
-            from mbs.io import save_vtk
+    if args.vtk:
+        from mbs.io import save_vtk
 
-            scene_only = {k: v for k, v in options.items()
-                          if k not in ("camera", "follow", "view", "zoom", "center")}
-            wrote.append(save_vtk(solution, args.vtk, fps=args.fps, speed=args.speed,
-                                  frames=args.frames, **scene_only))
-        if args.animate or args.snapshot:
-            from mbs import viz
+        scene_only = {k: v for k, v in _viz_options(args, viz_defaults).items()
+                      if k not in ("camera", "follow", "view", "zoom", "center")}
+        wrote.append(str(save_vtk(solution, args.vtk, fps=args.fps, speed=args.speed,
+                                  frames=args.frames, **scene_only)))
 
-            if args.snapshot:
-                viz.snapshot(solution, args.snapshot, time=args.time,
-                             resolution=args.resolution, **options)
-                wrote.append(args.snapshot)
-            if args.animate:
-                report = viz.animate(solution, args.animate, fps=args.fps, speed=args.speed,
-                                     frames=args.frames, resolution=args.resolution,
-                                     progress=progress, **options)
-                print(f"animation: {report}")
-    for path in wrote:
-        if path != args.animate:
-            print(f"wrote {path}")
+
+def _render(args, solution, viz_defaults: dict, progress: bool, wrote: list[str]) -> None:
+    """Write --snapshot and --animate (the animation reports itself)."""
+    if not (args.animate or args.snapshot):
+        return
+    from mbs import viz
+
+    options = _viz_options(args, viz_defaults)
+    if args.snapshot:
+        viz.snapshot(solution, args.snapshot, time=args.time, resolution=args.resolution,
+                     **options)
+        wrote.append(args.snapshot)
+    if args.animate:
+        report = viz.animate(solution, args.animate, fps=args.fps, speed=args.speed,
+                             frames=args.frames, resolution=args.resolution,
+                             progress=progress, **options)
+        print(f"animation: {report}")
 
 
 def _cmd_convergence(args) -> int:

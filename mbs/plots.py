@@ -254,28 +254,75 @@ def fitted_slope(steps: np.ndarray, errors: np.ndarray) -> float:
     return float(np.polyfit(np.log(steps[mask]), np.log(errors[mask]), 1)[0])
 
 
+#: Keywords of :func:`mbs.simulate` that :func:`convergence_study` also gives the reference run:
+#: they define the initial-value problem (start, initial state) or how a run handles failures
+#: and progress, so the reference must solve the same problem. Solver options and stream
+#: paths belong to the studied runs only.
+_SHARED_RUN_OPTIONS = ("t_start", "initial_state", "project", "on_failure", "max_refinements",
+                       "progress")
+
+
 def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
                       steps: Sequence[float] = (0.004, 0.002, 0.001), t_end: float = 1.0, *,
                       reference=None, reference_solver: str = "em",
-                      reference_factor: int = 8, path=None, print_table: bool = True,
+                      reference_factor: int = 8, reference_options: dict | None = None,
+                      path=None, print_table: bool = True,
                       **simulate_options) -> ConvergenceStudy:
     """Run ``model`` at several step sizes with several solvers; errors at ``t_end``.
 
     Parameters
     ----------
     build_or_model : Model, System, or callable returning either (e.g. an example's build)
-    solvers : names from :data:`mbs.solvers.REGISTRY`
-    steps : step sizes h; each must divide t_end
+    solvers : sequence of str
+        Names from :data:`mbs.solvers.REGISTRY`.
+    steps : sequence of float
+        Step sizes h; each must divide t_end.
+    t_end : float
+        End time of every run; the errors are those of the final state.
     reference : None, Solution, or callable
         None: a fine run of ``reference_solver`` with h = min(steps) / reference_factor.
         A Solution: its final node (must end at t_end). A callable: the exact solution,
         ``reference(t_end)`` returning q or (q, p) at t_end (p may be omitted: no p errors).
-    path : save the log-log figure (errors of q solid, p dashed, fitted slopes in the legend)
-    print_table : print :attr:`ConvergenceStudy.table`
+    reference_solver : str
+        Solver of the reference run (``reference=None``), default "em".
+    reference_factor : int
+        The reference run's step is min(steps) / reference_factor (default 8).
+    reference_options : dict, optional
+        Solver options of the reference run, e.g. ``{"order": 6}`` or, with
+        ``reference_solver="lobatto"``, ``{"stages": 5}``. The reference must be more
+        accurate than the finest studied run: raise its order when studying schemes of order
+        4 or more. Only with ``reference=None``.
+    path : str or Path, optional
+        Save the log-log figure (errors of q solid, p dashed, fitted slopes in the legend).
+    print_table : bool
+        Print :attr:`ConvergenceStudy.table`.
+    **simulate_options
+        Keywords of :func:`mbs.simulate` for the studied runs, e.g. ``stages=4`` or
+        ``order=4``. Solver options apply to the studied solvers only (the reference run
+        takes ``reference_options``); ``t_start``, ``initial_state``, ``project``,
+        ``on_failure``, ``max_refinements`` and ``progress`` apply to the reference run too,
+        since they define the problem both solve.
 
     Returns
     -------
-    ConvergenceStudy (with ``figure`` and ``table``)
+    ConvergenceStudy
+        With ``figure`` and ``table``; a studied run that fails is recorded in ``failures``
+        and its errors are NaN.
+
+    Raises
+    ------
+    ModelError
+        Fewer than two step sizes, a step not dividing ``t_end``, a bad ``reference``, or
+        ``reference_options`` that are not a dict or come with a given ``reference``.
+    SolverError
+        When the reference run fails.
+
+    Warns
+    -----
+    UserWarning
+        With ``reference=None``, when a studied solver's smallest error is less than 3 times
+        the reference's own error, estimated by a second reference run at twice its step
+        (half the reference's cost): the observed orders then measure the reference.
     """
     from mbs.simulate import simulate
     from mbs.solution import Solution
@@ -292,13 +339,33 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
         count = t_end / h
         if abs(count - round(count)) > 1e-9 * max(1.0, count):
             raise ModelError(f"convergence_study: h = {h:g} does not divide t_end = {t_end:g}")
+    if reference_options is not None:
+        if not isinstance(reference_options, dict):
+            raise ModelError(f"convergence_study: reference_options must be a dict of solver "
+                             f"options, got {type(reference_options).__name__}")
+        if reference is not None:
+            raise ModelError("convergence_study: reference_options configure the reference "
+                             "run, which is made only with reference=None")
     if reference is None:
         h_ref = steps.min() / reference_factor
+        shared = {key: value for key, value in simulate_options.items()
+                  if key in _SHARED_RUN_OPTIONS}
+        reference_run = {**shared, **(reference_options or {})}
         ref_solution = simulate(model, reference_solver, h=h_ref, t_end=t_end,
-                                **simulate_options)
+                                **reference_run)
         q_ref, p_ref = ref_solution.q[-1], ref_solution.p[-1]
-        described = f"{reference_solver} with h = {h_ref:g}"
+        # the same scheme at twice the step bounds the reference's own error (by (2^p - 1)
+        # times it), so studied errors that come close to it measure the reference instead
+        try:
+            coarse = simulate(model, reference_solver, h=2.0 * h_ref, t_end=t_end,
+                              **reference_run)
+            reference_error = float(np.max(np.abs(coarse.q[-1] - q_ref)))
+        except MbsError:  # only the check is lost, not the study
+            reference_error = None
+        described = (f"{_described_solver(reference_solver, reference_options)} with "
+                     f"h = {h_ref:g}")
     elif isinstance(reference, Solution):
+        reference_error = None
         if abs(reference.t[-1] - t_end) > 1e-9 * max(1.0, t_end):
             raise ModelError(f"reference solution ends at t = {reference.t[-1]:g}, not at "
                              f"t_end = {t_end:g}")
@@ -307,6 +374,7 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     elif isinstance(reference, Callable):
         value = reference(t_end)
         q_ref, p_ref = (value if isinstance(value, tuple) else (value, None))
+        reference_error = None
         described = "the exact solution"
     else:
         raise ModelError("reference must be None, a Solution or a callable exact solution")
@@ -330,6 +398,8 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
         study.errors_q[solver], study.errors_p[solver] = eq, ep
         study.slopes_q[solver] = fitted_slope(steps, eq)
         study.slopes_p[solver] = fitted_slope(steps, ep)
+    if reference_error is not None:
+        _warn_if_reference_limits(study, reference_error / q_scale)
 
     fig, (ax,) = _figure(1, height=4.2, width=6.4)
     for i, solver in enumerate(solvers):
@@ -349,3 +419,27 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     if print_table:
         print(study.table)
     return study
+
+
+def _described_solver(name: str, options: dict | None) -> str:
+    """``name`` with its options, e.g. "em (order=6)", for the reference's label."""
+    if not options:
+        return name
+    return f"{name} ({', '.join(f'{key}={value!r}' for key, value in options.items())})"
+
+
+def _warn_if_reference_limits(study: ConvergenceStudy, reference_error: float) -> None:
+    """Warn when a studied solver's smallest error is within a small factor of the
+    reference's own (relative) error, where the fitted orders measure the reference."""
+    import warnings
+
+    limited = [solver for solver in study.solvers
+               if np.any(np.isfinite(study.errors_q[solver]))
+               and np.nanmin(study.errors_q[solver]) < 3.0 * reference_error]
+    if limited:
+        warnings.warn(f"convergence_study: the errors of {', '.join(limited)} reach the "
+                      f"reference's own error (about {reference_error:.1e}), so their "
+                      f"observed orders are unreliable; use a more accurate reference, e.g. "
+                      f"reference_options={{'order': 6}}, reference_solver='lobatto' with "
+                      f"reference_options={{'stages': 5}}, or a larger reference_factor",
+                      stacklevel=3)

@@ -136,3 +136,108 @@ def test_run_accepts_a_saved_model_json(tmp_path, capsys):
     assert "energy" in capsys.readouterr().out
     (tmp_path / "bad.json").write_text('{"format": "mbs-model", "version": 7}')
     assert main(["run", str(tmp_path / "bad.json")]) != 0
+
+
+FAILING_SCRIPT = '''"""A double pendulum whose load function fails after t = 0.5."""
+import mbs
+
+def guard(t):
+    if t > 0.5:
+        raise {error}
+    return (0.0, 0.0, 0.0)
+
+def build():
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    a = system.add(mbs.PointMass(mass=1.0, name="a"))
+    b = system.add(mbs.PointMass(mass=0.5, name="b"))
+    a.set_state(position=(1.0, 0.0, 0.0), velocity=(0.0, 1.5, 0.0))
+    b.set_state(position=(1.0, 0.0, -0.8), velocity=(0.3, 2.5, 0.0))
+    system.add(mbs.joints.Distance(system.ground, a, length=1.0, name="rod1"))
+    system.add(mbs.joints.Distance(a, b, length=0.8, name="rod2"))
+    system.add(mbs.forces.Load(b, force=guard, name="guard"))
+    return system
+'''
+
+
+def test_a_failed_run_writes_its_accepted_steps(tmp_path):
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING_SCRIPT.format(error='RuntimeError("sensor offline")'))
+    npz, csv = tmp_path / "part.npz", tmp_path / "part.csv"
+    ran = run_cli("run", str(script), "--h", "0.01", "--t-end", "1", "--save", str(npz),
+                  "--csv", str(csv), "--quiet", "--progress", "off")
+    assert ran.returncode == 1
+    assert "sensor offline" in ran.stderr and "error.solution" not in ran.stderr
+    assert f"the 50 accepted steps (t = 0 to 0.5) were written to {npz}, {csv}" in ran.stderr
+    partial = mbs.load_solution(npz)
+    assert len(partial.t) == 51 and partial.t[-1] == pytest.approx(0.5)
+    assert partial.stats["completed"] is False
+    assert len(csv.read_text().splitlines()) == 52  # header and one row per node
+
+
+def test_an_interrupted_run_writes_its_steps_and_exits_130(tmp_path, capsys):
+    script = tmp_path / "interrupted.py"
+    script.write_text(FAILING_SCRIPT.format(error="KeyboardInterrupt"))
+    npz = tmp_path / "part.npz"
+    code = main(["run", str(script), "--h", "0.01", "--t-end", "1", "--save", str(npz),
+                 "--quiet", "--progress", "off"])
+    assert code == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert len(mbs.load_solution(npz).t) == 51
+
+
+def test_stages_and_solver_options_reach_the_solver(tmp_path):
+    import pendulum_3d
+
+    model = pendulum_3d.build().compile()
+    runs = {"lobatto": (["--stages", "4"], {"stages": 4}),
+            "hbvm": (["--option", "s=3", "--option", "k=6"], {"s": 3, "k": 6})}
+    for solver, (flags, options) in runs.items():
+        npz = tmp_path / f"{solver}.npz"
+        assert main(["run", "pendulum-3d", "--solver", solver, "--h", "0.02", "--t-end", "0.1",
+                     *flags, "--save", str(npz), "--quiet", "--progress", "off"]) == 0
+        expected = mbs.simulate(model, solver, h=0.02, t_end=0.1, **options)
+        assert np.array_equal(mbs.load_solution(npz).q, expected.q)
+
+
+def test_order_help_and_misplaced_orders(capsys):
+    from mbs.solvers import REGISTRY, make_solver
+
+    assert main(["run", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    order_help = help_text.split("--order {2,4,6} ")[-1].split("--stages")[0]
+    composable = [name for name in REGISTRY if make_solver(name).composable]
+    assert "ggl-vi-a" in composable
+    for name in REGISTRY:
+        assert (name in order_help.replace(",", " ").split()) == (name in composable)
+    assert main(["run", "pendulum-3d", "--solver", "lobatto", "--order", "4"]) == 2
+    assert "--stages 3" in capsys.readouterr().err
+    assert main(["run", "pendulum-3d", "--solver", "em", "--stages", "3"]) == 2
+    assert "lobatto" in capsys.readouterr().err
+
+
+def test_lie_group_solvers_run_on_the_lie_group_formulation(tmp_path, capsys):
+    npz = tmp_path / "top.npz"
+    assert main(["run", "heavy-top", "--solver", "vrkmk", "--option", "tableau=gauss-1",
+                 "--h", "0.01", "--t-end", "0.03", "--save", str(npz), "--quiet",
+                 "--progress", "off"]) == 0
+    saved = mbs.load_solution(npz)
+    assert saved.stats["formulation"] == "lie-group"
+    assert saved.stats["solver"].startswith("vrkmk-gauss-1")
+    assert main(["run", "pendulum-3d", "--solver", "vcg", "--quiet"]) == 2
+    assert "director solver" in capsys.readouterr().err
+    assert main(["solvers"]) == 0
+    assert "tableau=NAME" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("flag", "path", "allowed"), [
+    ("--animate", "movie.xyz", ".mp4"), ("--snapshot", "still.xyz", ".png"),
+    ("--plot", "energy.jpg", ".svg"), ("--plot-constraints", "c", ".pdf")])
+def test_output_file_types_are_checked_before_simulating(tmp_path, capsys, flag, path,
+                                                         allowed):
+    code = main(["run", "pendulum-3d", "--t-end", "0.05", "--h", "0.01", flag,
+                 str(tmp_path / path), "--quiet", "--progress", "off"])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "steps =" not in captured.out  # no conservation summary: nothing was simulated
+    assert flag in captured.err and allowed in captured.err
+    assert not any(tmp_path.iterdir())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -71,3 +73,47 @@ def test_convergence_against_an_exact_solution():
     assert np.all(study.errors_q["em"] < 1e-12)
     with pytest.raises(mbs.ModelError, match="does not divide"):
         plots.convergence_study(system, ["em"], [0.3, 0.2], 0.5, reference=exact)
+
+
+def test_solver_options_apply_to_the_studied_solvers_only():
+    import pendulum_3d
+
+    model = pendulum_3d.build().compile()
+    study = plots.convergence_study(model, ["lobatto"], [0.02, 0.01], 0.2, stages=2,
+                                    print_table=False)
+    assert not study.failures and study.reference.startswith("em with h")
+    # order=4 composes the studied em; the reference stays the plain em run, whose error the
+    # fourth-order errors reach
+    plain_reference = mbs.simulate(model, "em", h=0.01 / 8, t_end=0.2)
+    with pytest.warns(UserWarning, match="reference's own error"):
+        default = plots.convergence_study(model, ["em"], [0.02, 0.01], 0.2, order=4,
+                                          print_table=False)
+    given = plots.convergence_study(model, ["em"], [0.02, 0.01], 0.2, order=4,
+                                    reference=plain_reference, print_table=False)
+    assert np.array_equal(default.errors_q["em"], given.errors_q["em"])
+
+
+def test_reference_options_configure_the_reference_run():
+    import pendulum_3d
+
+    model = pendulum_3d.build().compile()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # accurate enough: no warning about the reference
+        study = plots.convergence_study(model, ["em"], [0.02, 0.01], 0.2, order=4,
+                                        reference_options={"order": 6}, print_table=False)
+    assert study.reference == "em (order=6) with h = 0.00125"
+    assert 3.5 < study.slopes_q["em"] < 4.5
+    with pytest.raises(mbs.ModelError, match="reference_options"):
+        plots.convergence_study(model, ["em"], [0.02, 0.01], 0.2, reference=lambda t: 0.0,
+                                reference_options={"order": 6})
+
+
+def test_the_initial_state_is_shared_with_the_reference_run():
+    import pendulum_3d
+
+    model = pendulum_3d.build().compile()
+    later = mbs.simulate(model, "em", h=0.01, t_end=0.3)
+    start = (later.q[-1], later.p[-1])
+    study = plots.convergence_study(model, ["rattle"], [0.02, 0.01], 0.2, initial_state=start,
+                                    print_table=False)
+    assert 1.7 < study.slopes_q["rattle"] < 2.5
