@@ -156,12 +156,14 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         warnings.warn(f"simulate: h = {h} does not divide the interval; {steps} steps end at "
                       f"t = {t_start + steps * h}", stacklevel=2)
     solver = make_solver(solver, **solver_options)
+    # before the solver starts: starting may settle options left open (e.g. hbvm's iteration)
+    options_digest = solver_options_digest(solver) if streamed else None
     _warn_if_springs_are_too_stiff(model, h, solver.name)
     run = _Run(model, solver, h, t_start, steps, on_failure, max_refinements,
                window=flush_every if streamed else None,
                stream=str(output if output is not None else resume) if streamed else None)
     if resume is not None:
-        _check_resume(read_last_state(resume)[3], model, solver, h, t_start)
+        _check_resume(read_last_state(resume)[3], model, solver, options_digest, h, t_start)
         run.load(resume)
         writer = StreamWriter(resume, {}, run.q[0], run.p[0], resume=True)
     else:
@@ -176,7 +178,7 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         run.begin(q0, p0)
         writer = None if output is None else StreamWriter(
             output, {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n,
-                     "m": model.m, "solver_options": solver_options_digest(solver),
+                     "m": model.m, "solver_options": options_digest,
                      "model_digest": model_digest(model),
                      "solver_properties": asdict(solver.properties)}, q0, p0)
     with single_threaded_blas():
@@ -201,7 +203,8 @@ def _given_state(model: Model, q0: np.ndarray, p0: np.ndarray, project: bool,
         return q0, p0
 
 
-def _check_resume(manifest: dict, model: Model, solver: Solver, h: float, t_start: float):
+def _check_resume(manifest: dict, model: Model, solver: Solver, options: dict, h: float,
+                  t_start: float):
     """Refuse to continue a stream with another scheme, step, model or scheme option
     (streams written before these were recorded are checked for what they hold)."""
     expected = {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n, "m": model.m}
@@ -211,7 +214,6 @@ def _check_resume(manifest: dict, model: Model, solver: Solver, h: float, t_star
                              f"{manifest.get(key)!r}, this call has {value!r}")
     stored = manifest.get("solver_options")
     if isinstance(stored, dict):
-        options = solver_options_digest(solver)
         changed = sorted(key for key in set(stored) | set(options)
                          if stored.get(key) != options.get(key))
         if changed:

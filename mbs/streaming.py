@@ -484,21 +484,37 @@ def solver_options_digest(solver) -> dict:
 
 
 def model_digest(model) -> str:
-    """A digest of the model's mass matrix, and of its potential and constraints at a fixed
-    configuration (not the initial state, which a resuming script may set differently), so
-    that a stream is resumed with the model it was written for (same masses, gravity,
-    springs, joints)."""
-    probe = np.cos(np.arange(model.n) + 1.0)
+    """A digest of the model's parameters: mass matrix, gravity, the quadratic tables and
+    numeric parameters of its potentials and constraints, and the kinds of its elements, so
+    that a stream is resumed with the model it was written for. No user function is called
+    (they may be costly or have effects), so their parameters are not in it."""
     digest = hashlib.sha256()
+
+    def add(*arrays) -> None:
+        for array in arrays:
+            digest.update(np.ascontiguousarray(np.asarray(array, dtype=float)).tobytes())
+
+    def add_table(table) -> None:
+        if table is not None:
+            add(table.quad_row, table.quad_i, table.quad_j, table.quad_coef, table.lin_row,
+                table.lin_i, table.lin_coef, table.constant)
+
     mass = model.mass_matrix.tocsr()
-    for array in (mass.indptr, mass.indices, mass.data):
-        digest.update(np.ascontiguousarray(array).tobytes())
-    with np.errstate(all="ignore"):
-        for evaluate in (model.potential, model.potential_gradient, model.constraints):
-            try:
-                digest.update(np.asarray(evaluate(probe), dtype=float).tobytes())
-            except Exception:  # noqa: BLE001 - a user function may reject the probe
-                digest.update(b"-")
+    add(mass.indptr, mass.indices, mass.data)
+    add(np.zeros(3) if model.gravity is None else model.gravity)
+    add_table(model.quadratic_constraint_table)
+    for group in model.potential_groups:
+        digest.update(type(group.term).__name__.encode() + type(group).__name__.encode())
+        digest.update(getattr(group.term, "__name__", "").encode())
+        add_table(group.table)
+        for key in sorted(group.params):
+            value = group.params[key]
+            if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+                digest.update(key.encode())
+                add(value)
+    # kinds, not names: unnamed elements are numbered per process
+    for info in (*model.bodies, *model.joints, *model.forces):
+        digest.update(f"{type(info).__name__}:{getattr(info, 'kind', '')};".encode())
     return digest.hexdigest()[:32]
 
 
