@@ -145,9 +145,10 @@ def compile_system(system: System) -> Model:
                    f"uniformly" for name in system.unconnected_bodies()]
     g, gv = model.initial_residuals()
     if not model.is_consistent(model._q0, model._p0):
+        worst = model._worst_constraints(model._q0, model._p0, 0.0)
         warnings.warn(f"initial state is inconsistent with the constraints (max |g| = {g:.3e}, "
-                      f"max |G v| = {gv:.3e}); model.initial_state(project=True) projects it",
-                      stacklevel=3)
+                      f"max |G v| = {gv:.3e}{worst}); model.initial_state(project=True) "
+                      f"projects it", stacklevel=3)
     return model
 
 
@@ -310,4 +311,5 @@ def _check_finite(values: np.ndarray, row_magnitudes: np.ndarray, constraint_row
     rows = set(np.flatnonzero(bad).tolist())
     names = [name for name, r in constraint_rows.items() if rows & set(r.tolist())]
     raise ModelError(f"constraint equations of {', '.join(names)} are not finite at the initial "
-                     f"state (overflow from extreme lengths or coordinates); rescale the units")
+                     f"state: a user function returning NaN or inf there, or overflow from "
+                     f"extreme lengths or coordinates (then rescale the units)")

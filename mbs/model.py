@@ -531,6 +531,25 @@ class Model:
         """(max |g(q0)|, max |G(q0) M^-1 p0|) of the state set on the bodies."""
         return self._residuals(self._q0, self._p0)
 
+    def _worst_constraints(self, q: np.ndarray, p: np.ndarray, t: float) -> str:
+        """", largest in joint 'x' (position) and 'y' (velocity)": the elements whose
+        equations the state violates most (among the equations kept at compile time)."""
+        names = np.empty(self.m, dtype=object)
+        for name, rows in self.constraint_rows.items():
+            names[rows] = name
+        if not self.m:
+            return ""
+        position = np.abs(self.constraints(q, t))
+        velocity = np.abs(self.constraint_jacobian(q, t) @ self.apply_inverse_mass(p)
+                          + self.constraint_time_derivative(q, t))
+        _, _, scale = self._residuals_and_scale(q, p, t)
+        worst = [f"{names[int(np.argmax(values))]!r} ({level})"
+                 for values, level, tolerance in (
+                     (position, "position", POSITION_TOLERANCE),
+                     (velocity, "velocity", VELOCITY_TOLERANCE * scale))
+                 if values.max() > tolerance and names[int(np.argmax(values))] is not None]
+        return f", largest in {' and '.join(worst)}" if worst else ""
+
     def _all_constraints(self, q: np.ndarray, t: float = 0.0) -> np.ndarray:
         """g(q, t) including the redundant equations removed at compile time."""
         if not self._removed.n_rows:
@@ -621,9 +640,10 @@ class Model:
             raise InconsistentInitialStateError(
                 f"initial state violates the constraints: max |g(q0)| = {g:.3e} (tolerance "
                 f"{POSITION_TOLERANCE:.0e}), max |G M^-1 p0| = {gv:.3e} (tolerance "
-                f"{VELOCITY_TOLERANCE:.0e} relative); fix the bodies' set_state calls (or the "
-                f"initial_state given to simulate), or project it: "
-                f"model.initial_state(project=True), simulate(..., project=True)", g, gv)
+                f"{VELOCITY_TOLERANCE:.0e} relative){self._worst_constraints(q, p, t)}; fix "
+                f"the bodies' set_state calls (or the initial_state given to simulate), or "
+                f"project it: model.initial_state(project=True), simulate(..., project=True)",
+                g, gv)
         try:
             with np.errstate(all="ignore"):
                 q_new, p_new = self.project(q, p, t=t)

@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 151 inputs: 69 of models (bodies, joints, forces, systems), 32 of run
+The catalogue holds 154 inputs: 69 of models (bodies, joints, forces, systems), 32 of run
 options (step size, interval, solver names and options, step counts, streaming), 36 of files
-(stream directories, model JSON, solution archives) and 14 of user callbacks. None repeats an
+(stream directories, model JSON, solution archives) and 17 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 192 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 151 others
-(192 with tests/test_bad_input.py) pass.
+hold 195 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 154 others
+(195 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -630,7 +630,11 @@ CALLBACKS = [
         F, r"Drive 'crank': the position function failed at t = 0 \(IndexError: .*\); it must "
            r"return a number"),
     Bad("user-potential-returns-nan", lambda d: simulate_system(well(lambda pi: np.nan)),
-        E, r"UserPotential 'well': energy returned nan"),
+        F, r"UserPotential 'well': the energy function returned nan at invariants .*; it must "
+           r"return finite values"),
+    Bad("user-potential-gradient-returns-inf", lambda d: simulate_system(well(
+        lambda pi: pi[0], gradient=lambda pi: np.array([np.inf]))),
+        F, r"UserPotential 'well': the gradient function returned \[inf\]"),
     Bad("user-potential-raises", lambda d: simulate_system(well(lambda pi: {}["depth"])),
         F, r"UserPotential 'well': the energy function raised KeyError"),
     Bad("user-potential-returns-a-vector", lambda d: simulate_system(well(lambda pi: pi * pi)),
@@ -643,6 +647,14 @@ CALLBACKS = [
         E, r"UserConstraint 'curve': the jacobian function returned shape \(1, 3\)"),
     Bad("user-constraint-raises", lambda d: curve(lambda q: 1 / 0, lambda q: 2 * q[None, :]),
         E, r"UserConstraint 'curve': the function raised ZeroDivisionError"),
+    Bad("user-constraint-jacobian-transposed", lambda d: curve(
+        lambda q: np.array([q @ q - 1.0, q[2]]),
+        lambda q: np.array([2.0 * q, [0.0, 0.0, 1.0]]).T).compile(),
+        E, r"UserConstraint 'curve': the jacobian function returned shape \(3, 2\); it must "
+           r"return shape \(2, 3\)"),
+    Bad("user-constraint-jacobian-returns-nan", lambda d: curve(
+        lambda q: np.array([q @ q - 1.0]), lambda q: np.full((1, 3), np.nan)).compile(),
+        E, r"UserConstraint 'curve': the jacobian function returned non-finite values"),
 ]
 
 CATALOGUE = MODELS + OPTIONS + FILES + CALLBACKS

@@ -315,3 +315,18 @@ def test_user_constraint_gonzalez_discrete_jacobian_directionality(rng, size):
     # identical states: the discrete Jacobian is the Jacobian
     assert relative_error(model.constraint_discrete_jacobian(q0, q0),
                           model.constraint_jacobian(q0).toarray()) < 1e-15
+
+
+def test_universal_axes_perpendicular_to_round_off_are_made_exact():
+    """Axes computed by the user with |cos| = 5e-9 (accepted as perpendicular) start
+    consistent: the joint's equation holds at the initial pose to round-off, not to 5e-9."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    rod = system.add(mbs.RigidBody.from_shape("cylinder", mass=1.0, radius=0.02, length=1.0,
+                                              name="rod"))
+    rod.set_state(position=(0.0, 0.0, -0.5))
+    system.add(mbs.joints.Universal(system.ground, rod, point=(0.0, 0.0, 0.0),
+                                    axis_a=(1.0, 0.0, 0.0), axis_b=(5e-9, 1.0, 0.0),
+                                    name="cardan"))
+    model = system.compile()
+    q0, p0 = model.initial_state()
+    assert np.abs(model.constraints(q0)).max() <= 4 * np.finfo(float).eps

@@ -364,6 +364,24 @@ def test_inconsistent_initial_state_is_an_error_with_both_residuals():
     assert isinstance(info.value, ValueError)
 
 
+def test_inconsistent_initial_state_names_the_joint_it_violates_most():
+    """A chain of three rods of which the second is 0.1 too short, the third set moving
+    along itself: the error names the rod of each violated level."""
+    system = mbs.System()
+    beads = [system.add(mbs.PointMass(1.0, name=f"bead{k}")) for k in (1, 2, 3)]
+    for k, bead in enumerate(beads):
+        bead.set_state(position=(k + 1.0, 0.0, 0.0))
+    beads[2].set_state(position=(3.0, 0.0, 0.0), velocity=(0.5, 0.0, 0.0))
+    ends = [system.ground, *beads]
+    for k, length in enumerate((1.0, 0.9, 1.0)):
+        system.add(mbs.joints.Distance(ends[k], ends[k + 1], length=length, name=f"rod{k + 1}"))
+    with pytest.warns(UserWarning, match="inconsistent"):
+        model = system.compile()
+    with pytest.raises(mbs.InconsistentInitialStateError,
+                       match=r"largest in 'rod2' \(position\) and 'rod3' \(velocity\)"):
+        model.initial_state()
+
+
 def test_projection_fixes_the_initial_state_with_a_warning():
     with pytest.warns(UserWarning):
         model = pendulum_with_bad_state().compile()

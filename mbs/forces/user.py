@@ -113,8 +113,9 @@ class UserPotential(Force):
 
 def _user_value(function, what: str, p: np.ndarray, shape: tuple[int, ...], owner: str
                 ) -> np.ndarray:
-    """``function(p)`` as a float array of ``shape``; a failing function or a value of
-    another shape raises ForceFunctionError naming the potential."""
+    """``function(p)`` as a float array of ``shape``; a failing function, a value of another
+    shape (a matrix of exactly ``shape``) or a non-finite value raises ForceFunctionError
+    naming the potential and the function."""
     try:
         value = function(p)
     except Exception as exc:
@@ -124,20 +125,21 @@ def _user_value(function, what: str, p: np.ndarray, shape: tuple[int, ...], owne
         array = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         array = None
-    if array is None or array.size != int(np.prod(shape)) or (not shape and array.ndim):
+    if array is None or array.size != int(np.prod(shape)) or (not shape and array.ndim) or (
+            len(shape) == 2 and array.shape != shape):
         expected = "a number" if not shape else f"shape {shape}"
         got = f"shape {array.shape}" if array is not None else repr(value)
         raise ForceFunctionError(f"{owner}: the {what} function returned {got} at invariants "
                                  f"{p}; it must return {expected}")
+    if not np.isfinite(array).all():
+        raise ForceFunctionError(f"{owner}: the {what} function returned {array} at "
+                                 f"invariants {p}; it must return finite values")
     return array.reshape(shape)
 
 
 def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[InvariantTerm]:
     def scalar_energy(p: np.ndarray) -> float:
-        value = float(_user_value(energy, "energy", p, (), owner))
-        if not np.isfinite(value):
-            raise ModelError(f"{owner}: energy returned {value} at invariants {p}")
-        return value
+        return float(_user_value(energy, "energy", p, (), owner))
 
     def scalar_gradient(p: np.ndarray) -> np.ndarray:
         if gradient is not None:

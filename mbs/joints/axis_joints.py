@@ -186,6 +186,11 @@ class Universal(Joint):
         if cosine > PERPENDICULAR_TOLERANCE:
             raise ModelError(f"{owner}: axis_a and axis_b must be perpendicular at the initial "
                              f"pose (|cos| = {cosine:.3e}); give two perpendicular cross axes")
+        # the rounding of axes computed by the user: made exact, so that the joint's equation
+        # u_a . u_b = 0 holds at the initial pose to round-off, not only to the tolerance
+        if cosine > 0.0:
+            normal = self.axis_b - (self.axis_a @ self.axis_b) * self.axis_a
+            self.axis_b = normal / np.linalg.norm(normal)
         for body in self.bodies:
             if not body.has_orientation:
                 raise ModelError(f"{owner}: body {body.name!r} is a point mass and has no "
