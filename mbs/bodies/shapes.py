@@ -22,7 +22,7 @@ _SHAPES = {
 }
 
 
-def _volume(kind: str, d: dict) -> float:
+def _volume(kind: str, d: dict) -> float | None:
     if kind == "box":
         return d["lx"] * d["ly"] * d["lz"]
     if kind == "cylinder":
@@ -33,7 +33,7 @@ def _volume(kind: str, d: dict) -> float:
         return np.pi * d["radius"] ** 2 * d["height"] / 3.0
     if kind == "torus":
         return 2.0 * np.pi**2 * d["radius"] * d["tube_radius"] ** 2
-    raise ModelError(f"{kind!r} is thin-walled: give mass, not density")
+    return None  # thin-walled: no volume
 
 
 def _principal_moments(kind: str, m: float, d: dict) -> np.ndarray:
@@ -92,7 +92,11 @@ def shape_inertia(shape: str, *, mass: float | None, density: float | None, owne
     if mass is not None:
         body_mass = as_scalar(mass, "mass", owner, positive=True)
     else:
-        body_mass = as_scalar(density, "density", owner, positive=True) * _volume(shape, dims)
+        volume = _volume(shape, dims)
+        if volume is None:
+            raise ModelError(f"{owner}: {shape!r} is thin-walled and has no volume: give its "
+                             f"mass=, not density=")
+        body_mass = as_scalar(density, "density", owner, positive=True) * volume
     moments = _principal_moments(shape, body_mass, dims)
     if shape == "torus" and dims["tube_radius"] >= dims["radius"]:
         raise ModelError(f"{owner}: a torus needs tube_radius < radius (got "

@@ -40,7 +40,8 @@ class SquaredDistance:
 
 
 class PointComponent:
-    """Invariant direction . x(P): a body point's coordinate along a fixed world direction."""
+    """Invariant n . x(P): a body point's coordinate along a fixed world direction, with n the
+    direction normalised to unit length (so pi is a length whatever the direction's size)."""
 
     def __init__(self, body: Body, direction, point=None):
         self.body = body
@@ -57,7 +58,8 @@ class PointComponent:
 
 
 class AxisProduct:
-    """Invariant u_a . u_b of two body-fixed axes (world components at the initial pose)."""
+    """Invariant u_a . u_b of two body-fixed unit axes (the given axes normalised; world
+    components at the initial pose): the cosine of the angle between them."""
 
     def __init__(self, body_a: Body, axis_a, body_b: Body, axis_b):
         self.body_a, self.body_b = body_a, body_b
