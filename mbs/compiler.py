@@ -22,6 +22,7 @@ from mbs.joints.base import BuildContext
 from mbs.model import BodyInfo, ElementInfo, Model, Redundancy, UserConstraintBlock
 from mbs.potential_group import PotentialGroup
 from mbs.quadratic import QuadraticTableBuilder
+from mbs.validation import DERIVATIVE_TOLERANCE
 
 if TYPE_CHECKING:
     from mbs.system import System
@@ -143,6 +144,7 @@ def compile_system(system: System) -> Model:
                     if getattr(c, "time_dependent", False)}
     model.notes = [f"body {name!r} is connected to nothing (no joint, no force): it moves "
                    f"uniformly" for name in system.unconnected_bodies()]
+    _check_user_derivatives(model, user_blocks, model._q0)
     g, gv = model.initial_residuals()
     if not model.is_consistent(model._q0, model._p0):
         worst = model._worst_constraints(model._q0, model._p0, 0.0)
@@ -301,6 +303,40 @@ def _blame(element):
         raise ModelError(f"{type(element).__name__} {element.name!r} could not be compiled "
                          f"({type(exc).__name__}: {exc}); check its parameters and the bodies' "
                          f"initial states") from exc
+
+
+def _check_user_derivatives(model: Model, user_blocks: list, q0: np.ndarray) -> None:
+    """Warn about user-given derivatives (of a UserPotential or UserConstraint) that disagree
+    with central differences of their functions at the initial state: a wrong gradient gives
+    a wrong motion whose energy is still conserved, so no later diagnostic would show it."""
+    checks = []
+    for group in model.potential_groups:
+        compare = getattr(group.term, "derivative_mismatches", None)
+        if compare is not None:
+            for name, pi in zip(group.names, group.invariants(q0)):
+                checks.append((f"UserPotential {name!r}", "energy", compare, pi))
+    for block in user_blocks:
+        if not block.constraint.time_dependent:
+            checks.append((f"UserConstraint {block.constraint.name!r}", "function",
+                           block.constraint.derivative_mismatches, q0[block.indices]))
+    for owner, source, compare, point in checks:
+        # also next to the state: a derivative wrong only away from a symmetric initial
+        # state (e.g. a sign error in a slope that vanishes there) is still found
+        nearby = point + 1e-2 * (1.0 + np.abs(point)) * np.cos(np.arange(point.size) + 1.0)
+        worst: dict[str, float] = {}
+        try:
+            for what, mismatch in [*compare(point), *compare(nearby)]:
+                worst[what] = max(worst.get(what, 0.0), mismatch)
+        except MbsError:  # the function fails next to the state: simulate reports that
+            continue
+        for what, mismatch in worst.items():
+            if mismatch > DERIVATIVE_TOLERANCE:
+                warnings.warn(f"{owner}: the {what} function differs from central differences "
+                              f"of the {source if what != 'hessian' else 'first derivative'} "
+                              f"by {mismatch:.2g} (relative) at or next to the initial state; "
+                              + ("check it" if what == "jacobian" else
+                                 "check it, or omit it and let mbs use differences"),
+                              stacklevel=4)
 
 
 def _check_finite(values: np.ndarray, row_magnitudes: np.ndarray, constraint_rows: dict) -> None:

@@ -68,3 +68,29 @@ def check_name(name, kind: str) -> str:
     if not isinstance(name, str) or not name:
         raise ModelTypeError(f"{kind}: name must be a non-empty string, got {name!r}")
     return name
+
+
+#: Relative disagreement between a user's derivative and central differences of the function
+#: it belongs to above which the derivative is reported as wrong (central differences of
+#: relative step 1e-6 agree with a right derivative to about 1e-8).
+DERIVATIVE_TOLERANCE = 1e-4
+
+
+def difference_mismatch(function, derivative: np.ndarray, x: np.ndarray,
+                        step: float = 1e-6) -> float:
+    """max |D - D_fd| / max(max |D|, max |D_fd|): ``derivative`` D (shape of function(x) plus
+    one axis of x's size) against central differences D_fd of ``function`` at ``x``."""
+    x = np.asarray(x, dtype=float)
+    columns = []
+    for k in range(x.size):
+        h = step * max(1.0, abs(x[k]))
+        e = np.zeros_like(x)
+        e[k] = h
+        columns.append((np.asarray(function(x + e), dtype=float)
+                        - np.asarray(function(x - e), dtype=float)) / (2.0 * h))
+    differences = np.stack(columns, axis=-1)
+    derivative = np.asarray(derivative, dtype=float).reshape(differences.shape)
+    scale = max(float(np.max(np.abs(derivative), initial=0.0)),
+                float(np.max(np.abs(differences), initial=0.0)), 1e-300)
+    return float(np.max(np.abs(derivative - differences), initial=0.0)) / scale
+

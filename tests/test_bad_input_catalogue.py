@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 154 inputs: 69 of models (bodies, joints, forces, systems), 32 of run
+The catalogue holds 156 inputs: 69 of models (bodies, joints, forces, systems), 32 of run
 options (step size, interval, solver names and options, step counts, streaming), 36 of files
-(stream directories, model JSON, solution archives) and 17 of user callbacks. None repeats an
+(stream directories, model JSON, solution archives) and 19 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 195 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 154 others
-(195 with tests/test_bad_input.py) pass.
+hold 197 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 156 others
+(197 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -652,6 +652,16 @@ CALLBACKS = [
         lambda q: np.array([2.0 * q, [0.0, 0.0, 1.0]]).T).compile(),
         E, r"UserConstraint 'curve': the jacobian function returned shape \(3, 2\); it must "
            r"return shape \(2, 3\)"),
+    Bad("user-potential-gradient-wrong", lambda d: well(
+        lambda pi: (pi[0] - 1.0) ** 2, gradient=lambda pi: 4.0 * (pi - 1.0)).compile(),
+        UserWarning, r"UserPotential 'well': the gradient function differs from central "
+                     r"differences of the energy by 0.5 \(relative\)"),
+    Bad("user-constraint-jacobian-wrong-away-from-the-start", lambda d: curve(
+        lambda q: np.array([q[2] - np.cos(q[1]) + 1.0]),
+        lambda q: np.array([[0.0, -np.sin(q[1]), 1.0]])).compile(),  # d/dy is +sin y
+        UserWarning, r"UserConstraint 'curve': the jacobian function differs from central "
+                     r"differences of the function by .* at or next to the initial state; "
+                     r"check it$"),
     Bad("user-constraint-jacobian-returns-nan", lambda d: curve(
         lambda q: np.array([q @ q - 1.0]), lambda q: np.full((1, 3), np.nan)).compile(),
         E, r"UserConstraint 'curve': the jacobian function returned non-finite values"),

@@ -10,7 +10,7 @@ from mbs.bodies.base import Body
 from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
 from mbs.forces.base import Force, Invariant, InvariantTerm, TermInstance
 from mbs.quadratic import AffineVector
-from mbs.validation import as_nonzero_vector, as_vector
+from mbs.validation import as_nonzero_vector, as_vector, difference_mismatch
 
 #: Relative step of the central differences used when the user gives no derivative of V~.
 FINITE_DIFFERENCE_STEP = 1e-6
@@ -194,5 +194,18 @@ def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[Invar
         @classmethod
         def hessian(cls, pi, params):
             return np.array([scalar_hessian(row) for row in pi])
+
+        @classmethod
+        def derivative_mismatches(cls, pi_row: np.ndarray) -> list[tuple[str, float]]:
+            """The user's gradient and Hessian (those given) against central differences
+            of the energy and of the gradient at ``pi_row``: [(name, relative mismatch)]."""
+            out = []
+            if gradient is not None:
+                out.append(("gradient", difference_mismatch(
+                    scalar_energy, scalar_gradient(pi_row), pi_row)))
+            if hessian is not None:
+                out.append(("hessian", difference_mismatch(
+                    scalar_gradient, scalar_hessian(pi_row), pi_row)))
+            return out
 
     return UserTerm

@@ -18,6 +18,7 @@ import numpy as np
 from mbs.bodies.base import Body
 from mbs.elements import Element
 from mbs.errors import ModelError, ModelTypeError
+from mbs.validation import difference_mismatch
 
 #: Relative step of the central differences for a missing constraint Hessian.
 FINITE_DIFFERENCE_STEP = 1e-6
@@ -86,6 +87,18 @@ class UserConstraint(Element):
             raise ModelError(f"{owner}: the {what} returned non-finite values at local "
                              f"coordinates {arguments[0]}; it must return finite values")
         return array if shape is None else array.reshape(shape)
+
+    def derivative_mismatches(self, q_local: np.ndarray) -> list[tuple[str, float]]:
+        """The Jacobian (and the Hessian, if given, with unit multipliers) against central
+        differences of the function (of the Jacobian) at ``q_local``: [(name, relative
+        mismatch)]."""
+        out = [("jacobian", difference_mismatch(self.value, self.jacobian(q_local), q_local))]
+        if self.hessian_function is not None:
+            ones = np.ones(self.n_equations)
+            out.append(("hessian", difference_mismatch(
+                lambda q: ones @ self.jacobian(q), self.hessian_product(q_local, ones),
+                q_local)))
+        return out
 
     # evaluation on the local coordinates -------------------------------------------------
     def value(self, q_local: np.ndarray, t: float = 0.0) -> np.ndarray:
