@@ -41,7 +41,7 @@ from mbs.hdf5 import save_hdf5 as save_hdf5  # re-exported: mbs.io.save_hdf5
 from mbs.liegroup.model import LieGroupModel
 from mbs.model import BodyInfo, ElementInfo, Model
 from mbs.safe_files import load_json, open_archive
-from mbs.solution import Solution, vertical_axis
+from mbs.solution import DriveTrajectory, Solution, vertical_axis
 from mbs.streaming import load_stream, stream_directory
 
 FORMAT = "mbs-solution"
@@ -164,6 +164,13 @@ class LoadedSolution(Solution):
     source: str = ""
     _residuals: dict | None = None
     _conserved_momenta: tuple = (None, None)
+    _drives: dict | None = None
+
+    def drive(self, name: str) -> DriveTrajectory:
+        """As stored when saving (the drive's coordinate needs the joint code)."""
+        if not self._drives or name not in self._drives:
+            return super().drive(name)
+        return self._drives[name]
 
     def constraint_residuals(self) -> dict[str, np.ndarray]:
         if self._residuals is None:
@@ -216,6 +223,11 @@ def save_solution(solution: Solution, path) -> Path:
     for key, value in zip(("linear", "angular"), solution.conserved_momenta()):
         if value is not None:
             arrays[f"conserved_momenta.{key}"] = np.asarray(value, dtype=bool)
+    drives = getattr(model, "drives", {})
+    for name in drives:
+        trajectory = solution.drive(name)
+        for part in _DRIVE_ARRAYS:
+            arrays[f"drives.{name}.{part}"] = np.asarray(getattr(trajectory, part), dtype=float)
     arrays["potential_energy"] = np.asarray(solution.potential_energy(), dtype=float)
     arrays["reference_q"] = np.asarray(solution.model.q0, dtype=float)
     arrays["point_blocks"] = np.asarray(model.point_blocks)
@@ -235,6 +247,7 @@ def save_solution(solution: Solution, path) -> Path:
             "joints": [_info_record(j) for j in model.joints],
             "forces": [_info_record(f) for f in model.forces],
             "constraint_rows": _encode(dict(getattr(model, "constraint_rows", {}))),
+            "drives": {name: list(value) for name, value in drives.items()},
         },
     }
     arrays["header"] = np.array(json.dumps(header))
@@ -416,13 +429,29 @@ def _read_solution(archive, header: dict, model: Model | None, path: Path) -> So
         non_conservative=bool(stored.get("non_conservative", False)),
         reference_q=reference_q, constraint_rows=constraint_rows, stored_q=data["q"],
         potential=potential)
+    stored_drives = _mapping(stored.get("drives", {}), "model.drives", path)
+    trajectories = {}
+    for name, value in stored_drives.items():
+        joint, kind = _sequence(value, f"model.drives.{name}", path)
+        parts = {part: _numbers(archive, f"drives.{name}.{part}", path)
+                 for part in _DRIVE_ARRAYS}
+        for part, array in parts.items():
+            _shape(array, (steps if part == "effort" else rows,), f"drives.{name}.{part}",
+                   path)
+        trajectories[name] = DriveTrajectory(name, str(kind), **parts)
+        stored_model.drives[name] = (str(joint), str(kind))
     solution = LoadedSolution(model=stored_model, stats=stats, solver_properties=props, **data)
+    solution._drives = trajectories
     solution.source = str(path)
     solution._residuals = residuals
     solution._conserved_momenta = tuple(
         _conserved_axes(archive, key, vertical_axis(gravity) is None, path)
         for key in ("linear", "angular"))
     return solution
+
+
+#: The arrays of a :class:`~mbs.solution.DriveTrajectory`, stored per drive.
+_DRIVE_ARRAYS = ("position", "rate", "effort", "work")
 
 
 def _conserved_axes(archive, key: str, three_axes: bool, path) -> np.ndarray | None:

@@ -180,7 +180,10 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
             output, {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n,
                      "m": model.m, "solver_options": options_digest,
                      "model_digest": model_digest(model),
-                     "solver_properties": asdict(solver.properties)}, q0, p0)
+                     "solver_properties": asdict(solver.properties),
+                     # how Solution derives the drives' reactions and work from the arrays
+                     "drive_work_in_steps": bool(getattr(solver, "reports_drive_work", False)),
+                     "drive_effort": getattr(solver, "drive_effort", "multiplier")}, q0, p0)
     with single_threaded_blas():
         return run.execute(writer, flush_every, progress)
 

@@ -547,8 +547,24 @@ def load_stream(path: str | os.PathLike, model):
         enforced_residuals=data["enforced_residuals"], step_work=data["step_work"],
         stats={"solver": manifest["solver"], "h": manifest["h"], "steps": steps,
                "newton_iterations": data["newton_iterations"],
-               "completed": bool(manifest.get("completed", False))},
+               "completed": bool(manifest.get("completed", False)),
+               **_drive_stats(manifest)},
         solver_properties=_solver_properties(manifest))
+
+
+def _drive_stats(manifest: dict) -> dict:
+    """``drive_work_in_steps`` and ``drive_effort`` of the run: stored with the stream, or
+    those of the solver it names (for streams written without them)."""
+    stored = {key: manifest[key] for key in ("drive_work_in_steps", "drive_effort")
+              if key in manifest}
+    if len(stored) == 2:
+        return stored
+    try:
+        solver = make_solver(manifest["solver"])
+    except MbsError:
+        return stored
+    return {"drive_work_in_steps": bool(getattr(solver, "reports_drive_work", False)),
+            "drive_effort": getattr(solver, "drive_effort", "multiplier"), **stored}
 
 
 def _solver_properties(manifest: dict):
