@@ -73,6 +73,33 @@ def test_gif_has_the_requested_frames(tmp_path, top_solution):
     assert frames[0].shape[:2] == (72, 96)
 
 
+def test_gif_plays_at_the_real_duration(tmp_path, top_solution):
+    """30 fps is not a whole number of GIF's 10 ms delays: the delays alternate so that the
+    18 frames of 0.3 s of motion play in 0.6 s at speed 0.5 (a fixed 30 ms delay would play
+    them in 0.54 s)."""
+    from PIL import Image
+
+    report = viz.animate(top_solution, tmp_path / "top.gif", fps=30, speed=0.5,
+                         resolution=(48, 36), progress=False)
+    with Image.open(tmp_path / "top.gif") as image:
+        delays = []
+        for k in range(image.n_frames):
+            image.seek(k)
+            delays.append(image.info["duration"])
+    assert len(delays) == report.frames == 18
+    assert sum(delays) == 600 and set(delays) <= {30, 40}
+
+
+def test_webm_is_written_with_a_webm_codec(tmp_path, top_solution):
+    report = viz.animate(top_solution, tmp_path / "top.webm", frames=4, fps=10,
+                         resolution=(96, 72), progress=False)
+    reader = imageio.get_reader(tmp_path / "top.webm")
+    try:
+        assert reader.count_frames() == report.frames == 4
+    finally:
+        reader.close()
+
+
 def test_mp4_has_the_requested_frames_and_duration(tmp_path, top_solution):
     report = viz.animate(top_solution, tmp_path / "top.mp4", fps=20, speed=0.5,
                          resolution=(96, 72), progress=False)

@@ -20,8 +20,14 @@ def _imageio():
     return iio
 
 
+#: The video codec of each container (the FFmpeg that imageio-ffmpeg ships has them all).
+CODECS = {".mp4": "libx264", ".mov": "libx264", ".mkv": "libx264", ".avi": "libx264",
+          ".webm": "libvpx-vp9"}
+
+
 class VideoWriter:
-    """Streams frames to an FFmpeg container (H.264 for .mp4, yuv420p, even frame sizes)."""
+    """Streams frames to an FFmpeg container (H.264, or VP9 for .webm; yuv420p, even frame
+    sizes)."""
 
     def __init__(self, path: Path, fps: float, quality: int = 7):
         iio = _imageio()
@@ -30,9 +36,8 @@ class VideoWriter:
         except ImportError as exc:  # pragma: no cover - depends on the installation
             raise ImportError("MP4 output needs imageio-ffmpeg: pip install 'mbs[viz]' (or "
                               "write a .gif)") from exc
-        kwargs = dict(fps=fps, quality=quality, macro_block_size=2)
-        if path.suffix.lower() in (".mp4", ".mov", ".mkv"):
-            kwargs.update(codec="libx264", pixelformat="yuv420p")
+        kwargs = dict(fps=fps, quality=quality, macro_block_size=2,
+                      codec=CODECS[path.suffix.lower()], pixelformat="yuv420p")
         self._writer = iio.get_writer(str(path), format="FFMPEG", mode="I", **kwargs)
 
     def append(self, image: np.ndarray) -> None:
@@ -43,7 +48,10 @@ class VideoWriter:
 
 
 class GifWriter:
-    """Animated GIF, looping, each frame shown for 1/fps (rounded to GIF's 10 ms)."""
+    """Animated GIF, looping, at ``fps``: GIF delays are whole 10 ms, so frame k is shown
+    from k / fps rounded to 10 ms until the next frame's time rounded alike; the delays
+    then average 1/fps and the animation keeps the real duration (a fixed rounded delay
+    would play 30 fps 10 % fast)."""
 
     def __init__(self, path: Path, fps: float):
         _imageio()
@@ -51,7 +59,7 @@ class GifWriter:
 
         self._image = Image
         self._path = path
-        self._duration = max(10, int(round(100.0 / fps)) * 10)  # ms, multiple of 10
+        self._fps = fps
         self._frames = []
 
     def append(self, image: np.ndarray) -> None:
@@ -62,7 +70,9 @@ class GifWriter:
     def close(self) -> None:
         if self._frames:
             first, rest = self._frames[0], self._frames[1:]
-            first.save(self._path, save_all=True, append_images=rest, duration=self._duration,
+            ticks = np.round(np.arange(len(self._frames) + 1) * 100.0 / self._fps)  # 10 ms
+            durations = [int(d) for d in 10 * np.maximum(np.diff(ticks), 1)]
+            first.save(self._path, save_all=True, append_images=rest, duration=durations,
                        loop=0, optimize=False, disposal=1)
         self._frames = []
 
