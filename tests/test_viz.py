@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -191,6 +193,9 @@ def test_explicit_visuals_and_bad_options(top_solution, tmp_path):
         viz.animate(top_solution, tmp_path / "top.avi2", frames=2)
     with pytest.raises(mbs.ModelError, match="outside the solution"):
         viz.snapshot(top_solution, time=5.0)
+    with pytest.raises(mbs.ModelError, match=r"t_range \(5, 6\) reaches outside the "
+                                              r"solution's times"):
+        viz.animate(top_solution, tmp_path / "late.gif", t_range=(5.0, 6.0), progress=False)
 
 
 def test_follow_camera_tracks_the_body(top_solution):
@@ -211,3 +216,19 @@ def test_headless_detection_and_show(monkeypatch, top_solution):
     assert viz.is_headless()
     with pytest.raises(RuntimeError, match="needs a display"):
         viz.show(top_solution)
+
+
+def test_lvlh_camera_on_a_body_passing_the_centre(tmp_path):
+    """The local vertical is undefined where the body is at the centre (here the origin,
+    with no central gravity): that frame is drawn with the fixed view-up, not left blank."""
+    system = mbs.System()
+    box = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.2, ly=0.1, lz=0.05,
+                                              name="box"))
+    box.set_state(position=(0, 0, 0), velocity=(3, 0, 5), angular_velocity=(1, 2, 3))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.3, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        viz.animate(solution, tmp_path / "lvlh.gif", camera="lvlh", frames=3,
+                    resolution=(80, 60), progress=False)
+    frames = imageio.mimread(tmp_path / "lvlh.gif")
+    assert all(np.asarray(frame).std() > 10.0 for frame in frames)

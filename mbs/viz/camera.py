@@ -101,6 +101,15 @@ def orbit_normal(relative: np.ndarray) -> np.ndarray:
     return normal / np.linalg.norm(normal)
 
 
+def _local_vertical(radial: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """The unit radius vectors ``radial`` (..., 3) from the centre, the view-up of the local
+    vertical; ``fallback`` where a body is at the centre and the vertical is undefined."""
+    norm = np.linalg.norm(radial, axis=-1, keepdims=True)
+    scale = max(float(np.max(norm, initial=0.0)), 1e-300)
+    defined = norm > 1e-12 * scale
+    return np.where(defined, radial / np.where(defined, norm, 1.0), fallback)
+
+
 def _image_axes(direction: np.ndarray, view_up: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(right, image up) of a camera looking along -direction with ``view_up`` (..., 3)."""
     right = np.cross(-direction, view_up)
@@ -150,8 +159,8 @@ class InsetView:
         if self.center is None:
             return (focal + self.distance * self.direction, focal,
                     CameraRig._view_up(self.direction, self.up))
-        radial = focal - self.center
-        radial = radial / np.linalg.norm(radial)
+        radial = _local_vertical(focal - self.center,
+                                 CameraRig._view_up(self.normal, self.up))
         ahead = np.cross(self.normal, radial)
         toward = np.cos(self.tilt) * self.normal + np.sin(self.tilt) * ahead
         return focal + self.distance * toward, focal, radial
@@ -253,9 +262,8 @@ class CameraRig:
             direction = np.broadcast_to(self.direction, focal.shape)
             view_up = np.broadcast_to(self._view_up(self.direction, self.up), focal.shape)
         else:
-            radial = focal - self.center
-            norm = np.linalg.norm(radial, axis=1, keepdims=True)
-            view_up = radial / np.where(norm > 0.0, norm, 1.0)
+            view_up = _local_vertical(focal - self.center,
+                                      self._view_up(self.normal, self.up))
             direction = np.broadcast_to(self.normal, focal.shape)
         right, image_up = _image_axes(direction, view_up)
         x = np.abs(np.einsum("fbi,fi->fb", offsets, right)) + size
@@ -275,8 +283,7 @@ class CameraRig:
         if self.mode == "follow":
             return focal + self.distance * self.direction, focal, self._view_up(
                 self.direction, self.up)
-        radial = focal - self.center
-        radial = radial / np.linalg.norm(radial)
+        radial = _local_vertical(focal - self.center, self._view_up(self.normal, self.up))
         return focal + self.distance * self.normal, focal, radial
 
     @staticmethod

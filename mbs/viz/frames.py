@@ -48,6 +48,10 @@ def select_frames(t: np.ndarray, fps: float = 30.0, speed: float = 1.0,
     t0, t1 = (float(t[0]), float(t[-1])) if t_range is None else map(float, t_range)
     if t1 < t0:
         raise ModelError(f"t_range must be increasing, got ({t0}, {t1})")
+    slack = 1e-9 * max(1.0, abs(float(t[-1])), abs(float(t[0])))
+    if t0 < t[0] - slack or t1 > t[-1] + slack:
+        raise ModelError(f"t_range ({t0:g}, {t1:g}) reaches outside the solution's times "
+                         f"[{t[0]:g}, {t[-1]:g}]; give a range within them")
     if frames is None:
         count = frame_count(t0, t1, fps, speed) if t1 > t0 else 1
     else:
