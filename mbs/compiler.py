@@ -85,7 +85,7 @@ def compile_system(system: System) -> Model:
         user_blocks.append(UserConstraintBlock(constraint, indices, rows))
         names = tuple(b.name for b in constraint.bodies)
         constraint_rows[constraint.name] = rows
-        joint_infos.append(ElementInfo(constraint.name, "UserConstraint", names, rows))
+        joint_infos.append(ElementInfo(constraint.name, type(constraint).__name__, names, rows))
         groups.append(ConstraintGroup(constraint.name, names, rows, invariant=False))
 
     potential_groups, force_infos = _potential_groups(system, context, n, q0)

@@ -50,6 +50,9 @@ def _as_list(solutions) -> list:
 
 def _label(solution, labels, i) -> str:
     if labels is not None:
+        if isinstance(labels, str) or i >= len(labels):
+            raise ModelError(f"labels: give one label per solution, in a list (got "
+                             f"{labels!r} for solution {i + 1})")
         return labels[i]
     stats = getattr(solution, "stats", {}) or {}
     return f"{stats.get('solver', '?')}, h = {stats.get('h', '?')}"

@@ -46,6 +46,8 @@ def test_overlay_and_pdf(tmp_path, pendulum_runs):
     assert figure.axes[0].get_yscale() == "log"
     with pytest.raises(mbs.ModelError, match="cannot save"):
         plots.plot_momentum(pendulum_runs, tmp_path / "m.jpg2")
+    with pytest.raises(mbs.ModelError, match="give one label per solution"):
+        plots.plot_energy(pendulum_runs, labels=["only one"])
 
 
 def test_convergence_study_slopes_and_table(tmp_path, capsys):

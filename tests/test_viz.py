@@ -196,6 +196,10 @@ def test_explicit_visuals_and_bad_options(top_solution, tmp_path):
     with pytest.raises(mbs.ModelError, match=r"t_range \(5, 6\) reaches outside the "
                                               r"solution's times"):
         viz.animate(top_solution, tmp_path / "late.gif", t_range=(5.0, 6.0), progress=False)
+    with pytest.raises(mbs.ModelError, match="too low for a GIF"):
+        viz.animate(top_solution, tmp_path / "slow.gif", fps=1e-3, frames=2, progress=False)
+    with pytest.raises(mbs.ModelError, match="quality must be an integer from 0 to 10"):
+        viz.animate(top_solution, tmp_path / "top.mp4", quality=11, frames=2, progress=False)
 
 
 def test_follow_camera_tracks_the_body(top_solution):

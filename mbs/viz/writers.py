@@ -10,6 +10,8 @@ from mbs.errors import ModelError
 
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm")
 GIF_SUFFIXES = (".gif",)
+#: The longest a GIF frame can show, s (its delay is a 16-bit count of 10 ms).
+MAX_GIF_DELAY = 655.35
 
 
 def _imageio():
@@ -36,6 +38,10 @@ class VideoWriter:
         except ImportError as exc:  # pragma: no cover - depends on the installation
             raise ImportError("MP4 output needs imageio-ffmpeg: pip install 'mbs[viz]' (or "
                               "write a .gif)") from exc
+        if isinstance(quality, bool) or not isinstance(quality, (int, np.integer)) or not (
+                0 <= quality <= 10):
+            raise ModelError(f"quality must be an integer from 0 to 10 (FFmpeg's scale), got "
+                             f"{quality!r}")
         kwargs = dict(fps=fps, quality=quality, macro_block_size=2,
                       codec=CODECS[path.suffix.lower()], pixelformat="yuv420p")
         self._writer = iio.get_writer(str(path), format="FFMPEG", mode="I", **kwargs)
@@ -57,6 +63,9 @@ class GifWriter:
         _imageio()
         from PIL import Image
 
+        if 1.0 / fps > MAX_GIF_DELAY:
+            raise ModelError(f"fps = {fps:g} is too low for a GIF, whose frames show for at "
+                             f"most {MAX_GIF_DELAY:g} s; raise fps or write a video")
         self._image = Image
         self._path = path
         self._fps = fps
