@@ -381,6 +381,16 @@ def random_tree(kinds: list[str], parents: list[int], joints: list[str], seed: i
     return system, grubler
 
 
+def rod_pendulum(start: float = 1.0, gravity: float = -9.81) -> mbs.System:
+    """A unit point mass on a rod of length |start| from the origin, released at rest from
+    (start, 0, 0), at the height of its pivot."""
+    system = mbs.System(gravity=(0.0, 0.0, gravity))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(start, 0.0, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=abs(start), name="rod"))
+    return system
+
+
 def spherical_pendulum() -> mbs.System:
     """Sato Martín de Almagro's spherical pendulum with the parameters of the reproductions
     (m = alpha = 1, unit radius, x(0) = (sqrt(3)/2, 0, 1/2), v(0) = (0, -1/3, 0); M = I,

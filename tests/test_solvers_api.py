@@ -8,6 +8,7 @@ import heavy_top as ht
 import numpy as np
 import pendulum_3d
 import pytest
+from mechanisms import rod_pendulum
 
 import mbs
 from mbs.errors import ModelError
@@ -228,11 +229,7 @@ def test_a_given_initial_state_is_checked_and_projected_on_request():
     """simulate(initial_state=...) with a bob 1.2 m from the pivot of a 1 m rod: projected
     onto the rod with project=True, otherwise used as given with a warning; a NaN is an
     error naming the entry."""
-    system = mbs.System(gravity=(0.0, 0.0, -9.81))
-    bob = system.add(mbs.PointMass(1.0, name="bob"))
-    bob.set_state(position=(1.0, 0.0, 0.0))
-    system.add(mbs.joints.Distance(system.ground, bob, length=1.0))
-    model = system.compile()
+    model = rod_pendulum().compile()
     off = (np.array([1.2, 0.0, 0.0]), np.zeros(3))
     with pytest.warns(UserWarning, match="projected onto the constraint manifold"):
         projected = mbs.simulate(model, "em", h=0.01, t_end=0.1, initial_state=off,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mechanisms import rod_pendulum
 
 import mbs
 from mbs.errors import ModelError
@@ -15,11 +16,7 @@ from mbs.streaming import load_stream
 
 
 def pendulum(gravity: float = -9.81, start: float = 1.0) -> mbs.Model:
-    system = mbs.System(gravity=(0.0, 0.0, gravity))
-    bob = system.add(mbs.PointMass(1.0, name="bob"))
-    bob.set_state(position=(start, 0.0, 0.0))
-    system.add(mbs.joints.Distance(system.ground, bob, length=abs(start)))
-    return system.compile()
+    return rod_pendulum(start, gravity).compile()
 
 
 @pytest.mark.parametrize("options", [{"solver": "em", "order": 4},
