@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import time
 from collections.abc import Iterable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -285,11 +284,9 @@ def _raise_member_failures(failures: dict[int, SolverError], ensemble: EnsembleS
     error = failures[k]
     error.solution = ensemble
     listed = ", ".join(f"{j} (step {e.step})" for j, e in sorted(failures.items()))
-    # the member's own sentence about error.solution is replaced by the ensemble's
-    cause = re.sub(r"[.;]? ?error\.solution holds the \d+ accepted steps", "", str(error))
-    error.args = (f"ensemble: {len(failures)} of {count} members failed: {listed}; member "
-                  f"{k}: {cause}; error.solution holds every member (NaN after a failed "
-                  f"member's last accepted step)",)
+    error.args = (f"ensemble: {len(failures)} of {count} members failed: {listed}. Member "
+                  f"{k}: {error}. As an ensemble, error.solution holds every member (NaN "
+                  f"after a failed member's last accepted step)",)
     raise error
 
 

@@ -40,6 +40,7 @@ from mbs.solvers import Solver, make_solver
 from mbs.solvers.base import StepResult
 from mbs.streaming import (
     StreamWriter,
+    drive_rules,
     model_digest,
     read_last_state,
     read_solver_state,
@@ -181,9 +182,7 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
                      "m": model.m, "solver_options": options_digest,
                      "model_digest": model_digest(model),
                      "solver_properties": asdict(solver.properties),
-                     # how Solution derives the drives' reactions and work from the arrays
-                     "drive_work_in_steps": bool(getattr(solver, "reports_drive_work", False)),
-                     "drive_effort": getattr(solver, "drive_effort", "multiplier")}, q0, p0)
+                     **drive_rules(solver)}, q0, p0)
     with single_threaded_blas():
         return run.execute(writer, flush_every, progress)
 
@@ -359,9 +358,7 @@ class _Run:
                    "completed": count == self.steps, "refined_steps": list(self.refined),
                    "restarts": list(self.restarts),
                    "guess_retries": getattr(self.solver, "guess_retries", 0),
-                   "drive_work_in_steps": bool(getattr(self.solver, "reports_drive_work",
-                                                       False)),
-                   "drive_effort": getattr(self.solver, "drive_effort", "multiplier")},
+                   **drive_rules(self.solver)},
             solver_properties=self.solver.properties)
         self.solver.annotate(solution)
         return solution

@@ -552,6 +552,13 @@ def load_stream(path: str | os.PathLike, model):
         solver_properties=_solver_properties(manifest))
 
 
+def drive_rules(solver) -> dict:
+    """How a Solution derives the drives' work and reactions from the arrays of ``solver``'s
+    run (the stats ``drive_work_in_steps`` and ``drive_effort``)."""
+    return {"drive_work_in_steps": bool(getattr(solver, "reports_drive_work", False)),
+            "drive_effort": getattr(solver, "drive_effort", "multiplier")}
+
+
 def _drive_stats(manifest: dict) -> dict:
     """``drive_work_in_steps`` and ``drive_effort`` of the run: stored with the stream, or
     those of the solver it names (for streams written without them)."""
@@ -563,8 +570,7 @@ def _drive_stats(manifest: dict) -> dict:
         solver = make_solver(manifest["solver"])
     except MbsError:
         return stored
-    return {"drive_work_in_steps": bool(getattr(solver, "reports_drive_work", False)),
-            "drive_effort": getattr(solver, "drive_effort", "multiplier"), **stored}
+    return {**drive_rules(solver), **stored}
 
 
 def _solver_properties(manifest: dict):
