@@ -33,6 +33,7 @@ from mbs.errors import MbsError, ModelError, SimulationInterrupted, SolverError
 #: importing :mod:`mbs.viz` loads PyVista); figures: those :mod:`mbs.plots` saves.
 ANIMATION_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".gif")
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+CSV_SUFFIXES = (".csv", ".txt")
 
 #: Exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
@@ -205,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--plot-constraints", metavar="PATH", help="constraint residual plot")
     out.add_argument("--save", metavar="PATH",
                      help="save the solution (.npz: exact round trip; .h5: HDF5 for other tools)")
-    out.add_argument("--csv", metavar="PATH", help="observables as CSV")
+    out.add_argument("--csv", metavar="PATH",
+                     help=f"observables as CSV ({', '.join(CSV_SUFFIXES)})")
     out.add_argument("--vtk", metavar="PATH", help="ParaView time series (.pvd + .vtp files)")
     anim = run.add_argument_group("animation")
     anim.add_argument("--fps", type=_positive_float, default=30.0, help="frames per second")
@@ -287,9 +289,23 @@ def _check_output_types(args) -> None:
     if args.snapshot:
         checks.append(("--snapshot", args.snapshot, _image_suffixes(),
                        ".png (or another image type Pillow writes, e.g. .jpg, .tif, .webp)"))
+    checks.append(("--csv", args.csv, CSV_SUFFIXES, ", ".join(CSV_SUFFIXES)))
     for flag, path, allowed, described in checks:
         if path and allowed is not None and Path(path).suffix.lower() not in allowed:
             raise UsageError(f"{flag} {path}: cannot write this file type; use {described}")
+    if args.time is not None and not args.snapshot:
+        raise UsageError("--time is the time of --snapshot; give --snapshot PATH with it")
+
+
+def _check_run_options(args, model, t_end: float) -> None:
+    """Refuse a --time outside the run or a --follow naming no body before simulating."""
+    if args.time is not None and not 0.0 <= args.time <= t_end:
+        raise UsageError(f"--time {args.time:g} lies outside the run (t = 0 to {t_end:g})")
+    if args.follow is not None:
+        names = [body.name for body in getattr(model, "director_model", model).bodies]
+        if args.follow not in names:
+            raise UsageError(f"--follow {args.follow}: no body of that name; bodies: "
+                             f"{', '.join(names)}")
 
 
 def _image_suffixes() -> tuple[str, ...] | None:
@@ -364,6 +380,7 @@ def _cmd_run(args) -> int:
         raise UsageError(f"{args.target}: build() must return an mbs.System, got "
                          f"{type(system).__name__}")
     model = _compile(system, solver)
+    _check_run_options(args, model, t_end)
     if not args.quiet:
         print(f"{title}\n")
         system.summary(getattr(model, "director_model", model))

@@ -178,13 +178,13 @@ def _potential_groups(system: System, context: BuildContext, n: int, q0: np.ndar
     instances: dict[type, list[tuple[str, TermInstance]]] = {}
     force_infos = []
     for force in system.forces:
+        data = {}
         with _blame(force):
             terms = force.terms(context)
+            if hasattr(force, "attachment_points"):
+                data["points"] = force.attachment_points()
         for instance in terms:
             instances.setdefault(instance.term, []).append((force.name, instance))
-        data = {}
-        if hasattr(force, "attachment_points"):
-            data["points"] = force.attachment_points()
         for key in ("center", "mu", "acceleration", "stiffness", "rest_length", "length"):
             value = getattr(force, key, None)
             if value is not None:
@@ -297,6 +297,11 @@ def _blame(element):
     """Turn a numerical failure while compiling ``element`` into a ModelError naming it."""
     try:
         yield
+    except ModelError as exc:
+        if type(exc) is not ModelError or repr(element.name) in str(exc):
+            raise
+        # raised by a body the element attaches to: say which element asked
+        raise ModelError(f"{type(element).__name__} {element.name!r}: {exc}") from exc
     except MbsError:
         raise
     except (ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:

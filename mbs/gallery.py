@@ -120,6 +120,8 @@ def load_module(path) -> ModuleType:
 def load_example(name_or_path) -> tuple[ModuleType, dict, dict, str]:
     """(module, recommended settings, viz options, title) of a registered name or a script."""
     text = str(name_or_path)
+    if text.replace("_", "-") in EXAMPLES and not Path(text).exists():
+        text = text.replace("_", "-")  # the example's module name (heavy_top.py)
     if text in EXAMPLES:
         entry = EXAMPLES[text]
         path = example_path(text)

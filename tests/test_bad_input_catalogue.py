@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 156 inputs: 69 of models (bodies, joints, forces, systems), 32 of run
+The catalogue holds 158 inputs: 71 of models (bodies, joints, forces, systems), 32 of run
 options (step size, interval, solver names and options, step counts, streaming), 36 of files
 (stream directories, model JSON, solution archives) and 19 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 197 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 156 others
-(197 with tests/test_bad_input.py) pass.
+hold 199 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 158 others
+(199 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -348,6 +348,15 @@ MODELS = [
     Bad("spring-negative-damping", lambda d: Spring(
         mbs.System().ground, bead(), stiffness=5.0, damping=-1.0, name="coil"),
         E, r"Spring 'coil': damping must be positive"),
+    Bad("spring-off-a-point-mass", lambda d: (lambda s: (s.add(Spring(
+        s.ground, s["bob"], stiffness=5.0, point_b=(1.0, 0.2, 0.0), name="coil")),
+        s.compile()))(pendulum_system()),
+        E, r"Spring 'coil': PointMass 'bob': attachment point \[1.  0.2 0. \] is 0.2 away "
+           r"from the particle .* \(omit the point or use a RigidBody\)"),
+    Bad("ball-joint-off-a-point-mass", lambda d: (lambda s: (s.add(Spherical(
+        s.ground, s["bob"], point=(1.0, 0.0, 0.3), name="ball")), s.compile()))(
+        pendulum_system()),
+        E, r"Spherical 'ball': PointMass 'bob': attachment point .* is 0.3 away"),
     Bad("spring-of-a-body-name", lambda d: Spring("ground", bead(), stiffness=5.0, name="coil"),
         T, r"Spring 'coil': first body must be a body, got 'ground'"),
     Bad("quartic-spring-zero-stiffness", lambda d: QuarticSpring(

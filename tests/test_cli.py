@@ -231,7 +231,8 @@ def test_lie_group_solvers_run_on_the_lie_group_formulation(tmp_path, capsys):
 
 @pytest.mark.parametrize(("flag", "path", "allowed"), [
     ("--animate", "movie.xyz", ".mp4"), ("--snapshot", "still.xyz", ".png"),
-    ("--plot", "energy.jpg", ".svg"), ("--plot-constraints", "c", ".pdf")])
+    ("--plot", "energy.jpg", ".svg"), ("--plot-constraints", "c", ".pdf"),
+    ("--csv", "observables.npz", ".csv")])
 def test_output_file_types_are_checked_before_simulating(tmp_path, capsys, flag, path,
                                                          allowed):
     code = main(["run", "pendulum-3d", "--t-end", "0.05", "--h", "0.01", flag,
@@ -241,3 +242,24 @@ def test_output_file_types_are_checked_before_simulating(tmp_path, capsys, flag,
     assert "steps =" not in captured.out  # no conservation summary: nothing was simulated
     assert flag in captured.err and allowed in captured.err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--time", "3", "--snapshot", "still.png"], "outside the run"),
+    (["--time", "0.02"], "--snapshot"),
+    (["--follow", "nobody", "--animate", "movie.gif"], "bodies: bob")])
+def test_view_options_are_checked_before_simulating(tmp_path, capsys, arguments, message):
+    arguments = [str(tmp_path / a) if a.endswith((".png", ".gif")) else a for a in arguments]
+    code = main(["run", "pendulum-3d", "--t-end", "0.05", "--h", "0.01", *arguments,
+                 "--quiet", "--progress", "off"])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "steps =" not in captured.out
+    assert message in captured.err
+    assert not any(tmp_path.iterdir())
+
+
+def test_examples_answer_to_their_module_names(capsys):
+    assert main(["run", "pendulum_3d", "--t-end", "0.02", "--h", "0.01", "--quiet",
+                 "--progress", "off"]) == 0
+    assert "steps =" in capsys.readouterr().out

@@ -200,6 +200,13 @@ def test_explicit_visuals_and_bad_options(top_solution, tmp_path):
         viz.animate(top_solution, tmp_path / "slow.gif", fps=1e-3, frames=2, progress=False)
     with pytest.raises(mbs.ModelError, match="quality must be an integer from 0 to 10"):
         viz.animate(top_solution, tmp_path / "top.mp4", quality=11, frames=2, progress=False)
+    with pytest.raises(mbs.ModelError, match="'kind' one of"):
+        viz.Visual(shape={"kind": "blob", "radius": 0.1})
+    with pytest.raises(mbs.ModelError, match="body 'top'.*positive 'length'"):
+        viz.snapshot(top_solution, visuals={"top": {"shape": {"kind": "cylinder",
+                                                              "radius": 0.1}}})
+    with pytest.raises(mbs.ModelError, match="opacity"):
+        viz.Visual(opacity=1.5)
 
 
 def test_follow_camera_tracks_the_body(top_solution):

@@ -58,6 +58,11 @@ MARKER_FRACTION = 0.025  #: marker radius relative to the scene radius
 INSET_FRACTION = 0.05  #: bodies whose extent is below this part of the scene get an inset
 ORBIT_POINTS = 2000  #: most points of one orbit track
 AXISYMMETRIC = ("cylinder", "tube", "cone", "sphere", "spherical_shell", "torus", "ring")
+#: The shape kinds a Visual draws and the sizes each needs (see :func:`geometry.shape_mesh`).
+SHAPE_SIZES = {"box": ("lx", "ly", "lz"), "cylinder": ("radius", "length"),
+               "tube": ("radius", "length"), "sphere": ("radius",),
+               "spherical_shell": ("radius",), "cone": ("radius", "height"),
+               "torus": ("radius", "tube_radius"), "ring": ("radius",)}
 
 
 @dataclass
@@ -92,6 +97,24 @@ class Visual:
     stripes: bool | None = None
     visible: bool = True
     scale: float = 1.0
+
+    def __post_init__(self):
+        if not (np.isfinite(self.scale) and self.scale > 0.0):
+            raise ModelError(f"Visual: scale must be a positive number, got {self.scale!r}")
+        if not 0.0 <= self.opacity <= 1.0:
+            raise ModelError(f"Visual: opacity must lie in [0, 1], got {self.opacity!r}")
+        if self.shape is None:
+            return
+        kind = self.shape.get("kind") if isinstance(self.shape, dict) else None
+        if kind not in SHAPE_SIZES:
+            raise ModelError(f"Visual: shape must be a dict with 'kind' one of "
+                             f"{sorted(SHAPE_SIZES)}, got {self.shape!r}")
+        for key in SHAPE_SIZES[kind]:
+            value = self.shape.get(key)
+            if not (isinstance(value, (int, float, np.number)) and np.isfinite(value)
+                    and value > 0.0):
+                raise ModelError(f"Visual: shape {kind!r} needs a positive {key!r} (sizes: "
+                                 f"{', '.join(SHAPE_SIZES[kind])}), got {value!r}")
 
 
 @dataclass
@@ -224,7 +247,7 @@ def _coerce_visual(value, name: str) -> Visual:
     if isinstance(value, dict):
         try:
             return Visual(**value)
-        except TypeError as exc:
+        except (TypeError, ModelError) as exc:
             raise ModelError(f"visual for body {name!r}: {exc}") from exc
     raise ModelError(f"visual for body {name!r} must be a Visual, dict, colour or False, got "
                      f"{value!r}")
