@@ -140,9 +140,10 @@ def snapshot(solution, path=None, *, time: float | None = None, resolution=(640,
              trail_frames: int = 200, **options) -> np.ndarray:
     """Render the state at ``time`` (default: the last node) to a PNG and return the image.
 
-    The camera frames the whole motion (as the animation does), so pictures at different
-    times of one run share a view; trails are drawn up to ``time``. Camera and scene
-    options are those of :func:`animate`.
+    The camera frames the whole motion, sampled at ``trail_frames`` evenly spaced nodes, so
+    pictures at different times of one run share a view (an animation frames the nodes of
+    its own frames, so its view may differ slightly); trails are drawn up to ``time``.
+    Camera and scene options are those of :func:`animate`.
     Returns the image as a (height, width, 3) uint8 array; writes it if ``path`` is given.
     """
     t = np.asarray(solution.t)
