@@ -18,6 +18,7 @@ from mbs.errors import (
     SimulationError,
     SimulationInterrupted,
     SolverError,
+    UnknownNameError,
 )
 from mbs.io import load_solution, save_solution
 from mbs.liegroup.model import (
@@ -60,7 +61,8 @@ def __dir__() -> list[str]:
 __all__ = ["ForceFunctionError", "SimulationError",
     "BodyTrajectory", "Ground", "InconsistentInitialStateError", "MbsError", "Model",
     "ModelError", "ModelTypeError", "PointMass", "RigidBody", "SimulationInterrupted",
-    "Solution", "SolverError", "System", "bodies", "forces", "joints", "rotation_about_x",
+    "Solution", "SolverError", "System", "UnknownNameError", "bodies", "forces", "joints",
+    "rotation_about_x",
     "rotation_about_y", "rotation_about_z", "rotation_from_axis_angle",
     "load_system", "rotation_from_quaternion", "simulate", "solvers", "EnsembleSolution",
     "simulate_ensemble", "simulate_many", "load_solution", "save_solution", "save_system",

@@ -94,16 +94,16 @@ def _solver_name(text: str) -> str:
     return name
 
 
-def _run_solver_name(text: str) -> str:
-    """A director solver, or a Lie-group one (``mbs run`` compiles the system for it)."""
+def _check_run_solver(name: str) -> None:
+    """A director solver, or a Lie-group one (``mbs run`` compiles the system for it);
+    checked after the script is loaded, which may register a scheme of its own."""
     from mbs.liegroup.simulation import LIE_GROUP_SOLVERS
     from mbs.solvers import REGISTRY
 
-    name = text.lower()
     if name not in REGISTRY and name not in LIE_GROUP_SOLVERS:
-        raise argparse.ArgumentTypeError(f"unknown solver {text!r}; choose one of "
-                                         f"{', '.join([*REGISTRY, *LIE_GROUP_SOLVERS])}")
-    return name
+        raise UsageError(f"--solver: unknown solver {name!r}; choose one of "
+                         f"{', '.join([*REGISTRY, *LIE_GROUP_SOLVERS])} (a script may add "
+                         f"its own to mbs.solvers.REGISTRY)")
 
 
 def _solver_list(text: str) -> list[str]:
@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "Python file defining build(); print the model and conservation "
                          "summaries; optionally animate, plot and save.")
     run.add_argument("target", metavar="NAME|script.py|model.json")
-    run.add_argument("--solver", type=_run_solver_name,
+    run.add_argument("--solver", type=str.lower,
                      help="time integrator: a name of 'mbs solvers', or vrkmk or vcg (the "
                      "Lie-group formulation) (default: the example's recommendation)")
     run.add_argument("--h", type=_positive_float, help="step size [s]")
@@ -369,8 +369,9 @@ def _cmd_run(args) -> int:
     _check_output_types(args)
     module, recommended, viz_options, title = load_example(args.target)
     solver = args.solver or recommended["solver"]
-    if isinstance(solver, str):  # a script's RECOMMENDED name is not checked by the parser
+    if isinstance(solver, str):
         solver = solver.lower()
+        _check_run_solver(solver)
     h = args.h or recommended["h"]
     t_end = args.t_end or recommended["t_end"]
     options = _solver_options(args, solver)

@@ -13,7 +13,9 @@ class Element:
     Parameters
     ----------
     name : str or None
-        Unique name within the system; a name ``"<kind><k>"`` is generated when omitted.
+        Unique name within the system. When omitted, :meth:`mbs.System.add` names the element
+        ``"<kind><k>"`` with the first k not taken in that system (``body1``, ``joint1``, ...);
+        before that it carries a provisional name of the same form.
     """
 
     kind = "element"
@@ -23,6 +25,7 @@ class Element:
 
         self.name = (check_name(name, type(self).__name__) if name is not None
                      else f"{self.kind}{next(_counter)}")
+        self.name_given = name is not None
         self.system = None  # set by System.add
 
     def __repr__(self) -> str:

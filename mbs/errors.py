@@ -18,6 +18,14 @@ class ModelError(MbsError, ValueError):
     """A mechanism description is invalid (bad parameter, unknown body, inconsistent data)."""
 
 
+class UnknownNameError(ModelError, KeyError):
+    """A body, joint, drive or element looked up by a name the system or model does not have
+    (a ``ModelError`` that is also a ``KeyError``, as dictionary lookups raise)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class ModelTypeError(MbsError, TypeError):
     """An argument has the wrong type (e.g. a joint given something that is not a body)."""
 

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from mbs.errors import InconsistentInitialStateError, ModelError
+from mbs.errors import InconsistentInitialStateError, ModelError, UnknownNameError
 from mbs.potential_group import PotentialGroup
 from mbs.quadratic import QuadraticTable
 
@@ -136,7 +136,7 @@ class Model:
         try:
             return self._body_by_name[name].coordinates
         except KeyError:
-            raise KeyError(f"no body named {name!r}; bodies: "
+            raise UnknownNameError(f"no body named {name!r}; bodies: "
                            f"{[b.name for b in self.bodies]}") from None
 
     def body(self, name: str) -> BodyInfo:

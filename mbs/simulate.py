@@ -508,10 +508,12 @@ class _Run:
                                      solution=self.solution(failing=True), step=k,
                                      time=self.t_start + k * self.h,
                                      hint="fix the function") from failure
+        residual = ("" if "residual" in str(newton_failure)
+                    else f" (residual {newton_failure.residual_norm:.3e})")
         raise SolverError(
             f"{self.solver.name}: step {k} (t = {self.t_start + k * self.h:.6g} -> "
-            f"{self.t_start + (k + 1) * self.h:.6g}) failed: {newton_failure} (residual "
-            f"{newton_failure.residual_norm:.3e}); hint: {newton_failure.hint}. error.solution "
+            f"{self.t_start + (k + 1) * self.h:.6g}) failed: {newton_failure}{residual}; "
+            f"hint: {newton_failure.hint}. error.solution "
             f"holds the {self.done} accepted steps", solution=self.solution(failing=True), step=k,
             time=self.t_start + k * self.h, residual_norm=newton_failure.residual_norm,
             hint=newton_failure.hint) from newton_failure

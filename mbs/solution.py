@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mbs.errors import UnknownNameError
 from mbs.model import Model
 from mbs.symmetry import conserved_axes, generic_states
 
@@ -230,7 +231,7 @@ class Solution:
         work."""
         drives = getattr(self.model, "drives", {})
         if name not in drives:
-            raise KeyError(f"no drive {name!r}; drives: {', '.join(drives) or 'none'}")
+            raise UnknownNameError(f"no drive {name!r}; drives: {', '.join(drives) or 'none'}")
         joint, kind = drives[name]
         coordinate = self.joint(joint, kind)
         row = int(self.model.constraint_rows[name][0])

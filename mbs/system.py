@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import difflib
+import itertools
 
 import networkx as nx
 
 from mbs.bodies.base import Body, Ground
 from mbs.elements import Element
-from mbs.errors import ModelError, ModelTypeError
+from mbs.errors import ModelError, ModelTypeError, UnknownNameError
 from mbs.forces.base import Force
 from mbs.forces.gravity import UniformGravity
 from mbs.joints.base import Joint
@@ -66,12 +67,22 @@ class System:
         if element.system is not None:
             where = "this system" if element.system is self else "another system"
             raise ModelError(f"{element!r} is already part of {where}; create a new element")
+        if not getattr(element, "name_given", True):
+            element.name = next(name for name in (f"{element.kind}{k}" for k in
+                                                  itertools.count(1))
+                                if name not in self._names)
         if element.name == "gravity" and self.gravity is not None:
             raise ModelError("the name 'gravity' is taken by the system's uniform gravity; "
                              "choose another name")
         if element.name in self._names:
             raise ModelError(f"duplicate name {element.name!r}: every body, joint and force "
                              f"of a system needs a unique name")
+        joint = getattr(element, "joint", None)  # joint actuators, dampers and drives
+        if isinstance(joint, Joint) and joint.system is not self:
+            fix = ("is not in a system; add the joint first" if joint.system is None else
+                   "belongs to another system; give a joint of this system")
+            raise ModelError(f"{type(element).__name__} {element.name!r}: joint {joint.name!r} "
+                             f"{fix}")
         for body in self._referenced_bodies(element):
             if body.system is not self:
                 raise ModelError(
@@ -114,7 +125,7 @@ class System:
             close = difflib.get_close_matches(str(name), [str(n) for n in self._names], n=3)
             hint = f"; did you mean {', '.join(map(repr, close))}?" if close else (
                 f"; the system has {sorted(map(str, self._names))[:20]}")
-            raise KeyError(f"no element named {name!r}{hint}") from None
+            raise UnknownNameError(f"no element named {name!r}{hint}") from None
 
     @property
     def forces(self) -> list[Force]:

@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 158 inputs: 71 of models (bodies, joints, forces, systems), 32 of run
+The catalogue holds 160 inputs: 72 of models (bodies, joints, forces, systems), 32 of run
 options (step size, interval, solver names and options, step counts, streaming), 36 of files
-(stream directories, model JSON, solution archives) and 19 of user callbacks. None repeats an
+(stream directories, model JSON, solution archives) and 20 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 199 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 158 others
-(199 with tests/test_bad_input.py) pass.
+hold 201 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 160 others
+(201 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -417,6 +417,10 @@ MODELS = [
     Bad("joint-torque-on-a-joint-outside-the-system", lambda d: mbs.System().add(
         JointTorque(detached_hinge(), 1.0, name="motor")),
         E, r"JointTorque 'motor': joint 'hinge' is not in a system; add the joint first"),
+    Bad("joint-torque-on-a-joint-of-another-system", lambda d: mbs.System().add(
+        JointTorque(hinge()[1], 1.0, name="motor")),
+        E, r"JointTorque 'motor': joint 'hinge' belongs to another system; give a joint of "
+           r"this system"),
     Bad("user-potential-without-invariants", lambda d: UserPotential([], lambda p: 0.0,
                                                                      name="well"),
         E, r"UserPotential 'well': give at least one invariant"),
@@ -618,13 +622,17 @@ CALLBACKS = [
     Bad("load-returns-two-components-mid-run", lambda d: simulate_system(loaded(
         force=lambda t: (0.0, 0.0) if t > 0.02 else (0.0, 0.0, 0.0))),
         F, r"Load 'push': the force function returned \(0.0, 0.0\) at t = 0.025; it must "
-           r"return a 3-vector \(step 2\)"),
+           r"return a real 3-vector \(step 2\)"),
     Bad("load-returns-nan", lambda d: simulate_system(loaded(force=lambda t: (np.nan, 0, 0))),
         E, r"Load 'push': the force function returned a non-finite value \(nan, 0, 0\) at "
            r"t = 0 \(evaluated at the initial state\)"),
     Bad("load-returns-text", lambda d: simulate_system(loaded(force=lambda t: "up")),
-        E, r"Load 'push': the force function returned 'up' at t = 0; it must return a "
+        E, r"Load 'push': the force function returned 'up' at t = 0; it must return a real "
            r"3-vector"),
+    Bad("load-returns-complex", lambda d: simulate_system(loaded(
+        force=lambda t: np.array([1.0 + 1.0j, 2.0j, 0.0]))),
+        E, r"Load 'push': the force function returned array\(\[1\.\+1\.j, 0\.\+2\.j, "
+           r"0\.\+0\.j\]\) at t = 0; it must return a real 3-vector"),
     Bad("load-raises", lambda d: simulate_system(loaded(force=lambda t: 1 / 0)),
         E, r"Load 'push': the force function raised ZeroDivisionError at t = 0"),
     Bad("joint-torque-returns-nan", lambda d: simulate_system(motor(
@@ -632,7 +640,7 @@ CALLBACKS = [
         E, r"JointTorque 'motor': the torque function returned a non-finite value nan"),
     Bad("joint-torque-returns-a-pair", lambda d: simulate_system(motor(lambda t: (1.0, 2.0))),
         E, r"JointTorque 'motor': the torque function returned \(1.0, 2.0\) at t = 0; it must "
-           r"return a number"),
+           r"return a real number"),
     Bad("drive-returns-nan", lambda d: simulate_system(crank(lambda t: np.nan)),
         F, r"Drive 'crank': the position function returned nan at t = 0"),
     Bad("drive-raises", lambda d: simulate_system(crank(lambda t: [][0])),

@@ -263,3 +263,27 @@ def test_examples_answer_to_their_module_names(capsys):
     assert main(["run", "pendulum_3d", "--t-end", "0.02", "--h", "0.01", "--quiet",
                  "--progress", "off"]) == 0
     assert "steps =" in capsys.readouterr().out
+
+
+def test_a_script_may_register_its_own_scheme(tmp_path, capsys, monkeypatch):
+    """``--solver`` is checked after the script is loaded, so a scheme the script adds to
+    mbs.solvers.REGISTRY runs from the command line."""
+    monkeypatch.setattr(mbs.solvers, "REGISTRY", dict(mbs.solvers.REGISTRY))
+    script = tmp_path / "own_scheme.py"
+    script.write_text(
+        "import mbs\n"
+        "from mbs.solvers import Rattle\n\n"
+        "class Leapfrog(Rattle):\n"
+        "    pass\n\n"
+        "mbs.solvers.REGISTRY['leapfrog'] = Leapfrog\n\n"
+        "def build():\n"
+        "    system = mbs.System(gravity=(0.0, 0.0, -9.81))\n"
+        "    bob = system.add(mbs.PointMass(1.0, name='bob'))\n"
+        "    bob.set_state(position=(1.0, 0.0, 0.0))\n"
+        "    system.add(mbs.joints.Distance(system.ground, bob, length=1.0))\n"
+        "    return system\n")
+    assert main(["run", str(script), "--solver", "leapfrog", "--h", "0.01", "--t-end", "0.05",
+                 "--quiet", "--progress", "off"]) == 0
+    assert "steps =" in capsys.readouterr().out
+    assert main(["run", str(script), "--solver", "leapfrogs", "--quiet"]) == 2
+    assert "leapfrog" in capsys.readouterr().err

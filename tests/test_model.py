@@ -206,7 +206,7 @@ def test_kitchen_sink_sizes_and_maps(sink_model):
     starts = sorted(model.coordinates(b.name).start for b in model.bodies)
     assert starts == [12 * k for k in range(7)] + [84, 87]
     assert model.coordinates("p2") == slice(87, 90)
-    with pytest.raises(KeyError, match="no body named"):
+    with pytest.raises(mbs.UnknownNameError, match="no body named"):
         model.coordinates("nope")
     assert not model.is_large
     assert len(model.joints) == 10 and len(model.forces) == 7

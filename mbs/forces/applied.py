@@ -26,11 +26,9 @@ from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
 from mbs.forces.base import Force
 from mbs.forces.kinematics import (
     LocalCoordinates,
-    angular_velocity,
     cross,
     rotation_generator,
     skew,
-    torque_coordinates,
 )
 from mbs.joints.base import Joint, perpendicular_pair
 from mbs.validation import as_scalar, as_vector
@@ -59,16 +57,20 @@ class BodyState:
     angular_velocity: np.ndarray | None
 
 
-def _body_state(position: tuple[np.ndarray, np.ndarray], directors: np.ndarray | None,
-                q: np.ndarray, v: np.ndarray) -> BodyState:
+def _body_states(position: tuple[np.ndarray, np.ndarray], directors: np.ndarray | None,
+                 qs: np.ndarray, vs: np.ndarray) -> list[BodyState]:
     """The :class:`BodyState` of a body point (affine map ``position``) and of the body's
-    frame (local director positions, None for point masses) at local (q, v)."""
-    rotation = omega = None
-    if directors is not None:
-        rotation = q[directors].T
-        omega = angular_velocity(q[directors], v[directors])
+    frame (local director positions, None for point masses) at each row of local (qs, vs),
+    computed for all rows at once."""
     matrix, offset = position
-    return BodyState(matrix @ q + offset, matrix @ v, rotation, omega)
+    points, velocities = qs @ matrix.T + offset, vs @ matrix.T
+    if directors is None:
+        return [BodyState(x, u, None, None) for x, u in zip(points, velocities)]
+    frames = qs[:, directors]  # (k, 3, 3), rows d_i
+    spin = cross(frames, vs[:, directors]).sum(axis=1)
+    omegas = np.linalg.solve(_batch_generator(frames), spin[:, :, None])[:, :, 0]
+    return [BodyState(x, u, frame.T, omega)
+            for x, u, frame, omega in zip(points, velocities, frames, omegas)]
 
 
 class AppliedTerm:
@@ -137,11 +139,13 @@ class AppliedForces:
     def force_and_derivatives(self, t: float, q: np.ndarray, v: np.ndarray, dense: bool):
         """(Q, dQ/dq, dQ/dv): dense (n, n) arrays or sparse CSR matrices."""
         out, by_q, by_v = self._evaluate(t, q, v, True)
+        if dense:  # summed straight into the arrays: no sparse matrix per evaluation
+            flat, size = self._rows * self.n + self._columns, self.n * self.n
+            return out, *(np.bincount(flat, weights=np.concatenate(parts), minlength=size
+                                      ).reshape(self.n, self.n) for parts in (by_q, by_v))
         shape = (self.n, self.n)
         d_q = sp.csr_matrix((np.concatenate(by_q), (self._rows, self._columns)), shape=shape)
         d_v = sp.csr_matrix((np.concatenate(by_v), (self._rows, self._columns)), shape=shape)
-        if dense:
-            return out, d_q.toarray(), d_v.toarray()
         return out, d_q, d_v
 
 
@@ -173,7 +177,7 @@ class _Value:
         if array is None or array.shape not in allowed:
             raise ForceFunctionError(
                 f"{self.owner}: the {self.what} function returned {result!r} at t = {t:.6g}; "
-                f"it must return " + ("a 3-vector" if self.size == 3 else "a number"))
+                f"it must return " + ("a real 3-vector" if self.size == 3 else "a real number"))
         if not np.all(np.isfinite(array)):
             raise ForceFunctionError(f"{self.owner}: the {self.what} function returned a "
                                      f"non-finite value {result!r} at t = {t:.6g}")
@@ -181,7 +185,11 @@ class _Value:
 
 
 def _numeric(value) -> bool:
+    """Whether ``value`` converts to real floats (complex values do not: their imaginary
+    parts would be dropped)."""
     try:
+        if np.iscomplexobj(value):
+            return False
         np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         return False
@@ -272,34 +280,39 @@ class _LoadTerm(AppliedTerm):
         self.force, self.torque, self.body_frame = force, torque, body_frame
         self.uses_state = any(v is not None and v.uses_state for v in (force, torque))
 
-    def _state(self, q, v) -> BodyState:
-        return _body_state((self.position, self.offset), self.directors, q, v)
+    def _values(self, t, qs, vs, value) -> np.ndarray | None:
+        """The force or torque ``value`` at each row of (qs, vs), (k, 3), or None."""
+        if value is None:
+            return None
+        if not self.uses_state:
+            return np.broadcast_to(value(t), (qs.shape[0], 3))
+        states = _body_states((self.position, self.offset), self.directors, qs, vs)
+        return np.array([value(t, state) for state in states])
 
-    def _values(self, t, q, v):
-        state = (self._state(q, v),) if self.uses_state else ()
-        force = None if self.force is None else self.force(t, *state)
-        torque = None if self.torque is None else self.torque(t, *state)
-        return force, torque
-
-    def _generalized(self, t, q, v):
-        force, torque = self._values(t, q, v)
-        out = np.zeros(q.size)
-        directors = None if self.directors is None else q[self.directors]
-        if force is not None:
-            world = directors.T @ force if self.body_frame else force
-            out += self.position.T @ world
+    def _generalized(self, t, qs, vs):
+        """(Q, force, torque) at each row of the local (qs, vs): (k, n_local), (k, 3) or
+        None, (k, 3) or None."""
+        force, torque = self._values(t, qs, vs, self.force), self._values(t, qs, vs, self.torque)
+        out = np.zeros(qs.shape)
+        directors = None if self.directors is None else qs[:, self.directors]
+        if force is not None:  # directors^T F = sum_i F_i d_i for body components
+            world = np.einsum("kia,ki->ka", directors, force) if self.body_frame else force
+            out += world @ self.position
         if torque is not None:
-            world = directors.T @ torque if self.body_frame else torque
-            out[self.directors] += torque_coordinates(directors, world)
+            world = np.einsum("kia,ki->ka", directors, torque) if self.body_frame else torque
+            out[:, self.directors] += _batch_torque_coordinates(directors, world)
         return out, force, torque
 
     def evaluate(self, t, q, v, jacobian):
-        value, force, torque = self._generalized(t, q, v)
+        values, forces, torques = self._generalized(t, q[None, :], v[None, :])
+        value = values[0]
+        force = None if forces is None else forces[0]
+        torque = None if torques is None else torques[0]
         if not jacobian:
             return value, None, None
         if self.uses_state:
-            return value, *_forward_differences(lambda a, b: self._generalized(t, a, b)[0],
-                                                q, v, value)
+            return value, *_forward_differences(
+                lambda qs, vs: self._generalized(t, qs, vs)[0], q, v, value)
         d_q = np.zeros((q.size, q.size))
         index = self.directors
         if force is not None and self.body_frame:  # d(B^T sum_k F_k d_k)/d d_k = F_k B^T
@@ -319,22 +332,22 @@ class _LoadTerm(AppliedTerm):
 
 
 def _forward_differences(function, q, v, value, which: tuple[int, ...] = (0, 1)):
-    """(dQ/dq, dQ/dv) of ``function(q, v)`` (= ``value`` at (q, v)) by forward differences,
-    each only if its index (0 for q, 1 for v) is in ``which`` (else None)."""
+    """(dQ/dq, dQ/dv) of Q = ``function(q, v)`` (= ``value`` at (q, v)) by forward
+    differences, each only if its index (0 for q, 1 for v) is in ``which`` (else None).
+    ``function(qs, vs)`` evaluates Q at every row of (qs, vs) at once, (k, value.size): one
+    call takes all the shifted states of a derivative."""
     derivatives = []
     for argument, index in ((q, 0), (v, 1)):
         if index not in which:
             derivatives.append(None)
             continue
-        out = np.zeros((value.size, argument.size))
         scale = max(float(np.max(np.abs(argument), initial=0.0)), 1.0)
-        for j in range(argument.size):
-            step = STATE_DIFFERENCE_STEP * scale
-            shifted = argument.copy()
-            shifted[j] += step
-            args = (shifted, v) if index == 0 else (q, shifted)
-            out[:, j] = (function(*args) - value) / step
-        derivatives.append(out)
+        step = STATE_DIFFERENCE_STEP * scale
+        shifted = np.tile(argument, (argument.size, 1))
+        shifted[np.diag_indices(argument.size)] += step
+        fixed = np.tile(v if index == 0 else q, (argument.size, 1))
+        rows = function(shifted, fixed) if index == 0 else function(fixed, shifted)
+        derivatives.append(((rows - value) / step).T)
     return derivatives
 
 
@@ -387,14 +400,18 @@ class _EffortTerm(AppliedTerm):
         if not jacobian:
             return value, None, None
 
-        def generalized(a, b):
-            if a is q:  # a difference in v: s and J as at q
-                return np.array([self._effort(t, q, b, coordinate)])
-            shifted = self.coordinate(a)
-            return self._effort(t, a, b, shifted) * shifted[1]
+        def generalized(qs, vs):
+            out = []
+            for a, b in zip(qs, vs):
+                shifted = self.coordinate(a)
+                out.append(self._effort(t, a, b, shifted) * shifted[1])
+            return np.array(out)
+
+        def efforts(qs, vs):  # differences in v: s and J as at q
+            return np.array([[self._effort(t, q, b, coordinate)] for b in vs])
 
         by_q, _ = _forward_differences(generalized, q, v, value, which=(0,))
-        _, by_v = _forward_differences(generalized, q, v, np.array([effort]), which=(1,))
+        _, by_v = _forward_differences(efforts, q, v, np.array([effort]), which=(1,))
         return value, by_q, row[:, None] * by_v
 
     def evaluate(self, t, q, v, jacobian):
@@ -534,12 +551,17 @@ def _coordinates(context, *bodies: Body) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
 
 
+def _batch_generator(directors: np.ndarray) -> np.ndarray:
+    """:func:`~mbs.forces.kinematics.rotation_generator` of a batch: directors (k, 3, 3) as
+    rows -> (k, 3, 3)."""
+    gram = np.einsum("kia,kib->kab", directors, directors)
+    return np.einsum("kaa->k", gram)[:, None, None] * np.eye(3)[None] - gram
+
+
 def _batch_torque_coordinates(directors: np.ndarray, torque: np.ndarray) -> np.ndarray:
     """:func:`~mbs.forces.kinematics.torque_coordinates` of a batch: directors (k, 3, 3)
     as rows, torques (k, 3) -> (k, 3, 3)."""
-    gram = np.einsum("kia,kib->kab", directors, directors)
-    generator = np.einsum("kaa->k", gram)[:, None, None] * np.eye(3)[None] - gram
-    c = np.linalg.solve(generator, torque[:, :, None])[:, :, 0]
+    c = np.linalg.solve(_batch_generator(directors), torque[:, :, None])[:, :, 0]
     return cross(c[:, None, :], directors)
 
 
@@ -648,8 +670,8 @@ def joint_effort_term(joint, context, law, name: str, kind: str) -> AppliedTerm:
               for body in (body_a, body_b)]
 
     def bodies(q, v):
-        return tuple(None if state is None else _body_state(state[0], state[1], q, v)
-                     for state in states)
+        return tuple(None if state is None else
+                     _body_states(state[0], state[1], q[None], v[None])[0] for state in states)
 
     if kind == "slide":
         relative = local.affine(context.point(body_b, joint.point)

@@ -30,6 +30,16 @@ class HookeanSpringTerm(InvariantTerm):
         return (0.25 * params["stiffness"] * params["rest_length"]
                 * pi[:, 0] ** -1.5)[:, None, None]
 
+    @classmethod
+    def energy_scale(cls, pi, params):
+        """k |d| (L + l0 + |d|/2) with L = sqrt(pi) and d = L - l0: the stretch d is a
+        difference of two sizes of order L + l0, so a spring stretched little against its
+        length (stiff, or preloaded near equilibrium) has a round-off of eps k |d| (L + l0)
+        in V~, far above eps V~."""
+        length = np.sqrt(pi[:, 0])
+        stretch = np.abs(length - params["rest_length"])
+        return params["stiffness"] * stretch * (length + params["rest_length"] + 0.5 * stretch)
+
 
 class ZeroLengthSpringTerm(InvariantTerm):
     """V~ = 1/2 k pi: the Hookean spring of rest length 0, linear in the squared length (a

@@ -168,7 +168,7 @@ def _newton(fixed_point_map: Callable[[np.ndarray], np.ndarray], z: np.ndarray,
 
     options = NewtonOptions(tolerance=settings.tol, estimate_level=settings.tol,
                             max_iterations=settings.max_iterations,
-                            stagnation_level=1e3 * UNIT_ROUNDOFF, stall_level=0.0)
+                            stagnation_level=1e3 * UNIT_ROUNDOFF)
     try:
         z, iterations, residual_norm = newton(
             system, z, [slice(j, j + 1) for j in range(z.size)], list(scales), options)

@@ -213,8 +213,13 @@ class Solver:
         self._predictor = self._make_predictor()
 
     def _velocity_map(self) -> tuple[np.ndarray, np.ndarray]:
-        """(V_d, V_x): the scheme velocity as V_d (q0, p0) + V_x x (compiled backend)."""
-        raise NotImplementedError
+        """(V_d, V_x): the scheme velocity of :meth:`_step_velocity` as V_d (q0, p0) + V_x x,
+        for the compiled kernel; by default that of the mean velocity (q1 - q0) / h."""
+        n, m, h = self.model.n, self.model.m, self.h
+        from_data, from_unknowns = np.zeros((n, 2 * n)), np.zeros((n, 2 * n + 2 * m))
+        from_data[:, :n] = -np.eye(n) / h
+        from_unknowns[:, :n] = np.eye(n) / h
+        return from_data, from_unknowns
 
     #: Whether the compiled kernel starts gamma from the previous step (else from zero).
     _warm_gamma = False
@@ -401,8 +406,10 @@ class Solver:
                           self._enforced_rows(residual), self._work(x))
 
     def _step_velocity(self, q0: np.ndarray, p0: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """The scheme's velocity unknown (see :class:`StepResult`) of a solved step."""
-        raise NotImplementedError
+        """The scheme's velocity (see :class:`StepResult`) of a solved step; by default the
+        mean velocity (q1 - q0) / h (RATTLE's M^-1 p^{n+1/2}). A scheme with a velocity of
+        its own overrides this and :meth:`_velocity_map`."""
+        return (x[:self.model.n] - q0) / self.h
 
     #: Whether the step's unknowns are (q1, p1, lambda, gamma) (with the equations' last 2m
     #: rows the position and velocity constraints): the layout of the explicit predictor,
@@ -479,7 +486,8 @@ class Solver:
         terms, and returns the builder. ``shifted`` asks for the shifted unknowns of a
         scheme that has them (see :meth:`QuadraticSystemBuilder.build`). Schemes with an
         implicit step written this way implement it."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} defines neither step() nor "
+                                  f"_equations(): see the page 'Adding a scheme'")
 
     def step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
         """Advance one step from the state (q, p) at time t (t enters through time-dependent

@@ -31,7 +31,9 @@ class EnergyMomentum(Solver):
 
     Energy is conserved to round-off given the Newton tolerance 1e-12; the linear and angular
     momentum maps of symmetric potentials (quadratic invariants) are conserved, not for user
-    constraints that are not quadratic. The multiplier lambda converges with order 1.
+    constraints that are not quadratic. lambda^{n+1} is the mean constraint force of the step
+    (it multiplies the discrete Jacobian between q^n and q^{n+1}): it approximates the force
+    at t_{n+1/2} with order 2 (and the force at t_{n+1} with order 1 only).
 
     Q = Q(t + h/2, q_mid, (q1 - q0)/h) are the applied forces (loads, dampers, actuators).
     With them the energy changes by exactly their work: E(q1, p1) - E(q0, p0) =
@@ -48,7 +50,7 @@ class EnergyMomentum(Solver):
 
     properties = SchemeProperties(
         name="em", symplectic=False, energy="exact (round-off)",
-        multiplier_times="lambda^{n+1}, gamma^{n+1}",
+        multiplier_times="lambda^{n+1}, gamma^{n+1}: the step's mean forces (~ t_{n+1/2})",
         reference="Kinon, Betsch, Schneider (2023), (84)")
     composable = True
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from mbs.solvers.base import SchemeProperties, Solver
 
 
@@ -80,13 +78,3 @@ class Rattle(Solver):
     def _identity_block(self):
         n = self.model.n
         return (slice(n, 2 * n), slice(n, 2 * n), 1.0 / self.h)  # d(b)/dp1 = I/h
-
-    def _step_velocity(self, q0: np.ndarray, p0: np.ndarray, x: np.ndarray) -> np.ndarray:
-        return (x[:self.model.n] - q0) / self.h  # M^-1 p_half
-
-    def _velocity_map(self):
-        n, m, h = self.model.n, self.model.m, self.h
-        from_data, from_unknowns = np.zeros((n, 2 * n)), np.zeros((n, 2 * n + 2 * m))
-        from_data[:, :n] = -np.eye(n) / h  # M^-1 p_half = (q1 - q0)/h
-        from_unknowns[:, :n] = np.eye(n) / h
-        return from_data, from_unknowns
