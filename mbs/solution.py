@@ -292,6 +292,30 @@ class Solution:
                 conserved_axes(self.model, states, "rotation", about,
                                None if vertical is None else vertical[None, :]))
 
+    #: Joint points to the ground tried by :meth:`conservation_summary` besides the origin.
+    SUMMARY_POINTS = 4
+
+    def _summary_point(self) -> np.ndarray:
+        """The origin, or the first point of a joint to the ground about which more
+        components of the angular momentum are conserved."""
+        origin = np.zeros(3)
+        if not isinstance(self.model, Model):
+            return origin
+        bodies = {body.name for body in self.model.bodies}
+        points = []
+        for joint in self.model.joints:
+            point = joint.data.get("point")
+            if (point is not None and not set(joint.bodies) <= bodies
+                    and not any(np.array_equal(point, p) for p in [origin, *points])):
+                points.append(np.asarray(point, dtype=float))
+        best, kept = origin, None
+        for point in [origin, *points[:self.SUMMARY_POINTS]]:
+            conserved = self.conserved_momenta(point)[1]
+            count = -1 if conserved is None else int(np.sum(conserved))
+            if kept is None or count > kept:
+                best, kept = point, count
+        return best
+
     def _vertical(self) -> np.ndarray | None:
         return vertical_axis(self.model.gravity)
 
@@ -376,10 +400,17 @@ class Solution:
         return (float(np.max((lever * momentum).sum(axis=1))),
                 float(np.max(momentum.sum(axis=1))))
 
-    def conservation_summary(self, about=(0.0, 0.0, 0.0)) -> str:
+    def conservation_summary(self, about=None) -> str:
         """Drifts of energy and momenta, each labelled conserved or not by this model (and
         why not), and the worst constraint residuals. Drifts are relative to the size of
-        the quantity, absolute where it is zero throughout."""
+        the quantity, absolute where it is zero throughout.
+
+        ``about`` is the point the angular momentum is taken about. By default the origin,
+        or the point of a joint to the ground about which the model conserves more of it
+        (the pivot of a top placed away from the origin); the line names a point other than
+        the origin."""
+        if about is None:
+            about = self._summary_point()
         energy = self.energy()
         kinetic = float(np.max(np.abs(self.kinetic_energy())))
         # |E0|, unless it is small against the motion (a zero of the potential chosen near
@@ -393,6 +424,8 @@ class Solution:
             angular = (angular @ vertical)[:, None]
         else:
             angular_label = "angular momentum"
+        if np.any(np.asarray(about, dtype=float) != 0.0):
+            angular_label += f" about {np.array2string(np.asarray(about, dtype=float))}"
         linear_kept, angular_kept = self.conserved_momenta(about)
         angular_scale, linear_scale = self._momentum_scales(about)
         res = self.constraint_residuals()

@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 160 inputs: 72 of models (bodies, joints, forces, systems), 32 of run
+The catalogue holds 161 inputs: 73 of models (bodies, joints, forces, systems), 32 of run
 options (step size, interval, solver names and options, step counts, streaming), 36 of files
 (stream directories, model JSON, solution archives) and 20 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 201 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 160 others
-(201 with tests/test_bad_input.py) pass.
+hold 202 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 161 others
+(202 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -417,6 +417,11 @@ MODELS = [
     Bad("joint-torque-on-a-joint-outside-the-system", lambda d: mbs.System().add(
         JointTorque(detached_hinge(), 1.0, name="motor")),
         E, r"JointTorque 'motor': joint 'hinge' is not in a system; add the joint first"),
+    Bad("distance-between-coinciding-points", lambda d: (lambda s: (s.add(Distance(
+        s.ground, s["bob"], length=1.0, point_a=(1.0, 0.0, 0.0), name="tether")),
+        s.compile()))(pendulum_system()),
+        E, r"Distance 'tether': the attachment points coincide at the initial pose .* while "
+           r"length = 1; .* Set the bodies' initial positions 1 apart"),
     Bad("joint-torque-on-a-joint-of-another-system", lambda d: mbs.System().add(
         JointTorque(hinge()[1], 1.0, name="motor")),
         E, r"JointTorque 'motor': joint 'hinge' belongs to another system; give a joint of "

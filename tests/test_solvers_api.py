@@ -225,6 +225,27 @@ def test_summary_calls_a_momentum_cancelled_to_round_off_zero():
     assert "/ max |J|" not in text
 
 
+def test_summary_takes_the_angular_momentum_about_a_pivot_away_from_the_origin():
+    """A top on a ball joint at P = (1, 2, 0.5): its vertical angular momentum about P is
+    conserved, the one about the origin is not (the pivot's horizontal reaction has a
+    vertical moment about the origin). The default summary reports it about P."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    top = system.add(mbs.RigidBody(1.0, (0.1, 0.1, 0.15), name="top"))
+    pivot, tilt = np.array([1.0, 2.0, 0.5]), mbs.rotation_about_x(0.3)
+    centre, spin = pivot + tilt @ np.array([0.0, 0.0, 0.2]), 50.0 * tilt[:, 2]
+    top.set_state(position=centre, rotation=tilt, velocity=np.cross(spin, centre - pivot),
+                  angular_velocity=spin)
+    system.add(mbs.joints.Spherical(system.ground, top, point=pivot, name="pivot"))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.5)
+    line = solution.conservation_summary().splitlines()[2]
+    assert line.startswith("vertical angular momentum about [1.  2.  0.5]")
+    assert line.endswith("(conserved by this model)")
+    drift = float(line.split("max |J - J0| / max |J| = ")[1].split()[0])
+    assert drift <= 1e-13  # 50 steps of EM's round-off
+    origin = solution.conservation_summary(about=(0.0, 0.0, 0.0)).splitlines()[2]
+    assert "(not conserved: joints to the ground)" in origin
+
+
 def test_a_given_initial_state_is_checked_and_projected_on_request():
     """simulate(initial_state=...) with a bob 1.2 m from the pivot of a 1 m rod: projected
     onto the rod with project=True, otherwise used as given with a warning; a NaN is an

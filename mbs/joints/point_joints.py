@@ -94,6 +94,11 @@ class Distance(Joint):
     def add_rows(self, builder: QuadraticTableBuilder, context: BuildContext) -> list[int]:
         a, b = self.attachment_points()
         length = self.resolved_length()
+        if np.array_equal(a, b):
+            raise ModelError(f"Distance {self.name!r}: the attachment points coincide at the "
+                             f"initial pose (at {a}) while length = {length:g}; the joint has "
+                             f"no direction there (its Jacobian vanishes). Set the bodies' "
+                             f"initial positions {length:g} apart")
         relative = context.point(self.body_b, b) - context.point(self.body_a, a)
         row = builder.new_row()
         builder.add_dot(row, relative, relative, 0.5 / length**2)
