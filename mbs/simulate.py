@@ -467,12 +467,14 @@ class _Run:
                           self.iterations[row], self.work[row])
 
     def _store(self, k: int, result: StepResult) -> None:
-        # one dot product detects NaN/inf cheaply; the exact test confirms (overflow)
-        if (not math.isfinite(result.q.dot(result.q) + result.p.dot(result.p))
-                and not (np.isfinite(result.q).all() and np.isfinite(result.p).all())):
+        # one dot product detects NaN/inf cheaply, and a state beyond 1e154, which no model
+        # in any units reaches without diverging (its square overflows)
+        if not math.isfinite(result.q.dot(result.q) + result.p.dot(result.p)):
+            finite = np.isfinite(result.q).all() and np.isfinite(result.p).all()
+            what = "values beyond 1e154 (the run diverged)" if finite else "non-finite values"
             raise SolverError(
-                f"{self.solver.name}: step {k} produced non-finite values; reduce the step "
-                f"size", solution=self.solution(failing=True), step=k,
+                f"{self.solver.name}: step {k} produced {what}; reduce the step size",
+                solution=self.solution(failing=True), step=k,
                 time=self.t_start + k * self.h, hint="reduce the step size")
         row = k - self.base
         self.q[row + 1], self.p[row + 1] = result.q, result.p

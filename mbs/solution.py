@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mbs.errors import UnknownNameError
+from mbs.errors import ModelError, UnknownNameError
 from mbs.model import Model
 from mbs.symmetry import conserved_axes, generic_states
 
@@ -96,6 +96,31 @@ class DriveTrajectory:
     rate: np.ndarray
     effort: np.ndarray
     work: np.ndarray
+
+
+@dataclass
+class ReactionTrajectory:
+    """What a joint exerts on one of its bodies along a solution (see
+    :meth:`Solution.reaction`).
+
+    Attributes
+    ----------
+    name, body : str
+        The joint and the body acted on.
+    t : (N,)
+        The step midpoints t_n + h/2.
+    force : (N, 3)
+        The joint's force on the body in step n -> n+1 (world frame).
+    torque : (N, 3)
+        Its torque on the body about the body's centre of mass (world frame); zero for a
+        point mass.
+    """
+
+    name: str
+    body: str
+    t: np.ndarray
+    force: np.ndarray
+    torque: np.ndarray
 
 
 @dataclass
@@ -234,14 +259,63 @@ class Solution:
             raise UnknownNameError(f"no drive {name!r}; drives: {', '.join(drives) or 'none'}")
         joint, kind = drives[name]
         coordinate = self.joint(joint, kind)
-        row = int(self.model.constraint_rows[name][0])
-        effort = -self.multipliers[:, row]
-        if self.stats.get("drive_effort") == "mean":
-            effort = 0.5 * (effort - self.velocity_multipliers[:, row])
-        elif self.stats.get("drive_effort") == "centred":
-            effort = _without_alternation(effort)
+        effort = -self._step_multipliers(self.model.constraint_rows[name][:1])[:, 0]
         work = np.concatenate([[0.0], np.cumsum(effort * np.diff(coordinate.position))])
         return DriveTrajectory(name, kind, coordinate.position, coordinate.rate, effort, work)
+
+    def _step_multipliers(self, rows: np.ndarray) -> np.ndarray:
+        """The multipliers of ``rows`` as the mean constraint force of each step, (N, rows):
+        the step's multipliers, the mean of those at its two ends (rattle, lobatto), or their
+        centred average where they alternate (see :attr:`DriveTrajectory.effort`)."""
+        values = self.multipliers[:, rows]
+        rule = self.stats.get("drive_effort")
+        if rule == "mean":
+            return 0.5 * (values + self.velocity_multipliers[:, rows])
+        if rule == "centred":
+            return _without_alternation(values)
+        return values
+
+    def reaction(self, name: str, body: str | None = None) -> ReactionTrajectory:
+        """The force and torque joint ``name`` exerts on ``body`` (default: its second body,
+        or its first when the second is the ground) in each step.
+
+        The joint's generalized constraint force -G(q)^T lambda, with lambda its
+        multipliers as the mean force of the step (as for :meth:`drive`) and G at the step's
+        midpoint configuration (q_n + q_{n+1}) / 2; the force is its part on the body's
+        position, the torque sum_i d_i x f_i of its parts f_i on the directors d_i. Second
+        order in h for the second-order schemes and their compositions, and also for
+        lobatto and hbvm (their multipliers are second order); first for ggl-vi-s and
+        ggl-vi-b. Where redundant constraint equations were removed
+        (``model.redundancies``), the joints that keep theirs carry the removed equations'
+        share: such reactions are not unique.
+        """
+        model = self.model
+        if not isinstance(model, Model):
+            raise ModelError("Solution.reaction needs the compiled model of the director "
+                             "formulation: a Lie-group run has no multipliers, and a loaded "
+                             "run needs load_solution(path, model=...)")
+        joints = {info.name: info for info in model.joints}
+        if name not in joints:
+            raise UnknownNameError(f"no joint {name!r}; joints: "
+                                   f"{', '.join(joints) or 'none'}")
+        moving = [b for b in joints[name].bodies if b in {info.name for info in model.bodies}]
+        body = moving[-1] if body is None else body
+        if body not in moving:
+            raise ModelError(f"joint {name!r} acts on {', '.join(moving)}, not on {body!r}")
+        rows = model.constraint_rows[name]
+        multipliers = self._step_multipliers(rows)
+        midpoints = 0.5 * (self.q[:-1] + self.q[1:])
+        times = 0.5 * (self.t[:-1] + self.t[1:])
+        info = model.body(body)
+        force, torque = np.zeros((times.size, 3)), np.zeros((times.size, 3))
+        for k, (q, t) in enumerate(zip(midpoints, times)):
+            jacobian = model.constraint_jacobian(q, t)[rows][:, info.coordinates]
+            generalized = -(jacobian.T @ multipliers[k])
+            force[k] = generalized[:3]
+            if info.kind == "rigid":
+                directors = q[info.coordinates][3:].reshape(3, 3)
+                torque[k] = np.cross(directors, generalized[3:].reshape(3, 3)).sum(axis=0)
+        return ReactionTrajectory(name, body, times, force, torque)
 
     def body(self, name: str) -> BodyTrajectory:
         """Trajectory of body ``name``."""

@@ -76,3 +76,23 @@ def test_a_spring_too_stiff_for_the_step_is_named():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         mbs.simulate(model, "em", h=1e-5, t_end=2e-5)  # h omega = 0.1: no warning
+
+
+def test_a_diverging_run_stops_with_its_steps():
+    """RATTLE is explicit in its momenta: on a spring with h omega = 10 (beyond its
+    stability limit 2) the state grows by a factor of about (h omega)^2 / 2 per step, so
+    within some 80 steps it passes 1e154, which no model in any units reaches. The run
+    stops there with an error that holds the steps done, instead of returning states of
+    size 1e171 with an energy of inf."""
+    system = mbs.System()
+    body = system.add(mbs.PointMass(0.01, name="bead"))
+    body.set_state(position=(1.0, 1e-3, 0.0))
+    system.add(mbs.forces.Spring(system.ground, body, 1e6, rest_length=0.5, point_a=(0, 0, 0),
+                                 name="stiff"))
+    with pytest.warns(RuntimeWarning, match="Spring 'stiff'"), \
+            pytest.raises(mbs.SolverError, match=r"values beyond 1e154 \(the run diverged\)"
+                          ) as failure:
+        mbs.simulate(system.compile(), "rattle", h=1e-3, t_end=1.0)
+    partial = failure.value.solution
+    assert 1 <= len(partial.t) - 1 < 1000
+    assert np.isfinite(partial.q).all()

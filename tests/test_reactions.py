@@ -1,0 +1,79 @@
+"""Joint reactions (Solution.reaction) against closed forms: the tension of a pendulum rod
+and the bearing torque of a statically balanced, dynamically unbalanced rotor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import mbs
+
+GRAVITY, LENGTH, MASS, RELEASE = 9.81, 1.0, 2.0, 1.0
+
+
+def pendulum(scheme: str, h: float, options: dict) -> mbs.Solution:
+    system = mbs.System(gravity=(0.0, 0.0, -GRAVITY))
+    bob = system.add(mbs.PointMass(MASS, name="bob"))
+    bob.set_state(position=(LENGTH * np.sin(RELEASE), 0.0, -LENGTH * np.cos(RELEASE)))
+    system.add(mbs.joints.Distance(system.ground, bob, length=LENGTH, name="rod"))
+    return mbs.simulate(system.compile(), scheme, h=h, t_end=1.0, **options)
+
+
+def rod_force_error(scheme: str, h: float, options: dict) -> float:
+    """Max error of the rod's force on the bob against -T e_r with the tension
+    T = m (g cos(theta) + L theta'^2) of a solve_ivp reference at 1e-12."""
+    reaction = pendulum(scheme, h, options).reaction("rod")
+    reference = solve_ivp(lambda t, y: [y[1], -GRAVITY / LENGTH * np.sin(y[0])], (0.0, 1.0),
+                          [RELEASE, 0.0], rtol=1e-12, atol=1e-12, dense_output=True)
+    angle, rate = reference.sol(reaction.t)
+    tension = MASS * (GRAVITY * np.cos(angle) + LENGTH * rate**2)
+    radial = np.stack([np.sin(angle), np.zeros_like(angle), -np.cos(angle)], axis=1)
+    assert reaction.body == "bob" and np.all(reaction.torque == 0.0)
+    return float(np.abs(reaction.force + tension[:, None] * radial).max())
+
+
+@pytest.mark.parametrize("scheme, options, order", [
+    ("em", {}, 2), ("rattle", {}, 2), ("ggl-vi-a", {}, 2), ("hbvm", {}, 2),
+    ("lobatto", {"stages": 3}, 2), ("em", {"order": 4}, 2), ("ggl-vi-b", {}, 1)])
+def test_the_rod_tension_of_a_pendulum(scheme, options, order):
+    """The reaction converges at the order of the scheme's multipliers (the tension is
+    about 30 N; the errors at h = 0.01 are 7e-3 .. 3e-2, 0.55 for ggl-vi-b)."""
+    errors = [rod_force_error(scheme, h, options) for h in (0.01, 0.005)]
+    assert np.log2(errors[0] / errors[1]) == pytest.approx(order, abs=0.1)
+    assert errors[1] <= (0.3 if order == 1 else 1e-2)
+
+
+@pytest.mark.parametrize("scheme, options", [("em", {}), ("rattle", {}),
+                                              ("lobatto", {"stages": 3})])
+def test_the_bearing_torque_of_an_unbalanced_rotor(scheme, options):
+    """A body whose principal axes are tilted by 0.4 rad against its hinge spins at 4 rad/s
+    without gravity, its centre of mass on the axis: the rate stays constant, the bearing
+    carries no force and supplies the torque dH/dt = w x (R J R^T w) (about 2.9 N m)."""
+    inertia, spin, tilt = np.array([2.0, 2.5, 3.0]), 4.0, mbs.rotation_about_x(0.4)
+    system = mbs.System()
+    rotor = system.add(mbs.RigidBody(5.0, inertia, name="rotor"))
+    rotor.set_state(rotation=tilt, angular_velocity=(0.0, 0.0, spin))
+    system.add(mbs.joints.Revolute(system.ground, rotor, point=(0, 0, 0), axis=(0, 0, 1),
+                                   name="bearing"))
+    model = system.compile()
+    omega = np.array([0.0, 0.0, spin])
+    errors = []
+    for h in (0.01, 0.005):
+        reaction = mbs.simulate(model, scheme, h=h, t_end=1.0, **options).reaction("bearing")
+        rotations = [mbs.rotation_about_z(spin * t) @ tilt for t in reaction.t]
+        expected = [np.cross(omega, r @ np.diag(inertia) @ r.T @ omega) for r in rotations]
+        errors.append(np.abs(reaction.torque - expected).max())
+        assert np.abs(reaction.force).max() <= 1e-12
+    assert np.log2(errors[0] / errors[1]) == pytest.approx(2.0, abs=0.1)
+
+
+def test_reaction_lookups_are_checked(tmp_path):
+    solution = pendulum("em", 0.01, {})
+    mbs.save_solution(solution, tmp_path / "run.npz")
+    with pytest.raises(mbs.ModelError, match=r"load_solution\(path, model=...\)"):
+        mbs.load_solution(tmp_path / "run.npz").reaction("rod")
+    with pytest.raises(mbs.UnknownNameError, match="no joint 'bar'; joints: rod"):
+        solution.reaction("bar")
+    with pytest.raises(mbs.ModelError, match="joint 'rod' acts on bob, not on 'ground'"):
+        solution.reaction("rod", body="ground")
