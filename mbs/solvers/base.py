@@ -29,6 +29,10 @@ from mbs.model import Model
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
 _max = np.maximum.reduce
 
+#: After the k-th step whose "explicit" guess failed, the next 2^min(k, ADVANCED_BACKOFF) - 1
+#: steps start from the "advanced" guess (see :meth:`Solver.step`).
+ADVANCED_BACKOFF = 6
+
 
 def instance_or_key(solver, kinds: type | tuple, options: dict, expected: str):
     """``solver`` itself when it is an instance of ``kinds`` (then ``options`` must be
@@ -177,6 +181,7 @@ class Solver:
         self._newton_state = NewtonState()
         #: steps retried from the "advanced" guess after the "explicit" one failed
         self.guess_retries = 0
+        self._advanced_steps = 0  # steps left to start from "advanced" (see :meth:`step`)
         self._simplified = (self.newton.simplified if self.newton.simplified is not None
                             else model.n > SIMPLIFIED_NEWTON_ABOVE)
         constant = model.constant_potential_gradient()
@@ -495,19 +500,41 @@ class Solver:
 
         With the "explicit" predictor a step whose Newton iteration fails is retried once from
         the "advanced" guess: at very large steps the extrapolated momentum can start Newton
-        outside its region of convergence, where the "advanced" guess still converges."""
+        outside its region of convergence, where the "advanced" guess still converges. The
+        explicit prediction is also an explicit integrator, unstable where h times the
+        model's fastest frequency (long chains under high tension) passes its limit; then it
+        fails at every step. On models solved by simplified Newton (large ones), where a failed
+        iteration costs several sparse factorisations, the k-th retry therefore makes the next
+        min(2^k, 64) - 1 steps start from the "advanced" guess directly (falling back to the
+        "explicit" one where that fails): failed attempts then cost a few per cent of the run
+        at most."""
         self._time = t
+        if self.initial_guess != "explicit":
+            return self._step(t, q, p)
+        if self._advanced_steps > 0:
+            self._advanced_steps -= 1
+            try:
+                return self._step_from("advanced", t, q, p)
+            except NewtonConvergenceError:
+                self._advanced_steps = 0
+                return self._step(t, q, p)
         try:
             return self._step(t, q, p)
         except NewtonConvergenceError:
-            if self.initial_guess != "explicit":
-                raise
-        self.initial_guess = "advanced"
+            pass
         self.guess_retries += 1
+        result = self._step_from("advanced", t, q, p)
+        if self._simplified:
+            self._advanced_steps = 2 ** min(self.guess_retries, ADVANCED_BACKOFF) - 1
+        return result
+
+    def _step_from(self, guess: str, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
+        """A step from the ``guess`` predictor instead of the solver's own."""
+        own, self.initial_guess = self.initial_guess, guess
         try:
             return self._step(t, q, p)
         finally:
-            self.initial_guess = "explicit"
+            self.initial_guess = own
 
     def set_step_size(self, h: float) -> None:
         """Change h between steps (used to refine a failed step); the polynomial step
@@ -537,6 +564,7 @@ class Solver:
         start and, with simplified Newton, the Jacobian its factorisation was made from (the
         resumed run factorises the same matrix and gets the same factors)."""
         state = self._warm.checkpoint()
+        state["guess_retries"] = np.array([self.guess_retries, self._advanced_steps])
         newton_state = self._newton_state
         if newton_state.symbolic_values is not None:  # the run's sparse pivot order
             state["newton_symbolic_values"] = newton_state.symbolic_values.copy()
@@ -547,6 +575,8 @@ class Solver:
     def restore(self, state: dict) -> None:
         """Inverse of :meth:`checkpoint`."""
         self._warm.restore(state)
+        self.guess_retries, self._advanced_steps = (
+            int(value) for value in state.get("guess_retries", (0, 0)))
         newton_state = self._newton_state
         newton_state.factorization = state_factorization(state, self._identity_block())
         symbolic = state.get("newton_symbolic_values")
