@@ -131,6 +131,11 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
         raise ModelError("simulate_ensemble expects a compiled Model")
     h = as_scalar(h, "h", "simulate_ensemble", positive=True)
     t_end = as_scalar(t_end, "t_end", "simulate_ensemble", positive=True)
+    single_run = sorted(set(solver_options) & set(_SINGLE_RUN_OPTIONS))
+    if single_run:
+        raise ModelError(f"simulate_ensemble: {', '.join(single_run)} belong to single runs "
+                         f"(mbs.simulate); ensemble members start at t = 0 from "
+                         f"initial_states and are kept in memory")
     if isinstance(model, LieGroupModel):
         # Lie-group members run one by one; their states are the director model's
         q0, p0 = _initial_arrays(model.director_model, initial_states)
@@ -206,6 +211,9 @@ def _batched_solver(model: Model, name: str, q0: np.ndarray, p0: np.ndarray,
 #: Options of :func:`mbs.simulate` (not of the solver) that members run member by member
 #: accept.
 _RUN_OPTIONS = ("on_failure", "max_refinements")
+#: Options of mbs.simulate that an ensemble does not take.
+_SINGLE_RUN_OPTIONS = ("t_start", "initial_state", "project", "output", "resume",
+                       "flush_every")
 
 
 def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_end: float,

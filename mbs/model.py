@@ -25,6 +25,8 @@ VELOCITY_TOLERANCE = 1e-10
 #: Systems with more coordinates than this use sparse factorisations: below it the dense LU
 #: of the Newton matrix is cheaper, above it SuperLU quickly wins.
 DENSE_LIMIT = 150
+#: Entries of the arrays of one block of states in :meth:`Model.constraint_residual_norms`.
+RESIDUAL_BLOCK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -461,6 +463,28 @@ class Model:
         rows = np.repeat(np.arange(local.shape[0]), local.shape[1])
         cols = np.tile(block.indices, local.shape[0])
         return sp.csr_matrix((local.ravel(), (rows, cols)), shape=(local.shape[0], self.n))
+
+    def constraint_residual_norms(self, Q: np.ndarray, P: np.ndarray, T: np.ndarray
+                                  ) -> tuple[np.ndarray, np.ndarray]:
+        """max |g(q_k, t_k)| and max |G(q_k) M^-1 p_k (+ dg/dt)| at every state of a
+        trajectory (K, n), (K, n), (K,): vectorised over the states, in blocks of them, when
+        every constraint is quadratic; state by state otherwise."""
+        K = Q.shape[0]
+        if not self.m:
+            return np.zeros(K), np.zeros(K)
+        if self._user:
+            return (np.array([np.max(np.abs(self.constraints(q, t))) for q, t in zip(Q, T)]),
+                    np.array([np.max(np.abs(self.velocity_constraints(q, p, t)))
+                              for q, p, t in zip(Q, P, T)]))
+        table = self._table
+        block = max(1, RESIDUAL_BLOCK // max(table.entries, self.n, 1))
+        position, velocity = np.empty(K), np.empty(K)
+        for start in range(0, K, block):
+            rows = slice(start, start + block)
+            position[rows] = np.abs(table.values(Q[rows])).max(axis=1)
+            V = (self.inverse_mass_matrix @ P[rows].T).T
+            velocity[rows] = np.abs(table.jacobian_products(Q[rows], V)).max(axis=1)
+        return position, velocity
 
     def velocity_constraints(self, q: np.ndarray, p: np.ndarray, t: float = 0.0) -> np.ndarray:
         """g^v(q, p) = G(q) M^-1 p (seed 003, eq. (29)), plus dg/dt for drives."""

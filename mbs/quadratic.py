@@ -316,11 +316,34 @@ class QuadraticTable:
         return np.bincount(self._jac_indices, weights=data * y[self._jac_rows],
                            minlength=self.n)
 
+    @property
+    def entries(self) -> int:
+        """The largest count of terms or Jacobian entries one evaluation touches (the width
+        of the arrays of the vectorised evaluations per configuration)."""
+        return max(self.quad_coef.size, self.lin_coef.size, self._jac_indices.size)
+
     def values(self, Q: np.ndarray) -> np.ndarray:
         """c at each configuration of Q (K, n) -> (K, n_rows), vectorised over K."""
         if self.factored is not None:
             return self.factored.values(Q, self.n_rows)
-        return np.array([self.value(q) for q in Q]).reshape(Q.shape[0], self.n_rows)
+        if not hasattr(self, "_term_scatter"):
+            self._term_scatter = tuple(_maybe_dense(sp.csr_matrix(
+                (np.ones(rows.size), (rows, np.arange(rows.size))),
+                shape=(self.n_rows, rows.size))) for rows in (self.quad_row, self.lin_row))
+        quad = self.quad_coef * Q[:, self.quad_i] * Q[:, self.quad_j]
+        lin = self.lin_coef * Q[:, self.lin_i]
+        return ((self._term_scatter[0] @ quad.T).T + (self._term_scatter[1] @ lin.T).T
+                + self.constant)
+
+    def jacobian_products(self, Q: np.ndarray, W: np.ndarray) -> np.ndarray:
+        """Dc(Q_l) W_l for each row l: (K, n), (K, n) -> (K, n_rows), vectorised over K."""
+        data = (self._jac_map @ Q.T) + self._jac_offset[:, None]          # (nnz, K)
+        weighted = data * W[:, self._jac_indices].T
+        if not hasattr(self, "_jac_gather"):
+            nnz = self._jac_indices.size
+            self._jac_gather = _maybe_dense(sp.csr_matrix(
+                (np.ones(nnz), (self._jac_rows, np.arange(nnz))), shape=(self.n_rows, nnz)))
+        return (self._jac_gather @ weighted).T
 
     def jacobian_transpose_products(self, Q: np.ndarray, Y: np.ndarray) -> np.ndarray:
         """Dc(Q_l)^T Y_l for each row l: (K, n), (K, n_rows) -> (K, n), vectorised over K."""

@@ -232,10 +232,13 @@ class Solution:
             zeros = np.zeros(self.t.size)
             return {"position": zeros, "velocity": zeros,
                     "enforced_position": zeros[1:], "enforced_velocity": zeros[1:]}
-        position = np.array([np.max(np.abs(model.constraints(q, t)))
-                             for q, t in zip(self.q, self.t)])
-        velocity = np.array([np.max(np.abs(model.velocity_constraints(q, p, t)))
-                             for q, p, t in zip(self.q, self.p, self.t)])
+        if isinstance(model, Model):
+            position, velocity = model.constraint_residual_norms(self.q, self.p, self.t)
+        else:
+            position = np.array([np.max(np.abs(model.constraints(q, t)))
+                                 for q, t in zip(self.q, self.t)])
+            velocity = np.array([np.max(np.abs(model.velocity_constraints(q, p, t)))
+                                 for q, p, t in zip(self.q, self.p, self.t)])
         return {"position": position, "velocity": velocity,
                 "enforced_position": self.enforced_residuals[:, 0],
                 "enforced_velocity": self.enforced_residuals[:, 1]}
@@ -360,8 +363,11 @@ class Solution:
         of this run and generic neighbours). (None, None) for models in other coordinates."""
         if not isinstance(self.model, Model):
             return None, None
+        return self._momenta_kept(about, generic_states(self.model, self._symmetry_states()))
+
+    def _momenta_kept(self, about, states: list) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`conserved_momenta` at the generic ``states`` of this run."""
         vertical = self._vertical()
-        states = generic_states(self.model, self._symmetry_states())
         return (conserved_axes(self.model, states, "translation"),
                 conserved_axes(self.model, states, "rotation", about,
                                None if vertical is None else vertical[None, :]))
@@ -369,12 +375,14 @@ class Solution:
     #: Joint points to the ground tried by :meth:`conservation_summary` besides the origin.
     SUMMARY_POINTS = 4
 
-    def _summary_point(self) -> np.ndarray:
+    def _summary_point(self) -> tuple[np.ndarray, tuple | None]:
         """The origin, or the first point of a joint to the ground about which more
-        components of the angular momentum are conserved."""
+        components of the angular momentum are conserved; with :meth:`conserved_momenta`
+        about it (None for models in other coordinates)."""
         origin = np.zeros(3)
         if not isinstance(self.model, Model):
-            return origin
+            return origin, None
+        states = generic_states(self.model, self._symmetry_states())
         bodies = {body.name for body in self.model.bodies}
         points = []
         for joint in self.model.joints:
@@ -382,12 +390,11 @@ class Solution:
             if (point is not None and not set(joint.bodies) <= bodies
                     and not any(np.array_equal(point, p) for p in [origin, *points])):
                 points.append(np.asarray(point, dtype=float))
-        best, kept = origin, None
+        best = None
         for point in [origin, *points[:self.SUMMARY_POINTS]]:
-            conserved = self.conserved_momenta(point)[1]
-            count = -1 if conserved is None else int(np.sum(conserved))
-            if kept is None or count > kept:
-                best, kept = point, count
+            momenta = self._momenta_kept(point, states)
+            if best is None or np.sum(momenta[1]) > np.sum(best[1][1]):
+                best = (point, momenta)
         return best
 
     def _vertical(self) -> np.ndarray | None:
@@ -483,8 +490,9 @@ class Solution:
         or the point of a joint to the ground about which the model conserves more of it
         (the pivot of a top placed away from the origin); the line names a point other than
         the origin."""
+        momenta = None
         if about is None:
-            about = self._summary_point()
+            about, momenta = self._summary_point()
         energy = self.energy()
         kinetic = float(np.max(np.abs(self.kinetic_energy())))
         # |E0|, unless it is small against the motion (a zero of the potential chosen near
@@ -500,7 +508,7 @@ class Solution:
             angular_label = "angular momentum"
         if np.any(np.asarray(about, dtype=float) != 0.0):
             angular_label += f" about {np.array2string(np.asarray(about, dtype=float))}"
-        linear_kept, angular_kept = self.conserved_momenta(about)
+        linear_kept, angular_kept = self.conserved_momenta(about) if momenta is None else momenta
         angular_scale, linear_scale = self._momentum_scales(about)
         res = self.constraint_residuals()
         props = self.solver_properties

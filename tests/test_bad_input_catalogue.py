@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 161 inputs: 73 of models (bodies, joints, forces, systems), 32 of run
+The catalogue holds 162 inputs: 73 of models (bodies, joints, forces, systems), 33 of run
 options (step size, interval, solver names and options, step counts, streaming), 36 of files
 (stream directories, model JSON, solution archives) and 20 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 202 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 161 others
-(202 with tests/test_bad_input.py) pass.
+hold 203 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 162 others
+(203 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -511,6 +511,10 @@ OPTIONS = [
     Bad("ensemble-states-of-the-wrong-size", lambda d: mbs.simulate_ensemble(
         pendulum(), (np.zeros((2, 2)), np.zeros((2, 2))), h=0.01, t_end=0.02),
         E, r"simulate_ensemble: initial states must have shape \(K, 3\)"),
+    Bad("ensemble-with-a-start-time", lambda d: mbs.simulate_ensemble(
+        pendulum(), [pendulum().initial_state()], h=0.01, t_end=0.02, t_start=0.01),
+        E, r"simulate_ensemble: t_start belong to single runs \(mbs.simulate\); ensemble "
+           r"members start at t = 0"),
     Bad("step-not-dividing-the-interval", lambda d: run(h=0.03, t_end=0.1),
         UserWarning, r"simulate: h = 0.03 does not divide the interval; 3 steps end at "
                      r"t = 0.09"),

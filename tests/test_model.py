@@ -460,3 +460,20 @@ def test_chain_of_1000_rigid_bodies_compiles_and_evaluates(rng):
     grad = model.potential_gradient(q)
     fd_v = (model.potential(q + h * direction) - model.potential(q - h * direction)) / (2 * h)
     assert grad @ direction == pytest.approx(fd_v, rel=1e-8)
+
+
+def test_vectorised_residual_norms_equal_the_state_by_state_ones(sink_model, rng):
+    """Model.constraint_residual_norms (blocks of states at once, the path of
+    Solution.constraint_residuals) against model.constraints and velocity_constraints
+    evaluated state by state, at random states around the initial one: the same sums in
+    another order, so equal to a few units of round-off of the terms."""
+    q0, p0 = sink_model.initial_state()
+    Q = q0 + 0.1 * rng.standard_normal((7, q0.size))
+    P = p0 + rng.standard_normal((7, q0.size))
+    T = np.linspace(0.0, 1.0, 7)
+    position, velocity = sink_model.constraint_residual_norms(Q, P, T)
+    for k in range(7):
+        g = np.abs(sink_model.constraints(Q[k], T[k])).max()
+        gv = np.abs(sink_model.velocity_constraints(Q[k], P[k], T[k])).max()
+        assert position[k] == pytest.approx(g, rel=1e-13, abs=1e-15)
+        assert velocity[k] == pytest.approx(gv, rel=1e-13, abs=1e-14)
