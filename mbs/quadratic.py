@@ -335,25 +335,31 @@ class QuadraticTable:
         return ((self._term_scatter[0] @ quad.T).T + (self._term_scatter[1] @ lin.T).T
                 + self.constant)
 
+    def _jacobian_entries(self, Q: np.ndarray) -> np.ndarray:
+        """The Jacobian's stored entries at each row of Q (K, n) -> (nnz, K)."""
+        return (self._jac_map @ Q.T) + self._jac_offset[:, None]
+
+    def _entry_sum(self, into_rows: bool):
+        """The matrix that sums the Jacobian's entries into their rows (n_rows, nnz) or into
+        their columns (n, nnz), built once."""
+        key = "_row_entry_sum" if into_rows else "_column_entry_sum"
+        if not hasattr(self, key):
+            targets, size = ((self._jac_rows, self.n_rows) if into_rows
+                             else (self._jac_indices, self.n))
+            setattr(self, key, _maybe_dense(sp.csr_matrix(
+                (np.ones(targets.size), (targets, np.arange(targets.size))),
+                shape=(size, targets.size))))
+        return getattr(self, key)
+
     def jacobian_products(self, Q: np.ndarray, W: np.ndarray) -> np.ndarray:
         """Dc(Q_l) W_l for each row l: (K, n), (K, n) -> (K, n_rows), vectorised over K."""
-        data = (self._jac_map @ Q.T) + self._jac_offset[:, None]          # (nnz, K)
-        weighted = data * W[:, self._jac_indices].T
-        if not hasattr(self, "_jac_gather"):
-            nnz = self._jac_indices.size
-            self._jac_gather = _maybe_dense(sp.csr_matrix(
-                (np.ones(nnz), (self._jac_rows, np.arange(nnz))), shape=(self.n_rows, nnz)))
-        return (self._jac_gather @ weighted).T
+        weighted = self._jacobian_entries(Q) * W[:, self._jac_indices].T
+        return (self._entry_sum(True) @ weighted).T
 
     def jacobian_transpose_products(self, Q: np.ndarray, Y: np.ndarray) -> np.ndarray:
         """Dc(Q_l)^T Y_l for each row l: (K, n), (K, n_rows) -> (K, n), vectorised over K."""
-        data = (self._jac_map @ Q.T) + self._jac_offset[:, None]          # (nnz, K)
-        weighted = data * Y[:, self._jac_rows].T
-        if not hasattr(self, "_jac_scatter"):
-            nnz = self._jac_indices.size
-            self._jac_scatter = _maybe_dense(sp.csr_matrix(
-                (np.ones(nnz), (self._jac_indices, np.arange(nnz))), shape=(self.n, nnz)))
-        return (self._jac_scatter @ weighted).T
+        weighted = self._jacobian_entries(Q) * Y[:, self._jac_rows].T
+        return (self._entry_sum(False) @ weighted).T
 
     def jacobians_dense(self, Q: np.ndarray) -> np.ndarray:
         """Dc at each row of Q (K, n) -> (K, n_rows, n), dense (ensembles of small models)."""
