@@ -404,6 +404,20 @@ class Model:
             return self._table.jacobian_transpose_product(q, y)
         return self.constraint_jacobian(q, t).T @ y
 
+    def constraint_jacobian_transpose_products(self, Q: np.ndarray, Y: np.ndarray,
+                                               T: np.ndarray) -> np.ndarray:
+        """G(q_k, t_k)^T y_k at every state of a trajectory (K, n), (K, m), (K,) -> (K, n):
+        vectorised over the states, in blocks of them, when every constraint is quadratic;
+        state by state otherwise."""
+        if self._user:
+            return np.array([self.constraint_jacobian_transpose_product(q, y, t)
+                             for q, y, t in zip(Q, Y, T)]).reshape(Q.shape)
+        block = max(1, RESIDUAL_BLOCK // max(self._table.entries, self.n, 1))
+        return np.concatenate([
+            self._table.jacobian_transpose_products(Q[start:start + block],
+                                                    Y[start:start + block])
+            for start in range(0, Q.shape[0], block)]) if Q.shape[0] else np.zeros(Q.shape)
+
     def constraint_jacobian(self, q: np.ndarray, t: float = 0.0) -> sp.csr_matrix:
         """G(q) = Dg(q), sparse (m, n) with a pattern independent of q."""
         jac = self._table.jacobian(q)

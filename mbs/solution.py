@@ -306,19 +306,18 @@ class Solution:
         if body not in moving:
             raise ModelError(f"joint {name!r} acts on {', '.join(moving)}, not on {body!r}")
         rows = model.constraint_rows[name]
-        multipliers = self._step_multipliers(rows)
+        multipliers = np.zeros(self.multipliers.shape)
+        multipliers[:, rows] = self._step_multipliers(rows)
         midpoints = 0.5 * (self.q[:-1] + self.q[1:])
         times = 0.5 * (self.t[:-1] + self.t[1:])
         info = model.body(body)
-        force, torque = np.zeros((times.size, 3)), np.zeros((times.size, 3))
-        for k, (q, t) in enumerate(zip(midpoints, times)):
-            jacobian = model.constraint_jacobian(q, t)[rows][:, info.coordinates]
-            generalized = -(jacobian.T @ multipliers[k])
-            force[k] = generalized[:3]
-            if info.kind == "rigid":
-                directors = q[info.coordinates][3:].reshape(3, 3)
-                torque[k] = np.cross(directors, generalized[3:].reshape(3, 3)).sum(axis=0)
-        return ReactionTrajectory(name, body, times, force, torque)
+        generalized = -model.constraint_jacobian_transpose_products(
+            midpoints, multipliers, times)[:, info.coordinates]
+        torque = np.zeros((times.size, 3))
+        if info.kind == "rigid":
+            directors = midpoints[:, info.coordinates][:, 3:].reshape(-1, 3, 3)
+            torque = np.cross(directors, generalized[:, 3:].reshape(-1, 3, 3)).sum(axis=1)
+        return ReactionTrajectory(name, body, times, generalized[:, :3].copy(), torque)
 
     def body(self, name: str) -> BodyTrajectory:
         """Trajectory of body ``name``."""

@@ -15,6 +15,7 @@ from mechanisms import (
     random_rotation,
     relative_error,
     rotation_generator,
+    spatial_four_bar,
     spherical_chain,
     stacked_four_bars,
 )
@@ -462,11 +463,16 @@ def test_chain_of_1000_rigid_bodies_compiles_and_evaluates(rng):
     assert grad @ direction == pytest.approx(fd_v, rel=1e-8)
 
 
-def test_vectorised_residual_norms_equal_the_state_by_state_ones(sink_model, rng):
-    """Model.constraint_residual_norms (blocks of states at once, the path of
-    Solution.constraint_residuals) against model.constraints and velocity_constraints
-    evaluated state by state, at random states around the initial one: the same sums in
-    another order, so equal to a few units of round-off of the terms."""
+@pytest.mark.parametrize("name", ["kitchen sink (a user constraint)", "spatial four-bar"])
+def test_vectorised_residual_norms_equal_the_state_by_state_ones(sink_model, rng, name):
+    """Model.constraint_residual_norms and constraint_jacobian_transpose_products (blocks of
+    states at once, the paths of Solution.constraint_residuals and Solution.reaction)
+    against model.constraints, velocity_constraints and G^T y evaluated state by state,
+    at random states around the initial one: the same sums in another order, so equal to
+    a few units of round-off of the terms. The kitchen sink has a user constraint (the
+    state-by-state path); the four-bar has quadratic constraints only (the blocks)."""
+    if name == "spatial four-bar":
+        sink_model = spatial_four_bar().compile()
     q0, p0 = sink_model.initial_state()
     Q = q0 + 0.1 * rng.standard_normal((7, q0.size))
     P = p0 + rng.standard_normal((7, q0.size))
@@ -477,3 +483,9 @@ def test_vectorised_residual_norms_equal_the_state_by_state_ones(sink_model, rng
         gv = np.abs(sink_model.velocity_constraints(Q[k], P[k], T[k])).max()
         assert position[k] == pytest.approx(g, rel=1e-13, abs=1e-15)
         assert velocity[k] == pytest.approx(gv, rel=1e-13, abs=1e-14)
+    Y = rng.standard_normal((7, sink_model.m))
+    products = sink_model.constraint_jacobian_transpose_products(Q, Y, T)
+    for k in range(7):
+        expected = sink_model.constraint_jacobian(Q[k], T[k]).T @ Y[k]
+        np.testing.assert_allclose(products[k], expected, rtol=1e-13,
+                                   atol=1e-13 * np.abs(expected).max())
