@@ -405,18 +405,29 @@ class Model:
         return self.constraint_jacobian(q, t).T @ y
 
     def constraint_jacobian_transpose_products(self, Q: np.ndarray, Y: np.ndarray,
-                                               T: np.ndarray) -> np.ndarray:
-        """G(q_k, t_k)^T y_k at every state of a trajectory (K, n), (K, m), (K,) -> (K, n):
+                                               T: np.ndarray, rows: np.ndarray
+                                               ) -> np.ndarray:
+        """G(q_k, t_k)^T y_k at every state of a trajectory (K, n), (K, len(rows)), (K,) ->
+        (K, n), y_k holding the multipliers of the constraint ``rows`` (the others zero):
         vectorised over the states, in blocks of them, when every constraint is quadratic;
         state by state otherwise."""
-        if self._user:
-            return np.array([self.constraint_jacobian_transpose_product(q, y, t)
-                             for q, y, t in zip(Q, Y, T)]).reshape(Q.shape)
-        block = max(1, RESIDUAL_BLOCK // max(self._table.entries, self.n, 1))
-        return np.concatenate([
-            self._table.jacobian_transpose_products(Q[start:start + block],
-                                                    Y[start:start + block])
-            for start in range(0, Q.shape[0], block)]) if Q.shape[0] else np.zeros(Q.shape)
+        out = np.empty(Q.shape)
+        for block in self._state_blocks(Q.shape[0]):
+            full = np.zeros((Q[block].shape[0], self.m))
+            full[:, rows] = Y[block]
+            if self._user:
+                out[block] = [self.constraint_jacobian_transpose_product(q, y, t)
+                              for q, y, t in zip(Q[block], full, T[block])]
+            else:
+                out[block] = self._table.jacobian_transpose_products(Q[block], full)
+        return out
+
+    def _state_blocks(self, count: int) -> list[slice]:
+        """Blocks of ``count`` states whose vectorised evaluation keeps its arrays below
+        :data:`RESIDUAL_BLOCK` entries."""
+        width = max(self._table.entries, self.n, self.m, 1)
+        size = max(1, RESIDUAL_BLOCK // width)
+        return [slice(start, start + size) for start in range(0, count, size)]
 
     def constraint_jacobian(self, q: np.ndarray, t: float = 0.0) -> sp.csr_matrix:
         """G(q) = Dg(q), sparse (m, n) with a pattern independent of q."""
@@ -491,10 +502,8 @@ class Model:
                     np.array([np.max(np.abs(self.velocity_constraints(q, p, t)))
                               for q, p, t in zip(Q, P, T)]))
         table = self._table
-        block = max(1, RESIDUAL_BLOCK // max(table.entries, self.n, 1))
         position, velocity = np.empty(K), np.empty(K)
-        for start in range(0, K, block):
-            rows = slice(start, start + block)
+        for rows in self._state_blocks(K):
             position[rows] = np.abs(table.values(Q[rows])).max(axis=1)
             V = (self.inverse_mass_matrix @ P[rows].T).T
             velocity[rows] = np.abs(table.jacobian_products(Q[rows], V)).max(axis=1)

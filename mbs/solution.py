@@ -306,13 +306,11 @@ class Solution:
         if body not in moving:
             raise ModelError(f"joint {name!r} acts on {', '.join(moving)}, not on {body!r}")
         rows = model.constraint_rows[name]
-        multipliers = np.zeros(self.multipliers.shape)
-        multipliers[:, rows] = self._step_multipliers(rows)
         midpoints = 0.5 * (self.q[:-1] + self.q[1:])
         times = 0.5 * (self.t[:-1] + self.t[1:])
         info = model.body(body)
         generalized = -model.constraint_jacobian_transpose_products(
-            midpoints, multipliers, times)[:, info.coordinates]
+            midpoints, self._step_multipliers(rows), times, rows)[:, info.coordinates]
         torque = np.zeros((times.size, 3))
         if info.kind == "rigid":
             directors = midpoints[:, info.coordinates][:, 3:].reshape(-1, 3, 3)

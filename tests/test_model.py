@@ -483,9 +483,10 @@ def test_vectorised_residual_norms_equal_the_state_by_state_ones(sink_model, rng
         gv = np.abs(sink_model.velocity_constraints(Q[k], P[k], T[k])).max()
         assert position[k] == pytest.approx(g, rel=1e-13, abs=1e-15)
         assert velocity[k] == pytest.approx(gv, rel=1e-13, abs=1e-14)
-    Y = rng.standard_normal((7, sink_model.m))
-    products = sink_model.constraint_jacobian_transpose_products(Q, Y, T)
+    rows = np.arange(0, sink_model.m, 2)
+    Y = rng.standard_normal((7, rows.size))
+    products = sink_model.constraint_jacobian_transpose_products(Q, Y, T, rows)
     for k in range(7):
-        expected = sink_model.constraint_jacobian(Q[k], T[k]).T @ Y[k]
+        expected = sink_model.constraint_jacobian(Q[k], T[k])[rows].T @ Y[k]
         np.testing.assert_allclose(products[k], expected, rtol=1e-13,
                                    atol=1e-13 * np.abs(expected).max())
