@@ -25,6 +25,7 @@ from mbs.forces import (
     Load,
     QuarticSpring,
     Spring,
+    TorsionSpring,
     UniformGravity,
 )
 from mbs.joints import Cylindrical, Distance, Prismatic, Revolute, Rigid, Spherical, Universal
@@ -52,8 +53,11 @@ _FORCE_ARGS = {
 }
 #: Actuators on a joint: the attribute holding their constant value.
 _JOINT_EFFORTS = {JointTorque: "torque", JointForce: "force", JointDamper: "damping"}
-_BY_NAME = {cls.__name__: cls for cls in (*_JOINT_ARGS, *_FORCE_ARGS, *_JOINT_EFFORTS, Load,
-                                          CentralGravity, UniformGravity)}
+#: Springs on a joint: their constructor arguments after the joint.
+_JOINT_SPRINGS = {TorsionSpring: ("stiffness", "rest_angle", "damping")}
+_BY_NAME = {cls.__name__: cls for cls in (*_JOINT_ARGS, *_FORCE_ARGS, *_JOINT_EFFORTS,
+                                          *_JOINT_SPRINGS, Load, CentralGravity,
+                                          UniformGravity)}
 
 
 def _constant(value, owner: str, what: str):
@@ -116,6 +120,9 @@ def system_to_dict(system: System) -> dict:
             owner = f"{type(force).__name__} {force.name!r}"
             entry.update(joint=force.joint.name, **{attribute: _constant(
                 getattr(force, attribute), owner, attribute)})
+        elif type(force) in _JOINT_SPRINGS:
+            entry.update(joint=force.joint.name,
+                         **{k: _plain(getattr(force, k)) for k in _JOINT_SPRINGS[type(force)]})
         elif isinstance(force, Load):
             owner = f"Load {force.name!r}"
             entry.update(body=force.body.name, force=_constant(force.force, owner, "force"),
@@ -225,6 +232,9 @@ def _element(system: System, entry: dict, where: str):
         attribute = _JOINT_EFFORTS[cls]
         return cls(_body(system, _field(entry, "joint", where), where),
                    _field(entry, attribute, where), name=name)
+    if cls in _JOINT_SPRINGS:
+        kwargs = {k: entry[k] for k in _JOINT_SPRINGS[cls] if entry.get(k) is not None}
+        return cls(_body(system, _field(entry, "joint", where), where), name=name, **kwargs)
     if cls is Load:
         return Load(_body(system, _field(entry, "body", where), where), force=entry.get("force"),
                     torque=entry.get("torque"), point=entry.get("point"),

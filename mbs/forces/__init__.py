@@ -5,9 +5,10 @@
 from mbs.forces.applied import BodyState, JointDamper, JointForce, JointTorque, Load
 from mbs.forces.base import Force, InvariantTerm
 from mbs.forces.gravity import CentralGravity, UniformGravity
-from mbs.forces.springs import Damper, QuarticSpring, Spring
+from mbs.forces.springs import Damper, QuarticSpring, Spring, TorsionSpring
 from mbs.forces.user import AxisProduct, PointComponent, SquaredDistance, UserPotential
 
 __all__ = ["AxisProduct", "BodyState", "CentralGravity", "Damper", "Force", "InvariantTerm",
            "JointDamper", "JointForce", "JointTorque", "Load", "PointComponent",
-           "QuarticSpring", "Spring", "SquaredDistance", "UniformGravity", "UserPotential"]
+           "QuarticSpring", "Spring", "SquaredDistance", "TorsionSpring", "UniformGravity",
+           "UserPotential"]

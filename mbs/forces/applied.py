@@ -545,6 +545,14 @@ def two_point_damper(name: str, context, body_a: Body, body_b: Body, point_a, po
     return _DistanceTerm(name, local, local.affine(relative), _damping_law(damping))
 
 
+def joint_damper_term(joint, context, damping: float, name: str) -> AppliedTerm:
+    """The applied term of viscous damping of ``joint``'s relative motion about its axis
+    (revolute, cylindrical) or along it (prismatic): :class:`JointDamper`, ``damping=`` of
+    joints and torsion springs."""
+    kind = "slide" if type(joint).__name__ == "Prismatic" else "angle"
+    return joint_effort_term(joint, context, _damping_law(damping), name, kind)
+
+
 def _coordinates(context, *bodies: Body) -> np.ndarray:
     parts = [np.arange(context.offsets[b.name], context.offsets[b.name] + b.n_coordinates)
              for b in bodies]
@@ -772,5 +780,4 @@ class JointDamper(_JointEffort):
         self.damping = as_scalar(damping, "damping", self.owner, positive=True)
 
     def applied_terms(self, context):
-        return [joint_effort_term(self.joint, context, _damping_law(self.damping), self.name,
-                                  self.kind)]
+        return [joint_damper_term(self.joint, context, self.damping, self.name)]

@@ -6,8 +6,9 @@ import numpy as np
 
 from mbs.bodies.base import Body
 from mbs.errors import ModelError, ModelTypeError
-from mbs.forces.applied import two_point_damper
-from mbs.forces.base import Force, InvariantTerm, TermInstance, squared_distance
+from mbs.forces.applied import joint_damper_term, two_point_damper
+from mbs.forces.base import Force, Invariant, InvariantTerm, TermInstance, squared_distance
+from mbs.joints.base import Joint, perpendicular_pair
 from mbs.validation import as_scalar, as_vector
 
 
@@ -78,6 +79,137 @@ class QuarticSpringTerm(InvariantTerm):
     @classmethod
     def hessian(cls, pi, params):
         return params["stiffness"][:, None, None] * np.ones((pi.shape[0], 1, 1))
+
+
+class TorsionSpringTerm(InvariantTerm):
+    """V~ = 1/2 k alpha^2 with alpha = atan2(s', c') the angle from the rest angle theta0,
+    where (c', s') is the invariant pair (c, s) = (cos theta, sin theta) turned by -theta0:
+    c' = c cos theta0 + s sin theta0, s' = s cos theta0 - c sin theta0."""
+
+    n_invariants = 2
+
+    @staticmethod
+    def _turned(pi, params):
+        cos0, sin0 = np.cos(params["rest_angle"]), np.sin(params["rest_angle"])
+        c, s = pi[:, 0], pi[:, 1]
+        return c * cos0 + s * sin0, s * cos0 - c * sin0, cos0, sin0
+
+    @classmethod
+    def _angle(cls, pi, params):
+        c, s, _, _ = cls._turned(pi, params)
+        return np.arctan2(s, c)
+
+    @classmethod
+    def energy(cls, pi, params):
+        return 0.5 * params["stiffness"] * cls._angle(pi, params) ** 2
+
+    @classmethod
+    def gradient(cls, pi, params):
+        """k alpha (d alpha/d(c', s')) turned back: d alpha/dc' = -s'/r^2, d alpha/ds' =
+        c'/r^2 with r^2 = c'^2 + s'^2."""
+        c, s, cos0, sin0 = cls._turned(pi, params)
+        factor = params["stiffness"] * np.arctan2(s, c) / (c * c + s * s)
+        dc, ds = -s * factor, c * factor
+        return np.stack([dc * cos0 - ds * sin0, dc * sin0 + ds * cos0], axis=1)
+
+    @classmethod
+    def hessian(cls, pi, params):
+        """k (grad alpha grad alpha^T + alpha Hess alpha) in (c', s') turned back, with
+        Hess alpha = [[2c's', s'^2 - c'^2], [s'^2 - c'^2, -2c's']] / r^4."""
+        c, s, cos0, sin0 = cls._turned(pi, params)
+        r2 = c * c + s * s
+        alpha = np.arctan2(s, c)
+        grad = np.stack([-s, c], axis=1) / r2[:, None]
+        cross, square = 2.0 * c * s / r2**2, (s * s - c * c) / r2**2
+        curvature = np.stack([np.stack([cross, square], axis=1),
+                              np.stack([square, -cross], axis=1)], axis=1)
+        turned = (grad[:, :, None] * grad[:, None, :] + alpha[:, None, None] * curvature)
+        # (c', s') = turn (c, s), one turn per element
+        turn = np.moveaxis(np.array([[cos0, sin0], [-sin0, cos0]]), -1, 0)
+        return params["stiffness"][:, None, None] * np.einsum("kai,kab,kbj->kij", turn,
+                                                              turned, turn)
+
+    @classmethod
+    def energy_scale(cls, pi, params):
+        """k (|alpha| + alpha^2 / 2): alpha comes from two invariants of size 1, so it carries
+        an absolute round-off of about eps, which V~ multiplies by k |alpha|."""
+        alpha = np.abs(cls._angle(pi, params))
+        return params["stiffness"] * (alpha + 0.5 * alpha * alpha)
+
+    @classmethod
+    def invariant_scales(cls, pi0, params):
+        return np.ones_like(pi0)  # cosine and sine of one angle
+
+
+class TorsionSpring(Force):
+    """A torsion spring on a revolute or cylindrical joint: V = 1/2 k (theta - theta0)^2, with
+    theta the rotation of body_b relative to body_a about the joint axis (0 at the initial
+    pose, positive by the right-hand rule about the axis, as for
+    :class:`~mbs.forces.JointTorque`).
+
+    theta is read from the cosine and sine of the angle, two invariants quadratic in q, so the
+    energy-momentum scheme conserves energy and angular momentum with it. The angle is
+    measured within half a turn of the rest angle, in (theta0 - pi, theta0 + pi]: a spring
+    wound further reads the angle on the other side (its torque changes sign there), so the
+    motion must stay within half a turn of theta0. For a spring wound through several turns,
+    use a :class:`~mbs.forces.JointTorque` law of your own.
+
+    Parameters
+    ----------
+    joint : Revolute or Cylindrical
+        The joint whose relative rotation the spring resists.
+    stiffness : float
+        k > 0 (torque per radian).
+    rest_angle : float, optional
+        theta0 in radians relative to the initial pose (default 0: relaxed at the initial
+        pose); |theta0| <= pi.
+    damping : float, optional
+        c > 0 adds the viscous torque -c theta' (a :class:`~mbs.forces.JointDamper`).
+    """
+
+    joint_kinds = ("Revolute", "Cylindrical")
+
+    def __init__(self, joint, stiffness: float, rest_angle: float = 0.0,
+                 damping: float | None = None, name: str | None = None):
+        super().__init__(name)
+        owner = self.owner = f"TorsionSpring {self.name!r}"
+        if not isinstance(joint, Joint):
+            raise ModelTypeError(f"{owner}: joint must be a joint, got {joint!r}")
+        if type(joint).__name__ not in self.joint_kinds:
+            raise ModelError(f"{owner}: a torsion spring acts on revolute or cylindrical "
+                             f"joints, got {type(joint).__name__} {joint.name!r}; use a "
+                             f"UserPotential of AxisProduct invariants for other rotations")
+        self.joint = joint
+        self.stiffness = as_scalar(stiffness, "stiffness", owner, positive=True)
+        self.rest_angle = as_scalar(rest_angle, "rest_angle", owner)
+        if abs(self.rest_angle) > np.pi:
+            raise ModelError(f"{owner}: rest_angle {self.rest_angle:g} rad is more than half "
+                             f"a turn from the initial pose; give it in [-pi, pi]")
+        self.damping = (None if damping is None else
+                        as_scalar(damping, "damping", owner, positive=True))
+
+    def bodies_acted_on(self):
+        return list(self.joint.bodies)
+
+    def referenced_bodies(self):
+        if self.joint.system is None:
+            raise ModelError(f"{self.owner}: joint {self.joint.name!r} is not in a system; "
+                             f"add the joint first")
+        return list(self.joint.bodies)
+
+    def terms(self, context):
+        body_a, body_b = self.joint.body_a, self.joint.body_b
+        first, second = perpendicular_pair(self.joint.axis)
+        reference = context.vector(body_b, first)
+        return [TermInstance(TorsionSpringTerm, [
+            Invariant([(context.vector(body_a, first), reference, 1.0)]),
+            Invariant([(context.vector(body_a, second), reference, 1.0)])],
+            {"stiffness": self.stiffness, "rest_angle": self.rest_angle})]
+
+    def applied_terms(self, context):
+        if self.damping is None:
+            return []
+        return [joint_damper_term(self.joint, context, self.damping, self.name)]
 
 
 class _TwoPointForce(Force):

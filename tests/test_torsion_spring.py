@@ -1,0 +1,162 @@
+"""Torsion springs on revolute and cylindrical joints: the potential on closed joints against
+1/2 k (theta - theta0)^2, the torsional oscillator against its closed form, conservation with
+the energy-momentum scheme, damping, saving and errors. Derivatives and the discrete gradient
+are checked with the other potentials in tests/test_forces.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mechanisms import random_rotation
+
+import mbs
+from mbs.forces import TorsionSpring
+
+
+def axis_rotation(axis, angle: float) -> np.ndarray:
+    """Rodrigues' formula."""
+    axis = np.asarray(axis, dtype=float) / np.linalg.norm(axis)
+    k = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]],
+                  [-axis[1], axis[0], 0.0]])
+    return np.eye(3) + np.sin(angle) * k + (1.0 - np.cos(angle)) * k @ k
+
+
+def directors(rotation: np.ndarray) -> np.ndarray:
+    return rotation.T.ravel()  # d_i = R e_i, stacked
+
+
+@pytest.mark.parametrize("rest_angle", [0.0, 0.4, -2.5, np.pi])
+def test_potential_is_hookean_in_the_joint_angle(rng, rest_angle):
+    """Both bodies turned by a random rotation, body b further by theta about the turned
+    axis: V = 1/2 k wrap(theta - theta0)^2, wrapped into (-pi, pi]."""
+    axis = np.array([1.0, -2.0, 0.5])
+    system = mbs.System()
+    a = system.add(mbs.RigidBody(1.0, np.diag([2.0, 2.5, 3.0]), name="a"))
+    a.set_state(rotation=random_rotation(rng))
+    b = system.add(mbs.RigidBody(2.0, np.diag([2.0, 2.0, 1.0]), name="b"))
+    b.set_state(position=(0.3, 0.1, -0.2), rotation=random_rotation(rng))
+    hinge = system.add(mbs.joints.Revolute(a, b, point=(0.1, 0.0, 0.0), axis=axis))
+    system.add(TorsionSpring(hinge, stiffness=3.0, rest_angle=rest_angle))
+    model = system.compile()
+    q = model.initial_state()[0].copy()
+    for theta in np.linspace(-3.0, 3.0, 13):
+        turn = random_rotation(rng)
+        q[3:12] = directors(turn @ a.rotation)
+        q[15:24] = directors(turn @ axis_rotation(axis, theta) @ b.rotation)
+        alpha = (theta - rest_angle + np.pi) % (2 * np.pi) - np.pi
+        assert model.potential(q) == pytest.approx(1.5 * alpha**2, rel=1e-12, abs=1e-14)
+
+
+def torsional_oscillator(rest_angle=0.3, damping=None, joint="Revolute"):
+    """A disc on a ground joint about z, turning at 1.5 rad/s at its initial pose; no
+    gravity. Polar moment J = 0.5, k = 8: omega = 4 rad/s."""
+    system = mbs.System()
+    disc = system.add(mbs.RigidBody(2.0, np.diag([0.3, 0.3, 0.5]), name="disc"))
+    disc.set_state(position=(0.0, 0.0, 0.2), angular_velocity=(0.0, 0.0, 1.5))
+    hinge = system.add(getattr(mbs.joints, joint)(system.ground, disc, point=(0.0, 0.0, 0.0),
+                                                  axis=(0.0, 0.0, 1.0)))
+    system.add(TorsionSpring(hinge, stiffness=8.0, rest_angle=rest_angle, damping=damping,
+                             name="coil"))
+    return system
+
+
+def disc_angle(solution) -> np.ndarray:
+    rotation = solution.body("disc").rotation
+    return np.unwrap(np.arctan2(rotation[:, 1, 0], rotation[:, 0, 0]))
+
+
+def oscillator_angle(t, rest_angle=0.3, rate=1.5, omega=4.0):
+    """theta(0) = 0, theta'(0) = rate about the rest angle theta0."""
+    return rest_angle - rest_angle * np.cos(omega * t) + rate / omega * np.sin(omega * t)
+
+
+@pytest.mark.parametrize("scheme, options, order", [
+    ("em", {}, 2), ("rattle", {}, 2), ("ggl-vi-a", {}, 2), ("hbvm", {}, 4),
+    ("lobatto", {"stages": 3}, 4)])
+def test_torsional_oscillator_converges_at_the_scheme_order(scheme, options, order):
+    model = torsional_oscillator().compile()
+    errors = []
+    steps = (0.02, 0.01, 0.005)
+    for h in steps:
+        solution = mbs.simulate(model, scheme, h=h, t_end=2.0, **options)
+        errors.append(np.abs(disc_angle(solution) - oscillator_angle(solution.t)).max())
+    slope = np.polyfit(np.log(steps), np.log(errors), 1)[0]
+    # the leading error term dominates from h = 0.02 on (omega h <= 0.08)
+    assert slope == pytest.approx(order, abs=0.1), errors
+
+
+def test_energy_momentum_scheme_conserves_energy_to_round_off():
+    """Over a wide swing (rest angle 2.5 rad from the start: the spring winds through
+    +-2.9 rad about it) and a long run."""
+    model = torsional_oscillator(rest_angle=2.5).compile()
+    solution = mbs.simulate(model, "em", h=0.01, t_end=20.0)
+    energy = solution.energy()
+    # 2000 steps of a round-off ~1e-16 relative each, accumulating at most linearly
+    assert np.abs(energy - energy[0]).max() <= 1e-12 * energy[0]
+    assert np.abs(disc_angle(solution) - 2.5).max() < np.pi
+
+
+def test_free_pair_keeps_energy_and_angular_momentum():
+    """Two bodies on a hinge with a torsion spring, spinning freely in space: the spring's
+    invariants are unchanged by common rotations, so EM conserves angular momentum too."""
+    system = mbs.System()
+    hub = system.add(mbs.RigidBody(3.0, np.diag([1.0, 1.2, 0.8]), name="hub"))
+    hub.set_state(angular_velocity=(0.4, -0.2, 1.0))
+    arm = system.add(mbs.RigidBody(1.0, np.diag([0.05, 0.4, 0.4]), name="arm"))
+    arm.set_state(position=(0.8, 0.0, 0.0), velocity=np.cross((0.4, -0.2, 1.0), (0.8, 0, 0)),
+                  angular_velocity=(0.4, -0.2, 1.0))
+    hinge = system.add(mbs.joints.Revolute(hub, arm, point=(0.3, 0.0, 0.0),
+                                           axis=(0.0, 1.0, 1.0)))
+    system.add(TorsionSpring(hinge, stiffness=5.0, rest_angle=0.6))
+    solution = mbs.simulate(system.compile(), "em", h=5e-3, t_end=10.0)
+    energy, momentum = solution.energy(), solution.angular_momentum()
+    assert np.abs(energy - energy[0]).max() <= 1e-12 * energy[0]
+    assert np.abs(momentum - momentum[0]).max() <= 1e-12 * np.linalg.norm(momentum[0])
+    # the spring did act: the hinge angle moved by a good part of its rest angle
+    relative = np.einsum("kji,kjl->kil", solution.body("hub").rotation,
+                         solution.body("arm").rotation)
+    assert np.abs(relative - np.eye(3)).max() > 0.2
+
+
+@pytest.mark.parametrize("joint", ["Revolute", "Cylindrical"])
+def test_damped_oscillator_decays_and_balances_its_energy(joint):
+    """theta'' + (c/J) theta' + (k/J) (theta - theta0) = 0 with c = 0.4, J = 0.5, k = 8."""
+    model = torsional_oscillator(damping=0.4, joint=joint).compile()
+    solution = mbs.simulate(model, "lobatto", h=0.01, t_end=2.0, stages=3)
+    decay, omega0 = 0.4, 4.0  # c / (2 J), sqrt(k / J)
+    omega = np.sqrt(omega0**2 - decay**2)
+    t = solution.t
+    # theta(0) = 0, theta'(0) = 1.5
+    exact = 0.3 + np.exp(-decay * t) * (-0.3 * np.cos(omega * t)
+                                         + (1.5 - 0.3 * decay) / omega * np.sin(omega * t))
+    # order 4 at omega h = 0.04: an error of about (omega h)^4 / 100 ~ 3e-8 of the amplitude
+    assert np.abs(disc_angle(solution) - exact).max() < 1e-7
+    assert np.abs(solution.energy_balance()).max() < 1e-7 * solution.energy()[0]
+
+
+def test_saved_system_reproduces_the_run(tmp_path):
+    system = torsional_oscillator(rest_angle=-0.7, damping=0.1)
+    mbs.save_system(system, tmp_path / "oscillator.json")
+    loaded = mbs.load_system(tmp_path / "oscillator.json")
+    spring = loaded["coil"]
+    assert (spring.stiffness, spring.rest_angle, spring.damping) == (8.0, -0.7, 0.1)
+    runs = [mbs.simulate(s.compile(), "em", h=0.01, t_end=0.5) for s in (system, loaded)]
+    np.testing.assert_array_equal(runs[0].q, runs[1].q)
+
+
+def test_bad_torsion_springs_are_rejected():
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(1.0, np.eye(3), name="body"))
+    slider = system.add(mbs.joints.Prismatic(system.ground, body, point=(0, 0, 0),
+                                             axis=(1, 0, 0), name="slider"))
+    with pytest.raises(mbs.ModelError, match="revolute or cylindrical.*'slider'"):
+        TorsionSpring(slider, stiffness=1.0)
+    hinge = mbs.joints.Revolute(system.ground, body, point=(0, 0, 0), axis=(0, 0, 1))
+    with pytest.raises(mbs.ModelError, match=r"rest_angle 4 .*\[-pi, pi\]"):
+        TorsionSpring(hinge, stiffness=1.0, rest_angle=4.0)
+    with pytest.raises(mbs.ModelError, match="stiffness"):
+        TorsionSpring(hinge, stiffness=-1.0)
+    with pytest.raises(mbs.ModelTypeError, match="must be a joint"):
+        TorsionSpring(body, stiffness=1.0)
+    with pytest.raises(mbs.ModelError, match="'coil'.*not in a system; add the joint first"):
+        system.add(TorsionSpring(hinge, stiffness=1.0, name="coil"))
