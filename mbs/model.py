@@ -289,6 +289,9 @@ class Model:
         coordinates = self.joint_coordinates.get(name)
         if coordinates is None:
             with_axis = ", ".join(self.joint_coordinates) or "none"
+            if name not in self._constraint_rows:
+                raise UnknownNameError(f"no joint {name!r}; joints with an axis coordinate: "
+                                       f"{with_axis}")
             raise ModelError(f"joint {name!r} has no axis coordinate (revolute, cylindrical "
                              f"and prismatic joints have one; this model's: {with_axis})")
         kind = kind or next(iter(coordinates))
@@ -364,6 +367,25 @@ class Model:
     def is_rheonomic(self) -> bool:
         """Whether some constraint depends on time (a :class:`mbs.joints.Drive`)."""
         return any(b.constraint.time_dependent for b in self._user)
+
+    @property
+    def has_branch_checks(self) -> bool:
+        """Whether some constraint has solutions of g = 0 besides the one it prescribes
+        (angle drives; see :meth:`constraint_branch_errors`)."""
+        return any(getattr(block.constraint, "coordinate", None) == "angle"
+                   for block in self._user)
+
+    def constraint_branch_errors(self, q: np.ndarray, t: float = 0.0) -> list[str]:
+        """Constraints that hold at q but on another solution of g = 0 than the one they
+        prescribe (a drive's angle half a turn off), each as a message naming it; empty for
+        models without drives."""
+        errors = []
+        for block in self._user:
+            check = getattr(block.constraint, "branch_error", None)
+            error = None if check is None else check(q[block.indices], t)
+            if error is not None:
+                errors.append(error)
+        return errors
 
     @property
     def drive_rows(self) -> np.ndarray:

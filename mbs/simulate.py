@@ -152,9 +152,14 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
                          f"{memory / 2**30:.3g} GiB for the states; shorten the run, enlarge h, "
                          f"stream it (output=) with a smaller flush_every, or split it into "
                          f"runs continued from each other's last state (initial_state=)")
-    steps = max(1, int(round(ratio)))
+    steps = int(round(ratio))
+    if steps < 1:
+        raise ModelError(f"simulate: h = {h} gives round((t_end - t_start) / h) = 0 steps on "
+                         f"[{t_start}, {t_end}]; give h <= t_end - t_start = "
+                         f"{t_end - t_start}")
     if abs(steps * h - (t_end - t_start)) > 1e-9 * max(1.0, t_end - t_start):
-        warnings.warn(f"simulate: h = {h} does not divide the interval; {steps} steps end at "
+        warnings.warn(f"simulate: h = {h} does not divide the interval; {steps} "
+                      f"step{'s' if steps > 1 else ''} end{'s' if steps == 1 else ''} at "
                       f"t = {t_start + steps * h}", stacklevel=2)
     solver = make_solver(solver, **solver_options)
     # before the solver starts: starting may settle options left open (e.g. hbvm's iteration)
@@ -266,6 +271,8 @@ class _Run:
         self.work = np.zeros(rows)
         self.iterations = np.zeros(rows, dtype=int)
         self.started = time.perf_counter()
+        # angle drives can converge half a turn off (see Drive.branch_error)
+        self.checks_branches = isinstance(self.model, Model) and self.model.has_branch_checks
 
     def begin(self, q0: np.ndarray, p0: np.ndarray) -> None:
         self.q[0], self.p[0] = q0, p0
@@ -523,14 +530,27 @@ class _Run:
     def _substeps(self, k: int, q: np.ndarray, p: np.ndarray, count: int) -> StepResult:
         """Output step k as ``count`` steps of the solver, whose step size is h / count."""
         if count == 1:
-            return self.solver.step(self.t_start + k * self.h, q, p)
+            return self._checked(self.solver.step(self.t_start + k * self.h, q, p),
+                                 self.t_start + (k + 1) * self.h)
         total, work, h_sub = 0, 0.0, self.h / count
         for i in range(count):
-            result = self.solver.step(self.t_start + k * self.h + i * h_sub, q, p)
+            t = self.t_start + k * self.h + i * h_sub
+            result = self._checked(self.solver.step(t, q, p), t + h_sub)
             q, p = result.q, result.p
             total += result.iterations
             work += result.work
         result.iterations, result.work = total, work
+        return result
+
+    def _checked(self, result: StepResult, t: float) -> StepResult:
+        """``result``, unless a drive converged on the wrong solution of its equation: then
+        the step failed like a Newton iteration that did not converge, and is refined."""
+        if self.checks_branches:
+            errors = self.model.constraint_branch_errors(result.q, t)
+            if errors:
+                raise NewtonConvergenceError(
+                    "; ".join(errors), 0.0, 0.0, result.iterations,
+                    "reduce the step size: the drive turns too far in one step")
         return result
 
     def _refine(self, q, p, k) -> StepResult | None:

@@ -183,7 +183,12 @@ class Solution:
 
     @property
     def velocities(self) -> np.ndarray:
-        """dq/dt at the nodes, M^-1 p, (N+1, n)."""
+        """dq/dt at the nodes, M^-1 p, (N+1, n).
+
+        Body velocities and joint rates are read from these. Schemes that do not enforce the
+        velocity constraints at the step ends (ggl-vi-s/-a/-b: the solver table's "enforced
+        at step ends" column) leave M^-1 p off the constraint manifold by O(h) or O(h^2)
+        (``constraint_residuals()["velocity"]``), and these velocities are that accurate."""
         return (self.model.inverse_mass_matrix @ self.p.T).T
 
     def __len__(self) -> int:

@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 162 inputs: 73 of models (bodies, joints, forces, systems), 33 of run
+The catalogue holds 164 inputs: 73 of models (bodies, joints, forces, systems), 35 of run
 options (step size, interval, solver names and options, step counts, streaming), 36 of files
 (stream directories, model JSON, solution archives) and 20 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 203 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 162 others
-(203 with tests/test_bad_input.py) pass.
+hold 205 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 164 others
+(205 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -515,6 +515,11 @@ OPTIONS = [
         pendulum(), [pendulum().initial_state()], h=0.01, t_end=0.02, t_start=0.01),
         E, r"simulate_ensemble: t_start belong to single runs \(mbs.simulate\); ensemble "
            r"members start at t = 0"),
+    Bad("step-longer-than-the-interval", lambda d: run(h=0.05, t_end=0.02),
+        E, r"simulate: h = 0.05 gives round\(\(t_end - t_start\) / h\) = 0 steps on "
+           r"\[0.0, 0.02\]; give h <= t_end - t_start = 0.02"),
+    Bad("hbvm-with-the-option-name-of-lobatto", lambda d: run(solver="hbvm", stages=3),
+        E, r"solver 'hbvm': invalid options \['stages'\] .*its options: .*, s, k,"),
     Bad("step-not-dividing-the-interval", lambda d: run(h=0.03, t_end=0.1),
         UserWarning, r"simulate: h = 0.03 does not divide the interval; 3 steps end at "
                      r"t = 0.09"),

@@ -236,3 +236,43 @@ def test_compiled_backend_runs_a_drive_on_the_assembled_path():
         compiled = mbs.simulate(model, "em", h=0.01, t_end=0.2, project=True,
                                 backend="compiled")
     np.testing.assert_array_equal(compiled.q, plain.q)
+
+
+def fast_rotor() -> tuple[mbs.Model, object]:
+    """A free rotor whose angle is driven as 10 t, started at the drive's rate."""
+    system = mbs.System()
+    rotor = system.add(mbs.RigidBody(1.0, (0.02, 0.03, 0.04), name="rotor"))
+    axle = system.add(mbs.joints.Revolute(system.ground, rotor, point=(0, 0, 0),
+                                          axis=(0, 0, 1), name="axle"))
+    system.add(Drive(axle, lambda t: 10.0 * t, rate=lambda t: 10.0, name="motor"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the drive leaves no degree of freedom
+        model = system.compile()
+    return model, model.initial_state(project=True, joint_rates={"axle": 10.0})
+
+
+@pytest.mark.parametrize("scheme", ["em", "rattle", "lobatto"])
+def test_a_drive_turning_far_in_one_step_keeps_its_prescribed_angle(scheme):
+    """g = sin(angle - f) also vanishes half a turn away from f: at 2.5 rad per step Newton
+    can converge there; such a step is refined instead of accepted."""
+    model, state = fast_rotor()
+    solution = mbs.simulate(model, scheme, h=0.25, t_end=2.0, initial_state=state)
+    offset = solution.drive("motor").position - 10.0 * solution.t
+    assert np.abs(np.angle(np.exp(1j * offset))).max() < 1e-12
+    energy = solution.energy()
+    assert np.abs(energy - energy[0]).max() < 1e-12 * energy[0]  # the rotor keeps its spin
+
+
+def test_a_drive_on_the_wrong_branch_is_reported_when_refinement_is_off():
+    model, state = fast_rotor()
+    with pytest.raises(mbs.SolverError, match="'motor' converged half a turn away") as error:
+        mbs.simulate(model, "em", h=0.25, t_end=2.0, initial_state=state, on_failure="raise")
+    assert error.value.solution.t.size >= 1
+
+
+def test_an_unknown_joint_name_is_reported_as_unknown():
+    model, state = fast_rotor()
+    solution = mbs.simulate(model, "em", h=0.05, t_end=0.1, initial_state=state)
+    with pytest.raises(mbs.UnknownNameError, match="no joint 'axel'; joints with an axis "
+                                                   "coordinate: axle"):
+        solution.joint("axel")

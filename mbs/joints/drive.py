@@ -149,6 +149,23 @@ class Drive(UserConstraint):
             return np.array([np.cos(target), -np.sin(target)]), 0.0
         return np.ones(1), -target
 
+    def branch_error(self, q_local: np.ndarray, t: float) -> str | None:
+        """Why ``q_local`` is on the wrong solution of g = 0 at time t, or None.
+
+        g = sin(angle - f(t)) also vanishes at angle = f(t) + pi: a step of Newton's method
+        started more than a quarter turn from the prescribed angle (a large step of a fast
+        drive) can converge there. The prescribed solution has cos(angle - f(t)) > 0."""
+        if self.coordinate != "angle":
+            return None
+        target = self._call(self.position, "position", t)
+        across, along = self._values(q_local)  # f1 . e2, f1 . e1
+        cosine = np.cos(target) * along + np.sin(target) * across
+        if cosine > 0.0:
+            return None
+        offset = np.arctan2(np.cos(target) * across - np.sin(target) * along, cosine)
+        return (f"{self.owner} converged half a turn away from its prescribed angle "
+                f"(angle - f(t) = {offset:.3g} rad at t = {t:.6g})")
+
     def _rate(self, t: float) -> float:
         if self.rate is not None:
             return self._call(self.rate, "rate", t)

@@ -12,6 +12,8 @@ model, the reference) and "compiled" (optional numba kernel, :mod:`mbs.backends.
 
 from __future__ import annotations
 
+import inspect
+
 from mbs.engine.newton import NewtonOptions
 from mbs.errors import ModelError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, instance_or_key
@@ -36,6 +38,15 @@ REGISTRY = {
 """Solver names accepted by :func:`mbs.simulate` and the factory building each."""
 
 
+def _option_names(factory) -> list[str]:
+    """The keyword arguments a registered factory accepts (a GGL-VI variant: the class's,
+    less ``variant``)."""
+    target = GGLVI if getattr(factory, "__name__", "") == "<lambda>" else factory
+    parameters = inspect.signature(target).parameters.values()
+    return [p.name for p in parameters if p.kind is p.KEYWORD_ONLY
+            or (p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "variant")]
+
+
 def make_solver(solver: str | Solver, **options) -> Solver:
     """A solver instance from a registered name or an instance (returned unchanged).
 
@@ -53,7 +64,9 @@ def make_solver(solver: str | Solver, **options) -> Solver:
     try:
         base = REGISTRY[key](**options)
     except TypeError as exc:
-        raise ModelError(f"solver {solver!r}: invalid options {sorted(options)} ({exc})") from exc
+        raise ModelError(f"solver {solver!r}: invalid options {sorted(options)} ({exc}); "
+                         f"its options: {', '.join(_option_names(REGISTRY[key]))}, and "
+                         f"order=, composition= for em, rattle and ggl-vi-a") from exc
     if order is None and method is None:
         return base
     if not base.composable:

@@ -177,11 +177,11 @@ class VariationalConversion(Solver):
     0), i.e. s KKT solves with 2n + 1 right-hand sides per run, and a step takes ten or more
     iterations. It is a reference scheme (make an RK method variational), not a fast one.
 
-    Only models whose constraints are all quadratic (no UserConstraint): the sensitivity of
-    A(q, v) uses D^3 g = 0. The inherited options ``initial_guess``, ``backend`` and
-    ``predictor_correction`` have no effect (the step is not a Newton solve of mbs's
-    (q1, p1, lambda, gamma) system); the equations of motion are autonomous, so ``t`` is
-    not used.
+    Only models whose constraints are all quadratic and time-independent (no Drive, no
+    UserConstraint): the sensitivity of A(q, v) uses D^3 g = 0. The inherited options
+    ``initial_guess``, ``backend`` and ``predictor_correction`` have no effect (the step is
+    not a Newton solve of mbs's (q1, p1, lambda, gamma) system); the equations of motion are
+    autonomous, so ``t`` is not used.
     """
 
     tableau: str | tuple = "rk4"
@@ -226,9 +226,10 @@ class VariationalConversion(Solver):
         table = model.quadratic_constraint_table
         if table is None:
             raise ModelError(
-                "VariationalConversion: every constraint must be quadratic (no "
-                "UserConstraint): the sensitivity of the standard layer uses D^3 g = 0 and the "
-                "constant constraint Hessians; use 'lobatto' or 'em' for this model")
+                "VariationalConversion: every constraint must be quadratic and "
+                "time-independent (no Drive, no UserConstraint): the sensitivity of the "
+                "standard layer uses D^3 g = 0 and the constant constraint Hessians; use "
+                "'lobatto' or 'em' for this model")
         if model.has_applied_forces:
             raise ModelError(
                 "VariationalConversion: the model has loads, dampers or actuators, and the "
