@@ -64,6 +64,9 @@ def save_hdf5(solution: Solution, path) -> Path:
     path = Path(path)
     if not path.suffix:
         path = path.with_suffix(".h5")
+    elif path.suffix.lower() not in (".h5", ".hdf5"):
+        raise ModelError(f"save_hdf5 writes HDF5 files (.h5 or .hdf5), got {path.name!r}; "
+                         f"save_solution writes .npz")
     path.parent.mkdir(parents=True, exist_ok=True)
     model = solution.model
     residuals = solution.constraint_residuals()

@@ -42,7 +42,7 @@ from mbs.liegroup.model import LieGroupModel
 from mbs.model import BodyInfo, ElementInfo, Model
 from mbs.safe_files import load_json, open_archive
 from mbs.solution import DriveTrajectory, Solution, vertical_axis
-from mbs.streaming import load_stream, stream_directory
+from mbs.streaming import load_stream, model_digest, stream_directory
 
 FORMAT = "mbs-solution"
 VERSION = 1
@@ -205,7 +205,9 @@ def _info_record(info) -> dict:
 def save_solution(solution: Solution, path) -> Path:
     """Write ``solution`` to ``path`` (.npz appended if missing); see the module docstring."""
     path = Path(path)
-    if path.suffix != ".npz":
+    if path.is_dir():
+        raise ModelError(f"save_solution: {path} is a directory; give a file name")
+    if path.suffix.lower() != ".npz":
         path = path.with_name(path.name + ".npz")
     model = solution.model
     arrays = {name: np.asarray(getattr(solution, name)) for name in _ARRAYS}
@@ -248,6 +250,7 @@ def save_solution(solution: Solution, path) -> Path:
             "forces": [_info_record(f) for f in model.forces],
             "constraint_rows": _encode(dict(getattr(model, "constraint_rows", {}))),
             "drives": {name: list(value) for name, value in drives.items()},
+            "digest": model_digest(model) if isinstance(model, Model) else None,
         },
     }
     arrays["header"] = np.array(json.dumps(header))
@@ -271,6 +274,9 @@ def _check_model(model, header_model: dict, path) -> None:
             stored = _decode(record["coordinates"])
             if (info.coordinates.start, info.coordinates.stop) != (stored.start, stored.stop):
                 problems.append(f"coordinates of {info.name!r} differ")
+    stored_digest = header_model.get("digest")
+    if not problems and stored_digest is not None and stored_digest != model_digest(model):
+        problems.append("its masses, gravity, forces or joints differ")
     if problems:
         raise ModelError(f"{path}: the given model does not match the saved one: "
                          + "; ".join(problems))
@@ -292,7 +298,7 @@ def _is_stream(path: Path) -> bool:
 
 
 def load_solution(path, model: Model | None = None) -> Solution:
-    """Read a solution written by :meth:`Solution.save` / :func:`save_solution`.
+    """Read a solution written by :func:`save_solution`.
 
     Parameters
     ----------
@@ -328,6 +334,9 @@ def load_solution(path, model: Model | None = None) -> Solution:
                              f"with load_solution(path, model), model the compiled model of "
                              f"the run")
         return load_stream(path, model)
+    if path.suffix.lower() in (".h5", ".hdf5"):
+        raise ModelError(f"{path}: HDF5 files (save_hdf5) are for other tools to read; "
+                         f"load_solution reads the .npz files of save_solution and streams")
     if not path.is_file():
         raise SolutionFileNotFoundError(2, f"no such solution file: {path}; check the path "
                                            f"(save_solution writes <name>.npz)", str(path))
@@ -577,13 +586,20 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
     ``columns`` is a list of: "energy", "kinetic_energy", "potential_energy",
     "angular_momentum" (3 columns), "linear_momentum" (3), "constraints" (|g| and |G v| max
     norms), "position:BODY" (3), "velocity:BODY" (3), "angular_velocity:BODY" (3),
-    "directors:BODY" (9). Default: energies, momenta, constraints and every body's position.
+    "directors:BODY" (9); a single name may be given as a string. Default: energies, momenta,
+    constraints and every body's position. The rows are every ``every``-th node and the last
+    one (the end state is always written).
     """
     if every < 1:
         raise ModelError(f"every must be a positive integer, got {every!r}")
     if columns is None:
         columns = list(OBSERVABLES) + [f"position:{b.name}" for b in solution.model.bodies]
-    rows = slice(None, None, every)
+    elif isinstance(columns, str):
+        columns = [columns]
+    last = len(solution.t) - 1
+    rows = np.arange(0, last + 1, every)
+    if rows[-1] != last:
+        rows = np.append(rows, last)
     names, values = ["t"], [np.asarray(solution.t)[rows]]
     residuals = None
     for column in columns:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from mbs.errors import MbsError, ModelError
+from mbs.solvers import REGISTRY
 
 #: Exact zeros are drawn at this value on logarithmic axes.
 LOG_FLOOR = 1e-18
@@ -334,6 +335,10 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     solvers = list(solvers)
     if not solvers:
         raise ModelError("convergence_study: give at least one solver")
+    unknown = [name for name in solvers if isinstance(name, str) and name not in REGISTRY]
+    if unknown:
+        raise ModelError(f"convergence_study: unknown solver {unknown[0]!r}; choose from "
+                         f"{sorted(REGISTRY)}")
     steps = np.array(sorted((float(h) for h in steps), reverse=True))
     if steps.size < 2 or np.any(steps <= 0):
         raise ModelError(f"convergence_study: give at least two positive step sizes, got "

@@ -277,6 +277,11 @@ class Solution:
         centred average where they alternate (see :attr:`DriveTrajectory.effort`)."""
         values = self.multipliers[:, rows]
         rule = self.stats.get("drive_effort")
+        if rule == "none":
+            raise ModelError(f"solver {self.stats.get('solver')!r} keeps multipliers that are "
+                             f"not the constraint forces of its steps (see its "
+                             f"multiplier_times in mbs.solvers.solver_table()); run em, rattle "
+                             f"or lobatto for joint reactions")
         if rule == "mean":
             return 0.5 * (values + self.velocity_multipliers[:, rows])
         if rule == "centred":
@@ -293,9 +298,10 @@ class Solution:
         position, the torque sum_i d_i x f_i of its parts f_i on the directors d_i. Second
         order in h for the second-order schemes and their compositions, and also for
         lobatto and hbvm (their multipliers are second order); first for ggl-vi-s and
-        ggl-vi-b. Where redundant constraint equations were removed
-        (``model.redundancies``), the joints that keep theirs carry the removed equations'
-        share: such reactions are not unique.
+        ggl-vi-b; not available for vi-conversion, whose multipliers are no step forces.
+        Where redundant constraint equations were removed (``model.redundancies``), the
+        joints that keep theirs carry the removed equations' share: such reactions are not
+        unique.
         """
         model = self.model
         if not isinstance(model, Model):

@@ -521,7 +521,8 @@ def model_digest(model) -> str:
 def load_stream(path: str | os.PathLike, model):
     """A :class:`~mbs.solution.Solution` of every flushed step of the stream at ``path``.
 
-    ``model`` must be the compiled model the stream was written for (checked by size).
+    ``model`` must be the compiled model the stream was written for (checked by size and
+    by the digest of its parameters, :func:`model_digest`).
     """
     data = read_stream(path)
     manifest = data["manifest"]
@@ -538,6 +539,10 @@ def load_stream(path: str | os.PathLike, model):
     if manifest["n"] != model.n or manifest["m"] != model.m:
         raise ModelError(f"{path}: stream has n = {manifest['n']}, m = {manifest['m']}, the "
                          f"model n = {model.n}, m = {model.m}")
+    if "model_digest" in manifest and manifest["model_digest"] != model_digest(model):
+        raise ModelError(f"{path}: the model differs from the one the stream was written for "
+                         f"(masses, gravity, forces or joints); give the model of the run "
+                         f"that wrote it")
     steps = data["q"].shape[0] - 1
     times = float(manifest["t_start"]) + float(manifest["h"]) * np.arange(steps + 1)
     return Solution(

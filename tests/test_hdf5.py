@@ -72,3 +72,15 @@ def test_the_command_line_saves_hdf5_by_suffix(tmp_path, capsys):
                  "--save", str(path)]) == 0
     with h5py.File(path, "r") as data:
         assert data["q"].shape == (11, 12) and data.attrs["solver"] == "em"
+
+
+def test_file_names_say_which_format_is_meant(solution, tmp_path):
+    with pytest.raises(mbs.ModelError, match="save_hdf5 writes HDF5 files .*'run.npz'"):
+        mbs.io.save_hdf5(solution, tmp_path / "run.npz")
+    path = mbs.io.save_hdf5(solution, tmp_path / "run.h5")
+    with pytest.raises(mbs.ModelError, match="load_solution reads the .npz files"):
+        mbs.load_solution(path)
+    assert mbs.save_solution(solution, tmp_path / "RUN.NPZ").name == "RUN.NPZ"
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(mbs.ModelError, match="is a directory"):
+        mbs.save_solution(solution, tmp_path / "folder")

@@ -78,6 +78,28 @@ def test_csv_of_observables(tmp_path, top):
         io.save_csv(solution, tmp_path / "bad.csv", columns=["nonsense"])
 
 
+def test_csv_ends_with_the_last_node_and_takes_one_column_by_name(tmp_path, top):
+    _, solution = top
+    path = io.save_csv(solution, tmp_path / "run.csv", columns="energy", every=3)
+    table = np.loadtxt(path, delimiter=",", skiprows=1)
+    assert np.array_equal(table[:, 0], solution.t[[0, 3, 6, 9, 10]])
+    assert np.array_equal(table[:, 1], solution.energy()[[0, 3, 6, 9, 10]])
+
+
+def test_a_model_with_other_parameters_is_refused(tmp_path, top):
+    """Same bodies and sizes, another mass or gravity: the stored model digest differs."""
+    import heavy_top
+
+    _, solution = top
+    path = mbs.save_solution(solution, tmp_path / "run.npz")
+    heavier, weaker = heavy_top.build(), heavy_top.build()
+    heavier["top"].mass *= 10.0
+    weaker.gravity = np.array([0.0, 0.0, -1.0])
+    for system in (heavier, weaker):
+        with pytest.raises(mbs.ModelError, match="masses, gravity, forces or joints differ"):
+            mbs.load_solution(path, model=system.compile())
+
+
 def test_vtk_time_series_opens_in_pyvista(tmp_path, top):
     pv = pytest.importorskip("pyvista")
     _, solution = top

@@ -77,3 +77,12 @@ def test_reaction_lookups_are_checked(tmp_path):
         solution.reaction("bar")
     with pytest.raises(mbs.ModelError, match="joint 'rod' acts on bob, not on 'ground'"):
         solution.reaction("rod", body="ground")
+
+
+def test_vi_conversion_refuses_reactions():
+    """Its multipliers act at the shifted points of the standard layer; taken as step
+    forces they give a rod force off by far more than the step error."""
+    solution = pendulum("vi-conversion", 0.01, {})
+    with pytest.raises(mbs.ModelError, match="'vi-conversion' keeps multipliers that are not "
+                                             "the constraint forces of its steps"):
+        solution.reaction("rod")

@@ -243,3 +243,16 @@ def test_lvlh_camera_on_a_body_passing_the_centre(tmp_path):
                     resolution=(80, 60), progress=False)
     frames = imageio.mimread(tmp_path / "lvlh.gif")
     assert all(np.asarray(frame).std() > 10.0 for frame in frames)
+
+
+def test_follow_alone_chooses_the_follow_camera_and_bad_combinations_fail_early(
+        tmp_path, top_solution):
+    alone = viz.snapshot(top_solution, resolution=SMALL, follow="top")
+    explicit = viz.snapshot(top_solution, resolution=SMALL, camera="follow", follow="top")
+    fixed = viz.snapshot(top_solution, resolution=SMALL)
+    assert np.array_equal(alone, explicit) and not np.array_equal(alone, fixed)
+    with pytest.raises(mbs.ModelError, match="camera='fixed' shows the whole motion"):
+        viz.snapshot(top_solution, resolution=SMALL, camera="fixed", follow="top")
+    with pytest.raises(mbs.ModelError, match="'top.xyz' has no image suffix"):
+        viz.snapshot(top_solution, tmp_path / "top.xyz", resolution=SMALL)
+    assert not (tmp_path / "top.xyz").exists()

@@ -359,7 +359,8 @@ class Solver:
     #: (the multiplier is the step's constraint force), "mean" (of the multiplier and the
     #: velocity multiplier, the forces at the step's two ends: rattle, lobatto) or "centred"
     #: (the multiplier carries a mode alternating from step to step, removed by a centred
-    #: average over neighbouring steps; see :meth:`mbs.Solution.drive`).
+    #: average over neighbouring steps; see :meth:`mbs.Solution.drive`), or "none" (the
+    #: multipliers are no constraint force of the step: no reactions).
     drive_effort = "multiplier"
 
     def _work(self, x: np.ndarray) -> float:

@@ -206,6 +206,9 @@ class VariationalConversion(Solver):
         reference="Patrick, Cuell, Spiteri, Zhang, On converting any one-step method to a "
                   "variational integrator of the same order")
     composable = False
+    #: the TTQ multipliers act at the shifted points of the standard layer, not as the
+    #: step's constraint force: Solution.reaction refuses them
+    drive_effort = "none"
 
     def __post_init__(self):
         super().__post_init__()

@@ -58,6 +58,12 @@ def _split_options(options: dict) -> SceneOptions:
 
 def _scene(solution, indices, resolution, camera, follow, view, zoom, center, off_screen,
            options, notebook: bool = False) -> Scene:
+    if camera is None:
+        camera = "fixed" if follow is None else "follow"
+    elif camera == "fixed" and follow is not None:
+        raise ModelError(f"follow={follow!r} names a body for a moving camera, but "
+                         f"camera='fixed' shows the whole motion from one place; give "
+                         f"camera='follow' (or 'lvlh'), or leave follow out")
     resolution = even_resolution(resolution)
     description = describe(solution, indices, _split_options(options))
     rig = CameraRig(description, camera, follow=follow, view=view, zoom=zoom, center=center,
@@ -68,7 +74,7 @@ def _scene(solution, indices, resolution, camera, follow, view, zoom, center, of
 
 def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
             frames: int | None = None, t_range: tuple[float, float] | None = None,
-            resolution=(640, 480), camera: str = "fixed", follow: str | None = None,
+            resolution=(640, 480), camera: str | None = None, follow: str | None = None,
             view="iso", zoom: float = 1.0, center=None, quality: int = 7,
             progress: bool = True, off_screen: bool | None = None, **options) -> RenderReport:
     """Write an animation of ``solution`` to ``path`` (.mp4, .mov, .mkv, .avi, .webm, .gif).
@@ -89,7 +95,9 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
         Part of the solution to animate.
     resolution : (width, height)
         Rounded up to even numbers.
-    camera : {"fixed", "follow", "lvlh"}, follow : body name, view : preset or 3-vector,
+    camera : {"fixed", "follow", "lvlh"}, optional
+        Default: "follow" when ``follow`` is given, else "fixed".
+    follow : body name, view : preset or 3-vector,
     zoom : float, center : attracting centre for "lvlh" (default: the central gravity's
         centre, else the origin); see :mod:`mbs.viz.camera`. Every camera is framed so that
         all bodies stay in view.
@@ -135,7 +143,7 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
 
 
 def snapshot(solution, path=None, *, time: float | None = None, resolution=(640, 480),
-             camera: str = "fixed", follow: str | None = None, view="iso", zoom: float = 1.0,
+             camera: str | None = None, follow: str | None = None, view="iso", zoom: float = 1.0,
              center=None, off_screen: bool | None = None,
              trail_frames: int = 200, **options) -> np.ndarray:
     """Render the state at ``time`` (default: the last node) to a PNG and return the image.
@@ -146,6 +154,8 @@ def snapshot(solution, path=None, *, time: float | None = None, resolution=(640,
     Camera and scene options are those of :func:`animate`.
     Returns the image as a (height, width, 3) uint8 array; writes it if ``path`` is given.
     """
+    if path is not None:
+        _check_image_suffix(path)
     t = np.asarray(solution.t)
     when = float(t[-1]) if time is None else float(time)
     if not t[0] - 1e-12 <= when <= t[-1] + 1e-12:
@@ -165,6 +175,16 @@ def snapshot(solution, path=None, *, time: float | None = None, resolution=(640,
     return image
 
 
+def _check_image_suffix(path) -> None:
+    """Refuse, before rendering, a file name whose suffix names no image format."""
+    from PIL import Image
+
+    suffix = Path(path).suffix.lower()
+    if suffix not in Image.registered_extensions():
+        raise ModelError(f"snapshot: {Path(path).name!r} has no image suffix; use .png (or "
+                         f".jpg, .tif, .bmp)")
+
+
 def _write_png(path, image: np.ndarray) -> None:
     from PIL import Image
 
@@ -174,7 +194,7 @@ def _write_png(path, image: np.ndarray) -> None:
 
 
 def show(solution, *, fps: float = 30.0, speed: float = 1.0, resolution=(960, 720),
-         camera: str = "fixed", follow: str | None = None, view="iso", zoom: float = 1.0,
+         camera: str | None = None, follow: str | None = None, view="iso", zoom: float = 1.0,
          center=None, jupyter_backend: str | bool | None = None, **options) -> None:
     """Explore ``solution`` interactively: the scene with a time slider.
 
