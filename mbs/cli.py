@@ -34,6 +34,8 @@ from mbs.errors import MbsError, ModelError, SimulationInterrupted, SolverError
 ANIMATION_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".gif")
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 CSV_SUFFIXES = (".csv", ".txt")
+SAVE_SUFFIXES = (".npz", ".h5", ".hdf5")
+VTK_SUFFIXES = (".pvd",)
 
 #: Exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
@@ -290,6 +292,9 @@ def _check_output_types(args) -> None:
         checks.append(("--snapshot", args.snapshot, _image_suffixes(),
                        ".png (or another image type Pillow writes, e.g. .jpg, .tif, .webp)"))
     checks.append(("--csv", args.csv, CSV_SUFFIXES, ", ".join(CSV_SUFFIXES)))
+    checks.append(("--save", args.save, SAVE_SUFFIXES,
+                   ".npz (mbs.load_solution reads it) or .h5/.hdf5 (HDF5 export)"))
+    checks.append(("--vtk", args.vtk, VTK_SUFFIXES, ".pvd (a ParaView time series)"))
     for flag, path, allowed, described in checks:
         if path and allowed is not None and Path(path).suffix.lower() not in allowed:
             raise UsageError(f"{flag} {path}: cannot write this file type; use {described}")

@@ -232,7 +232,8 @@ def test_lie_group_solvers_run_on_the_lie_group_formulation(tmp_path, capsys):
 @pytest.mark.parametrize(("flag", "path", "allowed"), [
     ("--animate", "movie.xyz", ".mp4"), ("--snapshot", "still.xyz", ".png"),
     ("--plot", "energy.jpg", ".svg"), ("--plot-constraints", "c", ".pdf"),
-    ("--csv", "observables.npz", ".csv")])
+    ("--csv", "observables.npz", ".csv"), ("--save", "run.txt", ".npz"),
+    ("--vtk", "frames.vtu", ".pvd")])
 def test_output_file_types_are_checked_before_simulating(tmp_path, capsys, flag, path,
                                                          allowed):
     code = main(["run", "pendulum-3d", "--t-end", "0.05", "--h", "0.01", flag,
