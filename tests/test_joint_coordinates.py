@@ -81,5 +81,7 @@ def test_coupled_joint_rates_get_a_clear_error():
     model = compiled(slider_crank())
     with pytest.raises(ModelError, match="do not allow the joint rates.*guide"):
         model.initial_state(joint_rates={"crank_pivot": 10.0, "guide": 3.0})
-    with pytest.raises(ModelError, match="no axis coordinate"):
+    with pytest.raises(mbs.UnknownNameError,
+                       match="no joint 'no_such_joint'; joints with an axis coordinate: "
+                             "crank_pivot"):
         model.initial_state(joint_rates={"no_such_joint": 1.0})
