@@ -23,14 +23,14 @@ import scipy.sparse as sp
 
 from mbs.bodies.base import Body
 from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
-from mbs.forces.base import Force
+from mbs.forces.base import Force, JointElement
 from mbs.forces.kinematics import (
     LocalCoordinates,
     cross,
     rotation_generator,
     skew,
 )
-from mbs.joints.base import Joint, perpendicular_pair
+from mbs.joints.base import perpendicular_pair
 from mbs.validation import as_scalar, as_vector
 
 #: Relative step of the forward differences that give the Jacobian of a load that is a user
@@ -692,7 +692,7 @@ def joint_effort_term(joint, context, law, name: str, kind: str) -> AppliedTerm:
                       directors(body_b), bodies)
 
 
-class _JointEffort(Force):
+class _JointEffort(JointElement):
     """Common parts of the joint actuators and dampers."""
 
     kinds: dict = {}  # joint type name -> "angle" or "slide"
@@ -700,25 +700,8 @@ class _JointEffort(Force):
 
     def __init__(self, joint, name: str | None):
         super().__init__(name)
-        owner = f"{type(self).__name__} {self.name!r}"
-        if not isinstance(joint, Joint):
-            raise ModelTypeError(f"{owner}: joint must be a joint, got {joint!r}")
-        kind = self.kinds.get(type(joint).__name__)
-        if kind is None:
-            raise ModelError(f"{owner}: a {type(self).__name__} acts on "
-                             f"{' or '.join(sorted(self.kinds))} joints, got "
-                             f"{type(joint).__name__} {joint.name!r}; use a Load for a "
-                             f"{self.what} on a body instead")
-        self.joint, self.kind, self.owner = joint, kind, owner
-
-    def bodies_acted_on(self):
-        return list(self.joint.bodies)
-
-    def referenced_bodies(self):
-        if self.joint.system is None:
-            raise ModelError(f"{self.owner}: joint {self.joint.name!r} is not in a system; add "
-                             f"the joint first")
-        return list(self.joint.bodies)
+        self.kind = self._attach(joint, self.kinds,
+                                 f"use a Load for a {self.what} on a body instead")
 
     def terms(self, context):
         return []

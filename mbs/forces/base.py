@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbs.elements import Element
+from mbs.errors import ModelError, ModelTypeError
+from mbs.joints.base import Joint
 from mbs.quadratic import AffineVector
 
 
@@ -105,6 +107,35 @@ class Force(Element):
 
     def terms(self, context) -> list[TermInstance]:
         raise NotImplementedError
+
+
+class JointElement(Force):
+    """A force acting across a joint, on its two bodies (actuators, dampers, torsion
+    springs); :meth:`_attach` checks the joint's type."""
+
+    def _attach(self, joint, kinds: dict, instead: str):
+        """Keep ``joint`` (and ``owner``, the element's name for messages) and return
+        ``kinds[joint type name]``; a joint of another type is an error suggesting
+        ``instead``."""
+        owner = self.owner = f"{type(self).__name__} {self.name!r}"
+        if not isinstance(joint, Joint):
+            raise ModelTypeError(f"{owner}: joint must be a joint, got {joint!r}")
+        kind = kinds.get(type(joint).__name__)
+        if kind is None:
+            raise ModelError(f"{owner}: a {type(self).__name__} acts on "
+                             f"{' or '.join(sorted(kinds))} joints, got "
+                             f"{type(joint).__name__} {joint.name!r}; {instead}")
+        self.joint = joint
+        return kind
+
+    def bodies_acted_on(self):
+        return list(self.joint.bodies)
+
+    def referenced_bodies(self):
+        if self.joint.system is None:
+            raise ModelError(f"{self.owner}: joint {self.joint.name!r} is not in a system; add "
+                             f"the joint first")
+        return list(self.joint.bodies)
 
 
 def squared_distance(relative: AffineVector) -> Invariant:

@@ -7,8 +7,15 @@ import numpy as np
 from mbs.bodies.base import Body
 from mbs.errors import ModelError, ModelTypeError
 from mbs.forces.applied import joint_damper_term, two_point_damper
-from mbs.forces.base import Force, Invariant, InvariantTerm, TermInstance, squared_distance
-from mbs.joints.base import Joint, perpendicular_pair
+from mbs.forces.base import (
+    Force,
+    Invariant,
+    InvariantTerm,
+    JointElement,
+    TermInstance,
+    squared_distance,
+)
+from mbs.joints.base import perpendicular_pair
 from mbs.validation import as_scalar, as_vector
 
 
@@ -141,7 +148,7 @@ class TorsionSpringTerm(InvariantTerm):
         return np.ones_like(pi0)  # cosine and sine of one angle
 
 
-class TorsionSpring(Force):
+class TorsionSpring(JointElement):
     """A torsion spring on a revolute or cylindrical joint: V = 1/2 k (theta - theta0)^2, with
     theta the rotation of body_b relative to body_a about the joint axis (0 at the initial
     pose, positive by the right-hand rule about the axis, as for
@@ -167,19 +174,12 @@ class TorsionSpring(Force):
         c > 0 adds the viscous torque -c theta' (a :class:`~mbs.forces.JointDamper`).
     """
 
-    joint_kinds = ("Revolute", "Cylindrical")
-
     def __init__(self, joint, stiffness: float, rest_angle: float = 0.0,
                  damping: float | None = None, name: str | None = None):
         super().__init__(name)
-        owner = self.owner = f"TorsionSpring {self.name!r}"
-        if not isinstance(joint, Joint):
-            raise ModelTypeError(f"{owner}: joint must be a joint, got {joint!r}")
-        if type(joint).__name__ not in self.joint_kinds:
-            raise ModelError(f"{owner}: a torsion spring acts on revolute or cylindrical "
-                             f"joints, got {type(joint).__name__} {joint.name!r}; use a "
-                             f"UserPotential of AxisProduct invariants for other rotations")
-        self.joint = joint
+        self._attach(joint, {"Revolute": "angle", "Cylindrical": "angle"},
+                     "use a UserPotential of AxisProduct invariants for other rotations")
+        owner = self.owner
         self.stiffness = as_scalar(stiffness, "stiffness", owner, positive=True)
         self.rest_angle = as_scalar(rest_angle, "rest_angle", owner)
         if abs(self.rest_angle) > np.pi:
@@ -187,15 +187,6 @@ class TorsionSpring(Force):
                              f"a turn from the initial pose; give it in [-pi, pi]")
         self.damping = (None if damping is None else
                         as_scalar(damping, "damping", owner, positive=True))
-
-    def bodies_acted_on(self):
-        return list(self.joint.bodies)
-
-    def referenced_bodies(self):
-        if self.joint.system is None:
-            raise ModelError(f"{self.owner}: joint {self.joint.name!r} is not in a system; "
-                             f"add the joint first")
-        return list(self.joint.bodies)
 
     def terms(self, context):
         body_a, body_b = self.joint.body_a, self.joint.body_b
