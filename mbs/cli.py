@@ -369,7 +369,7 @@ def _compile(system, solver):
 
 def _cmd_run(args) -> int:
     import mbs
-    from mbs.gallery import load_example
+    from mbs.gallery import load_example, script_failure
 
     _check_output_types(args)
     module, recommended, viz_options, title = load_example(args.target)
@@ -381,7 +381,14 @@ def _cmd_run(args) -> int:
     t_end = args.t_end or recommended["t_end"]
     options = _solver_options(args, solver)
     progress = _progress(args.progress)
-    system = module.build()
+    try:
+        system = module.build()
+    except MbsError:
+        raise
+    except Exception as exc:  # the user's build(): name it and where it failed
+        raise UsageError(f"{args.target}: build() raised "
+                         f"{script_failure(exc, getattr(module, '__file__', None) or '')}"
+                         ) from exc
     if not isinstance(system, mbs.System):
         raise UsageError(f"{args.target}: build() must return an mbs.System, got "
                          f"{type(system).__name__}")

@@ -17,11 +17,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from mbs.errors import ModelError
+from mbs.errors import MbsError, ModelError
 
 
 @dataclass(frozen=True)
@@ -109,12 +110,29 @@ def load_module(path) -> ModuleType:
         sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
+    except MbsError:
+        raise
+    except Exception as exc:  # the user's code: name it and where it failed
+        raise ModelError(f"{path}: running the script raised {script_failure(exc, path)}"
+                         ) from exc
     finally:
         if added:
             sys.path.remove(folder)
     if not callable(getattr(module, "build", None)):
         raise ModelError(f"{path} defines no build() function returning an mbs.System")
     return module
+
+
+def script_failure(exc: BaseException, path) -> str:
+    """``Type: message (line N)`` of an exception raised by the user's script at ``path``
+    (the innermost line of that file in the traceback)."""
+    if isinstance(exc, SyntaxError):  # its message names the file and line
+        return f"{type(exc).__name__}: {exc}"
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if Path(frame.filename).resolve() == Path(path).resolve():
+            line = frame.lineno
+    return f"{type(exc).__name__}: {exc}" + (f" (line {line})" if line else "")
 
 
 def load_example(name_or_path) -> tuple[ModuleType, dict, dict, str]:

@@ -112,6 +112,21 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.parametrize(("source", "message"), [
+    ("import mbs\ndef build():\n    return mbs.System().nonexistent()\n",
+     "build() raised AttributeError: 'System' object has no attribute 'nonexistent' "
+     "(line 3)"),
+    ("import mbs\nscale = 1 / 0\ndef build():\n    return mbs.System()\n",
+     "running the script raised ZeroDivisionError: division by zero (line 2)"),
+    ("import mbs\ndef build(:\n    pass\n", "running the script raised SyntaxError")])
+def test_a_failing_script_is_bad_usage_with_its_line(tmp_path, capsys, source, message):
+    script = tmp_path / "broken.py"
+    script.write_text(source)
+    assert main(["run", str(script), "--quiet", "--progress", "off"]) == 2
+    error = capsys.readouterr().err
+    assert message in error and "Traceback" not in error
+
+
 def test_console_script_through_subprocess():
     help_run = run_cli("--help")
     assert help_run.returncode == 0 and "examples" in help_run.stdout
