@@ -32,13 +32,21 @@ def as_vector(value, length: int, what: str, owner: str) -> np.ndarray:
     return array
 
 
+#: How far from 1 the norm of a vector normalised in floating point can be (a few ulp).
+UNIT_ROUNDOFF = 4.0 * np.finfo(float).eps
+
+
 def as_nonzero_vector(value, what: str, owner: str) -> np.ndarray:
-    """Return a finite non-zero 3-vector, normalised to unit length."""
+    """Return a finite non-zero 3-vector, normalised to unit length. A vector already of unit
+    length to round-off is returned unchanged, so that normalising is idempotent (a saved
+    and reloaded model has bitwise the same axes)."""
     array = as_vector(value, 3, what, owner)
     norm = np.linalg.norm(array)
     if norm == 0.0:
         raise ModelError(f"{owner}: {what} is the zero vector; give a direction such as "
                          f"(0, 0, 1)")
+    if abs(norm - 1.0) <= UNIT_ROUNDOFF:
+        return array
     return array / norm
 
 

@@ -108,3 +108,23 @@ def test_json_round_trip_keeps_every_option_and_repeats_runs_bitwise(tmp_path):
         second = mbs.simulate(loaded.compile(), "em", h=0.01, t_end=0.1)
     np.testing.assert_array_equal(first.q, second.q)
     np.testing.assert_array_equal(first.p, second.p)
+
+
+def test_axes_computed_by_the_user_survive_saving_bitwise(tmp_path):
+    """Axes unit and perpendicular only to round-off (as computed in floating point): the
+    joints normalise and orthogonalise them, and loading must not do it once more."""
+    cross_a = np.array([-0.9108316466468279, 0.27933905726632696, 0.3039003168017231])
+    cross_b = np.array([0.17813429251780924, -0.39814514397063827, 0.899860332585996])
+    hinge = (0.345584192064786, 0.8216181435011584, 0.33043707618338714)
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    arm = system.add(mbs.RigidBody(1.0, (0.02, 0.03, 0.03), name="arm"))
+    arm.set_state(position=(0.3, 0.2, -0.1))
+    tip = system.add(mbs.RigidBody(0.5, (0.01, 0.02, 0.02), name="tip"))
+    tip.set_state(position=(0.6, 0.4, -0.3))
+    system.add(mbs.joints.Revolute(system.ground, arm, point=(0.0, 0.0, 0.0), axis=hinge))
+    system.add(mbs.joints.Universal(arm, tip, point=(0.5, 0.3, -0.2), axis_a=cross_a,
+                                    axis_b=cross_b))
+    mbs.save_system(system, tmp_path / "arm.json")
+    loaded = mbs.load_system(tmp_path / "arm.json")
+    runs = [mbs.simulate(s.compile(), "em", h=0.005, t_end=0.5) for s in (system, loaded)]
+    assert np.array_equal(runs[0].q, runs[1].q)

@@ -256,8 +256,15 @@ class PotentialTerms:
 
         points = [point for point, _, _ in gradients]
         point_steps = np.array([point_step for _, point_step, _ in gradients])
-        # the unknowns' columns of each point, dense for small models (cheaper products)
-        columns = [point.unknowns.toarray() if dense else point.unknowns for point in points]
+
+        def columns_of(linear):
+            """The unknowns' columns of a point, dense for small models: a dense matrix
+            times a sparse one goes through scipy's transposes, far slower at these sizes."""
+            return linear.unknowns.toarray() if dense else linear.unknowns
+
+        columns = [columns_of(point) for point in points]
+        discrete = [(start, first_step, second, second_step, columns_of(second))
+                    for start, first_step, second, second_step in discrete]
 
         def extra(x: np.ndarray, jacobian: bool):
             inner = x if shift_step is None else x + shift_step
@@ -275,32 +282,34 @@ class PotentialTerms:
                     residual[start:start + value.size] += scale * value
                     if derivative is not None:
                         parts.append((start, scale * derivative))
-            for start, a, second, second_step in discrete:
-                b = second_step + second.unknowns @ inner
+            for start, a, second, second_step, second_columns in discrete:
+                b = second_step + second_columns @ inner
                 value = model.potential_discrete_gradient(a, b)
                 residual[start:start + value.size] += value
                 if jacobian and second.moves:
                     parts.append((start, model.potential_discrete_gradient_jacobian_matrix(
-                        a, b) @ second.unknowns))
-            for start, at, velocity, at_step, velocity_step, when, scale, *_ in applied:
-                u, v = at_step + at.unknowns @ inner, velocity_step + velocity.unknowns @ inner
+                        a, b) @ second_columns))
+            for (start, _, _, at_step, velocity_step, when, scale, *_, at_columns,
+                 velocity_columns) in applied:
+                u, v = at_step + at_columns @ inner, velocity_step + velocity_columns @ inner
                 if not jacobian:
                     residual[start:start + u.size] += scale * model.applied_force(when, u, v)
                     continue
                 value, by_q, by_v = model.applied_force_derivatives(when, u, v)
                 residual[start:start + u.size] += scale * value
-                parts.append((start, scale * (by_q @ at.unknowns + by_v @ velocity.unknowns)))
+                parts.append((start, scale * (by_q @ at_columns + by_v @ velocity_columns)))
             return residual, (_stack(parts, n_eq, n_x, dense) if jacobian else None)
 
         applied = [(start, at, velocity, at.data @ data, velocity.data @ data, time + offset,
-                    scale, weight, along, along.data @ data)
+                    scale, weight, along, along.data @ data, columns_of(at),
+                    columns_of(velocity))
                    for start, at, velocity, offset, scale, weight, along in self._applied]
 
         def work(x: np.ndarray) -> float:
             inner = x if shift_step is None else x + shift_step
             total = 0.0
             for (_, at, velocity, at_step, velocity_step, when, _, weight, along,
-                 along_step) in applied:
+                 along_step, *_) in applied:
                 if weight:
                     u = at_step + at.unknowns @ inner
                     v = velocity_step + velocity.unknowns @ inner

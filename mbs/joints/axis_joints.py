@@ -14,7 +14,7 @@ from mbs.errors import ModelError
 from mbs.joints.base import BuildContext, Joint, perpendicular_pair
 from mbs.joints.point_joints import add_coincidence_rows
 from mbs.quadratic import QuadraticTableBuilder
-from mbs.validation import as_nonzero_vector, as_scalar, as_vector
+from mbs.validation import UNIT_ROUNDOFF, as_nonzero_vector, as_scalar, as_vector
 
 #: Largest |cos| between the two axes of a universal joint accepted as perpendicular.
 PERPENDICULAR_TOLERANCE = 1e-8
@@ -188,7 +188,7 @@ class Universal(Joint):
                              f"pose (|cos| = {cosine:.3e}); give two perpendicular cross axes")
         # the rounding of axes computed by the user: made exact, so that the joint's equation
         # u_a . u_b = 0 holds at the initial pose to round-off, not only to the tolerance
-        if cosine > 0.0:
+        if cosine > UNIT_ROUNDOFF:  # perpendicular to round-off: kept (idempotent)
             normal = self.axis_b - (self.axis_a @ self.axis_b) * self.axis_a
             self.axis_b = normal / np.linalg.norm(normal)
         for body in self.bodies:
