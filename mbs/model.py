@@ -343,6 +343,12 @@ class Model:
             out = out + group.hessian(q)
         return out.tocsr()
 
+    def potential_range_exits(self, Q: np.ndarray) -> list[tuple[str, int]]:
+        """(element name, first state) of the potentials that left the configurations they
+        are valid for along the states Q (K, n): a torsion spring turned more than half a
+        turn from its rest angle. Empty for most models."""
+        return [exit for group in self.potential_groups for exit in group.range_exits(Q)]
+
     def potential_discrete_gradient(self, q0: np.ndarray, q1: np.ndarray) -> np.ndarray:
         """Momentum-conserving discrete gradient D^G V(q0, q1) (seed 003, (125)-(126)).
 

@@ -86,6 +86,15 @@ class PotentialGroup:
         dv = self.term.gradient(pi, params).reshape(count, -1)
         return self.table.jacobian_transpose_products(Q, dv)
 
+    def range_exits(self, Q: np.ndarray) -> list[tuple[str, int]]:
+        """(element name, first state) of the elements whose V~ left the configurations it
+        is valid for along the states Q (K, n) (see :meth:`InvariantTerm.range_exits`)."""
+        if self.term.range_exits.__func__ is InvariantTerm.range_exits.__func__:
+            return []
+        pi = self.table.values(Q).reshape(Q.shape[0], self.n_elements, self.n_invariants)
+        exits = self.term.range_exits(pi, self.params)
+        return [(self.names[e], int(exits[e])) for e in np.flatnonzero(exits >= 0)]
+
     def _tiled_params(self, count: int) -> dict:
         cache = self.__dict__.setdefault("_tiled", {})
         if count not in cache:

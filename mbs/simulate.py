@@ -441,6 +441,7 @@ class _Run:
         solution = self.solution()
         try:
             _warn_if_energy_is_lost(solution)
+            _warn_if_potentials_left_their_range(solution)
         except KeyboardInterrupt:
             raise SimulationInterrupted(
                 f"simulation interrupted in its final check after all {self.done} steps; "
@@ -680,6 +681,20 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
                           f"h omega = {h * omega:.3g} is beyond the accuracy of every "
                           f"scheme{unstable}: choose h <= {0.2 / omega:.2g} to resolve it, or "
                           f"a softer spring", RuntimeWarning, stacklevel=3)
+
+
+def _warn_if_potentials_left_their_range(solution: Solution) -> None:
+    """Name the potentials valid on part of the configurations only (torsion springs: half
+    a turn about the rest angle) that the motion took beyond it."""
+    model = solution.model
+    if not isinstance(model, Model):
+        return
+    for name, state in model.potential_range_exits(solution.q):
+        warnings.warn(f"simulate: torsion spring {name!r} turned more than half a turn from "
+                      f"its rest angle at t = {solution.t[state]:.6g}; beyond it the angle is "
+                      f"read on the other side and the spring pushes the other way. A torsion "
+                      f"spring holds for motions within half a turn of its rest angle",
+                      RuntimeWarning, stacklevel=4)
 
 
 def _warn_if_energy_is_lost(solution: Solution) -> None:

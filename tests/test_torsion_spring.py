@@ -5,6 +5,8 @@ are checked with the other potentials in tests/test_forces.py."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from mechanisms import random_rotation
@@ -161,3 +163,22 @@ def test_bad_torsion_springs_are_rejected():
         TorsionSpring(body, stiffness=1.0)
     with pytest.raises(mbs.ModelError, match="'coil'.*not in a system; add the joint first"):
         system.add(TorsionSpring(hinge, stiffness=1.0, name="coil"))
+
+
+def test_a_spring_wound_beyond_half_a_turn_is_named_after_the_run():
+    """A weak spring on a disc spinning at 20 rad/s: the angle passes pi near t = 0.157."""
+    system = mbs.System()
+    disc = system.add(mbs.RigidBody(2.0, np.diag([0.3, 0.3, 0.5]), name="disc"))
+    disc.set_state(angular_velocity=(0.0, 0.0, 20.0))
+    hinge = system.add(mbs.joints.Revolute(system.ground, disc, point=(0, 0, 0),
+                                           axis=(0, 0, 1)))
+    system.add(TorsionSpring(hinge, stiffness=1.0, name="coil"))
+    with pytest.warns(RuntimeWarning, match="torsion spring 'coil' turned more than half a "
+                                            "turn from its rest angle at t = 0.16"):
+        mbs.simulate(system.compile(), "em", h=0.01, t_end=0.5)
+
+
+def test_a_swing_within_half_a_turn_gives_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mbs.simulate(torsional_oscillator(rest_angle=2.5).compile(), "em", h=0.01, t_end=3.0)

@@ -63,6 +63,14 @@ class InvariantTerm:
         return np.abs(cls.energy(pi, params))
 
     @classmethod
+    def range_exits(cls, pi_series: np.ndarray, params: dict) -> np.ndarray | None:
+        """For a V~ valid only on part of the configurations (a torsion spring's half turn
+        about its rest angle): per element, the first state of ``pi_series`` (states,
+        elements, invariants) outside that part, -1 where none is; None (the default) for
+        a V~ valid everywhere."""
+        return None
+
+    @classmethod
     def invariant_scales(cls, pi0: np.ndarray, params: dict) -> np.ndarray:
         """Characteristic magnitude of each invariant, (n_elements, n_invariants).
 

@@ -147,6 +147,17 @@ class TorsionSpringTerm(InvariantTerm):
     def invariant_scales(cls, pi0, params):
         return np.ones_like(pi0)  # cosine and sine of one angle
 
+    @classmethod
+    def range_exits(cls, pi_series, params):
+        """The first state after the angle from the rest angle jumped by more than pi: it
+        passed theta0 +- pi, where it is read on the other side."""
+        states, elements, _ = pi_series.shape
+        tiled = {key: np.tile(value, states) for key, value in params.items()}
+        alpha = cls._angle(pi_series.reshape(states * elements, 2), tiled).reshape(
+            states, elements)
+        jumped = np.abs(np.diff(alpha, axis=0)) > np.pi
+        return np.where(jumped.any(axis=0), jumped.argmax(axis=0) + 1, -1)
+
 
 class TorsionSpring(JointElement):
     """A torsion spring on a revolute or cylindrical joint: V = 1/2 k (theta - theta0)^2, with
@@ -158,7 +169,8 @@ class TorsionSpring(JointElement):
     energy-momentum scheme conserves energy and angular momentum with it. The angle is
     measured within half a turn of the rest angle, in (theta0 - pi, theta0 + pi]: a spring
     wound further reads the angle on the other side (its torque changes sign there), so the
-    motion must stay within half a turn of theta0. For a spring wound through several turns,
+    motion must stay within half a turn of theta0; :func:`mbs.simulate` warns after a run
+    that left it. For a spring wound through several turns,
     use a :class:`~mbs.forces.JointTorque` law of your own.
 
     Parameters
