@@ -191,6 +191,9 @@ class HBVM(Solver):
         sum_j rho_j^T gamma_j = 0), in tensor form for quadratic constraints, with the exact
         Jacobian. It handles stiff potentials (a k = 1e5 spring at h = 0.01, where the
         fixed-point iteration diverges) and fast rotations (the heavy top at h omega ~ 1.4).
+        A step whose fixed-point sweeps fail (stiffness, or nearly singular constraints at a
+        mechanism's dead point, where they stall at any step size) is solved by "newton";
+        ``stats["newton_steps"]`` counts them.
         Models with loads, dampers, actuators or drives always use "newton": applied forces
         enter at the nodes Y_l with the stage polynomial's velocity, and the step's work is
         their quadrature h sum_l b_l F_l . Y_l'; drives are evaluated at t + c_l h.
@@ -271,6 +274,8 @@ class HBVM(Solver):
         if model.has_applied_forces or model.is_rheonomic:
             self.iteration = "newton"  # the fixed-point sweep has no forces or drives
         super().start(model, q0, p0, h)
+        #: steps whose fixed-point sweeps failed and that Newton's method solved instead
+        self.newton_steps = 0
         self._dense = model.dense if self.sparse is None else not self.sparse
         self._minv = (model.inverse_mass_operator() if self._dense
                       else model.inverse_mass_matrix.tocsr())
@@ -347,8 +352,15 @@ class HBVM(Solver):
         if self.iteration == "newton":
             gamma, p1, lam, iterations, work = self._solve_newton(q0, p0, v0)
         else:
-            gamma, force, lam, iterations = self._solve_fixed_point(q0, v0)
-            p1 = p0 - self.h * force[0]  # (52)
+            try:
+                gamma, force, lam, iterations = self._solve_fixed_point(q0, v0)
+                p1 = p0 - self.h * force[0]  # (52)
+            except NewtonConvergenceError:
+                # the sweeps contract by about h times the largest frequency and by the
+                # conditioning of the constraints: near a mechanism's dead point they stall
+                # at any step size, where Newton's method still converges
+                gamma, p1, lam, iterations, work = self._solve_newton(q0, p0, v0)
+                self.newton_steps += 1
         q1 = q0 + self.h * gamma[0]
         self._warm.lam = lam
         if model.m:
@@ -387,7 +399,7 @@ class HBVM(Solver):
             increment = float(np.max(np.abs(new - gamma), initial=0.0)) / scale
             if not np.isfinite(increment):
                 raise self._fail("the iterates are not finite", increment, iteration,
-                                 "reduce the step size")
+                                 "use iteration='newton', or reduce the step size")
             gamma = new
             if self._converged(iteration, increment, previous):
                 return gamma, force, lam, iteration
@@ -395,9 +407,16 @@ class HBVM(Solver):
         raise self._fail(f"no convergence in {self.newton.max_iterations} sweeps (last "
                          f"relative increment {increment:.3e})", increment,
                          self.newton.max_iterations,
-                         "reduce the step size or use iteration='newton' (stiff systems: "
-                         "the fixed-point contraction factor grows with h times the "
-                         "largest frequency)")
+                         "use iteration='newton', or reduce the step size: the fixed-point "
+                         "sweeps stop contracting when h times the largest frequency grows "
+                         "(stiff systems) or the constraints become nearly singular (a "
+                         "mechanism's dead point)")
+
+    def annotate(self, solution) -> None:
+        """``stats["newton_steps"]``: the fixed-point iteration's steps solved by Newton's
+        method after their sweeps stopped contracting."""
+        if self.iteration == "fixed-point":
+            solution.stats["newton_steps"] = self.newton_steps
 
     #: the unknowns are Legendre coefficients, p1 and lambda, not (q1, p1, lambda, gamma)
     _state_unknowns = False
