@@ -355,11 +355,14 @@ class HBVM(Solver):
             try:
                 gamma, force, lam, iterations = self._solve_fixed_point(q0, v0)
                 p1 = p0 - self.h * force[0]  # (52)
-            except NewtonConvergenceError:
+            except NewtonConvergenceError as sweeps:
                 # the sweeps contract by about h times the largest frequency and by the
                 # conditioning of the constraints: near a mechanism's dead point they stall
                 # at any step size, where Newton's method still converges
-                gamma, p1, lam, iterations, work = self._solve_newton(q0, p0, v0)
+                try:
+                    gamma, p1, lam, iterations, work = self._solve_newton(q0, p0, v0)
+                except NewtonConvergenceError:
+                    raise sweeps from None
                 self.newton_steps += 1
         q1 = q0 + self.h * gamma[0]
         self._warm.lam = lam
