@@ -376,9 +376,9 @@ class Model:
 
     @property
     def has_branch_checks(self) -> bool:
-        """Whether some constraint has solutions of g = 0 besides the one it prescribes
-        (angle drives; see :meth:`constraint_branch_errors`)."""
-        return any(getattr(block.constraint, "coordinate", None) == "angle"
+        """Whether some constraint can check that it holds on the solution of g = 0 it
+        prescribes (drives; see :meth:`constraint_branch_errors`)."""
+        return any(getattr(block.constraint, "branch_error", None) is not None
                    for block in self._user)
 
     def constraint_branch_errors(self, q: np.ndarray, t: float = 0.0) -> list[str]:
