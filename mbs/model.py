@@ -374,6 +374,19 @@ class Model:
         """Whether some constraint depends on time (a :class:`mbs.joints.Drive`)."""
         return any(b.constraint.time_dependent for b in self._user)
 
+    def effort_depends_on_turns(self, name: str, t: float, angle: float, turns: int,
+                                rate: float) -> bool:
+        """Whether the law of actuator ``name`` gives another effort at ``angle`` + 2 pi
+        ``turns`` than at ``angle`` (time t, joint rate ``rate``): a law of the angle it
+        receives wrapped into (-pi, pi] that is not periodic jumps where the joint passes
+        +-pi. Laws that read the bodies' states are not evaluated (False)."""
+        term = next(term for term in self.applied_forces.terms if term.name == name)
+        if getattr(term.law, "reads_bodies", False):
+            return False
+        wrapped = float(term.law(t, angle, rate, False)[0])
+        turned = float(term.law(t, angle + 2.0 * np.pi * turns, rate, False)[0])
+        return abs(turned - wrapped) > 1e-9 * max(abs(turned), abs(wrapped), 1e-300)
+
     @property
     def has_branch_checks(self) -> bool:
         """Whether some constraint can check that it holds on the solution of g = 0 it

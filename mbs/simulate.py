@@ -442,6 +442,7 @@ class _Run:
         try:
             _warn_if_energy_is_lost(solution)
             _warn_if_potentials_left_their_range(solution)
+            _warn_if_angle_laws_saw_a_wrap(solution)
         except KeyboardInterrupt:
             raise SimulationInterrupted(
                 f"simulation interrupted in its final check after all {self.done} steps; "
@@ -695,6 +696,34 @@ def _warn_if_potentials_left_their_range(solution: Solution) -> None:
                       f"read on the other side and the spring pushes the other way. A torsion "
                       f"spring holds for motions within half a turn of its rest angle",
                       RuntimeWarning, stacklevel=4)
+
+
+def _warn_if_angle_laws_saw_a_wrap(solution: Solution) -> None:
+    """Name the actuators whose law reads a joint angle that turned beyond +-pi and is not
+    periodic in it: the law received the angle wrapped into (-pi, pi], so its effort
+    jumped there."""
+    model = solution.model
+    if not isinstance(model, Model):
+        return
+    for info in model.forces:
+        joint = info.data.get("reads_angle_of")
+        if joint is None:
+            continue
+        trajectory = solution.joint(joint)
+        beyond = np.flatnonzero(np.abs(trajectory.position) > np.pi)
+        if not beyond.size:
+            continue
+        k = int(beyond[0])
+        angle = float(np.angle(np.exp(1j * trajectory.position[k])))
+        turns = int(round((trajectory.position[k] - angle) / (2.0 * np.pi)))
+        if model.effort_depends_on_turns(info.name, float(solution.t[k]), angle, turns,
+                                         float(trajectory.rate[k])):
+            warnings.warn(f"simulate: {info.type} {info.name!r} reads the angle of joint "
+                          f"{joint!r}, which turned beyond +-pi at t = "
+                          f"{solution.t[beyond[0]]:.6g}; the law receives the angle wrapped "
+                          f"into (-pi, pi] (it jumps by 2 pi there): write angle errors "
+                          f"wrapped, e.g. (target - angle + pi) % (2 * pi) - pi",
+                          RuntimeWarning, stacklevel=4)
 
 
 def _warn_if_energy_is_lost(solution: Solution) -> None:

@@ -428,3 +428,39 @@ def test_constant_loads_and_dampers_round_trip_through_json(tmp_path):
     system.add(Load(system["crank"], torque=lambda t: (0.0, 0.0, t), name="varying"))
     with pytest.raises(ModelError, match="Load 'varying'.*Python function"):
         mbs.save_system(system, tmp_path / "other.json")
+
+
+def speed_controlled_disc(law) -> mbs.Model:
+    """A disc on a ground hinge about z driven by a motor law f(t, angle, rate)."""
+    system = mbs.System()
+    disc = system.add(mbs.RigidBody(2.0, np.diag([0.3, 0.3, 0.5]), name="disc"))
+    axle = system.add(mbs.joints.Revolute(system.ground, disc, point=(0, 0, 0),
+                                          axis=(0, 0, 1), name="axle"))
+    system.add(JointTorque(axle, law, name="motor"))
+    return system.compile()
+
+
+def test_a_motor_law_not_periodic_in_the_wrapped_angle_is_named_after_the_run():
+    """A PD law on 20 t - angle: the angle it receives jumps by -2 pi at t ~ 0.16."""
+    model = speed_controlled_disc(lambda t, angle, rate: 200.0 * (20.0 * t - angle)
+                                  + 2.0 * (20.0 - rate))
+    with pytest.warns(RuntimeWarning, match="JointTorque 'motor' reads the angle of joint "
+                                            "'axle', which turned beyond \\+-pi at t = 0.15"):
+        mbs.simulate(model, "em", h=1e-3, t_end=0.3)
+
+
+def test_a_motor_law_with_a_wrapped_error_tracks_several_turns_without_warning():
+    """The same law with its error wrapped: the disc follows 20 rad/s over three turns."""
+    model = speed_controlled_disc(
+        lambda t, angle, rate: 200.0 * ((20.0 * t - angle + np.pi) % (2 * np.pi) - np.pi)
+        + 2.0 * (20.0 - rate))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        solution = mbs.simulate(model, "em", h=1e-3, t_end=1.0)
+    t, angle = solution.t, solution.joint("axle").position
+    assert angle[-1] > 3 * 2 * np.pi
+    # the lag e = 20 t - angle solves e'' + 4 e' + 400 e = 0, e(0) = 0, e'(0) = 20; EM's
+    # error is O((omega h)^2) = 4e-4 of the lag's amplitude 1
+    damped = np.sqrt(396.0)
+    lag = 20.0 / damped * np.exp(-2.0 * t) * np.sin(damped * t)
+    assert np.abs(20.0 * t - angle - lag).max() < 2e-3

@@ -721,6 +721,12 @@ class _JointActuator(_JointEffort):
         law = _user_law(getattr(self, self.what))
         return [joint_effort_term(self.joint, context, law, self.name, self.kind)]
 
+    @property
+    def reads_joint_angle(self) -> bool:
+        """Whether the law is a function of the joint angle (which it receives wrapped into
+        (-pi, pi])."""
+        return self.kind == "angle" and getattr(self, self.what).uses_state
+
 
 class JointTorque(_JointActuator):
     """A torque tau about the axis of a revolute (or cylindrical) joint, on body_b (and -tau

@@ -170,8 +170,7 @@ class TorsionSpring(JointElement):
     measured within half a turn of the rest angle, in (theta0 - pi, theta0 + pi]: a spring
     wound further reads the angle on the other side (its torque changes sign there), so the
     motion must stay within half a turn of theta0; :func:`mbs.simulate` warns after a run
-    that left it. For a spring wound through several turns,
-    use a :class:`~mbs.forces.JointTorque` law of your own.
+    that left it.
 
     Parameters
     ----------
