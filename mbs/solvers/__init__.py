@@ -13,6 +13,7 @@ model, the reference) and "compiled" (optional numba kernel, :mod:`mbs.backends.
 from __future__ import annotations
 
 import inspect
+from functools import partial
 
 from mbs.engine.newton import NewtonOptions
 from mbs.errors import ModelError
@@ -27,9 +28,9 @@ from mbs.solvers.rattle import Rattle
 
 REGISTRY = {
     "em": EnergyMomentum,
-    "ggl-vi-s": lambda **kw: GGLVI(variant="S", **kw),
-    "ggl-vi-a": lambda **kw: GGLVI(variant="A", **kw),
-    "ggl-vi-b": lambda **kw: GGLVI(variant="B", **kw),
+    "ggl-vi-s": partial(GGLVI, variant="S"),
+    "ggl-vi-a": partial(GGLVI, variant="A"),
+    "ggl-vi-b": partial(GGLVI, variant="B"),
     "rattle": Rattle,
     "hbvm": HBVM,
     "lobatto": Lobatto,
@@ -39,12 +40,11 @@ REGISTRY = {
 
 
 def _option_names(factory) -> list[str]:
-    """The keyword arguments a registered factory accepts (a GGL-VI variant: the class's,
-    less ``variant``)."""
-    target = GGLVI if getattr(factory, "__name__", "") == "<lambda>" else factory
-    parameters = inspect.signature(target).parameters.values()
-    return [p.name for p in parameters if p.kind is p.KEYWORD_ONLY
-            or (p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "variant")]
+    """The keyword arguments a registered factory accepts (a partial: those it leaves open)."""
+    fixed = getattr(factory, "keywords", {})
+    parameters = inspect.signature(getattr(factory, "func", factory)).parameters.values()
+    return [p.name for p in parameters if p.name not in fixed and p.kind in (
+        p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def make_solver(solver: str | Solver, **options) -> Solver:
