@@ -163,7 +163,7 @@ class LoadedSolution(Solution):
 
     source: str = ""
     _residuals: dict | None = None
-    _conserved_momenta: tuple = (None, None)
+    _conserved_directions: tuple = (None, None)
     _drives: dict | None = None
 
     def drive(self, name: str) -> DriveTrajectory:
@@ -177,13 +177,13 @@ class LoadedSolution(Solution):
             return super().constraint_residuals()
         return {k: v.copy() for k, v in self._residuals.items()}
 
-    def conserved_momenta(self, about=(0.0, 0.0, 0.0)
-                          ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def conserved_directions(self, about=(0.0, 0.0, 0.0)
+                             ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """As stored when saving (about the origin; the check needs the force and
-        constraint code): (None, None) about another point or for older files."""
+        constraint code): (None, None) about another point or for files written without."""
         if np.any(np.asarray(about, dtype=float) != 0.0):
             return None, None
-        return self._conserved_momenta
+        return self._conserved_directions
 
 
 # -- save ---------------------------------------------------------------------------------
@@ -222,9 +222,9 @@ def save_solution(solution: Solution, path) -> Path:
     residuals = solution.constraint_residuals()
     for key, value in residuals.items():
         arrays[f"residuals.{key}"] = np.asarray(value)
-    for key, value in zip(("linear", "angular"), solution.conserved_momenta()):
+    for key, value in zip(("linear", "angular"), solution.conserved_directions()):
         if value is not None:
-            arrays[f"conserved_momenta.{key}"] = np.asarray(value, dtype=bool)
+            arrays[f"conserved_directions.{key}"] = np.asarray(value, dtype=float)
     drives = getattr(model, "drives", {})
     for name in drives:
         trajectory = solution.drive(name)
@@ -453,8 +453,8 @@ def _read_solution(archive, header: dict, model: Model | None, path: Path) -> So
     solution._drives = trajectories
     solution.source = str(path)
     solution._residuals = residuals
-    solution._conserved_momenta = tuple(
-        _conserved_axes(archive, key, vertical_axis(gravity) is None, path)
+    solution._conserved_directions = tuple(
+        _conserved_directions(archive, key, vertical_axis(gravity), path)
         for key in ("linear", "angular"))
     return solution
 
@@ -463,14 +463,24 @@ def _read_solution(archive, header: dict, model: Model | None, path: Path) -> So
 _DRIVE_ARRAYS = ("position", "rate", "effort", "work")
 
 
-def _conserved_axes(archive, key: str, three_axes: bool, path) -> np.ndarray | None:
-    """The stored verdicts on the momentum components (None in files written without)."""
+def _conserved_directions(archive, key: str, vertical: np.ndarray | None, path
+                          ) -> np.ndarray | None:
+    """The stored bases of conserved momentum directions; files that hold per-axis verdicts
+    instead (``conserved_momenta``: x, y, z, or the vertical for the angular momentum under
+    gravity) give the axes found conserved; None in files written without either."""
+    name = f"conserved_directions.{key}"
+    if name in archive.files:
+        directions = _finite(_numbers(archive, name, path), name, path)
+        rows = directions.shape[0] if directions.ndim == 2 else -1
+        _shape(directions, (min(max(rows, 0), 3), 3), name, path)
+        return directions
     name = f"conserved_momenta.{key}"
     if name not in archive.files:
         return None
     verdicts = _numbers(archive, name, path).astype(bool)
-    _shape(verdicts, (3,) if key == "linear" or three_axes else (1,), name, path)
-    return verdicts
+    axes = np.eye(3) if key == "linear" or vertical is None else vertical[None, :]
+    _shape(verdicts, (axes.shape[0],), name, path)
+    return axes[verdicts]
 
 
 def _mapping(value, what: str, path) -> dict:

@@ -8,7 +8,7 @@ import numpy as np
 
 from mbs.errors import ModelError, UnknownNameError
 from mbs.model import Model
-from mbs.symmetry import conserved_axes, generic_states
+from mbs.symmetry import conserved_directions, generic_states
 
 #: A momentum below this fraction of the terms it is summed from is zero to round-off (the
 #: rounding of a sum of k terms is at most about k eps of their sizes).
@@ -362,30 +362,44 @@ class Solution:
                 f"max |E - E0 - W| / scale = "
                 f"{np.max(np.abs(self.energy_balance())) / scale:.3e}")
 
+    def conserved_directions(self, about=(0.0, 0.0, 0.0)
+                             ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Orthonormal bases (rows, shapes (k, 3) and (j, 3)) of the directions along which
+        the linear momentum, and about which (axes through ``about``) the angular momentum,
+        is a first integral of the model: its potential, constraints and applied forces are
+        invariant under that translation or rotation (:func:`mbs.symmetry.
+        conserved_directions`, checked at states of this run and generic neighbours). They
+        need not be world axes: under gravity along (0.6, 0, -0.8) the linear momentum is
+        conserved in the plane normal to it. (None, None) for models in other
+        coordinates."""
+        if not isinstance(self.model, Model):
+            return None, None
+        return self._directions(about, generic_states(self.model, self._symmetry_states()))
+
+    def _directions(self, about, states: list) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`conserved_directions` at the generic ``states`` of this run."""
+        return (conserved_directions(self.model, states, "translation"),
+                conserved_directions(self.model, states, "rotation", about))
+
     def conserved_momenta(self, about=(0.0, 0.0, 0.0)
                           ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Which components of the linear momentum (along x, y, z) and of the angular
         momentum about ``about`` (about x, y, z; under uniform gravity about the vertical
-        only) the model conserves: its potential, constraints and applied forces are
-        invariant under the translation or rotation (:mod:`mbs.symmetry`, checked at states
-        of this run and generic neighbours). (None, None) for models in other coordinates."""
-        if not isinstance(self.model, Model):
+        only) the model conserves: booleans, True where the axis lies among
+        :meth:`conserved_directions`. (None, None) for models in other coordinates."""
+        linear, angular = self.conserved_directions(about)
+        if linear is None:
             return None, None
-        return self._momenta_kept(about, generic_states(self.model, self._symmetry_states()))
-
-    def _momenta_kept(self, about, states: list) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`conserved_momenta` at the generic ``states`` of this run."""
         vertical = self._vertical()
-        return (conserved_axes(self.model, states, "translation"),
-                conserved_axes(self.model, states, "rotation", about,
-                               None if vertical is None else vertical[None, :]))
+        return (_contains(linear, np.eye(3)),
+                _contains(angular, np.eye(3) if vertical is None else vertical[None, :]))
 
     #: Joint points to the ground tried by :meth:`conservation_summary` besides the origin.
     SUMMARY_POINTS = 4
 
     def _summary_point(self) -> tuple[np.ndarray, tuple | None]:
         """The origin, or the first point of a joint to the ground about which more
-        components of the angular momentum are conserved; with :meth:`conserved_momenta`
+        components of the angular momentum are conserved; with :meth:`conserved_directions`
         about it (None for models in other coordinates)."""
         origin = np.zeros(3)
         if not isinstance(self.model, Model):
@@ -400,9 +414,9 @@ class Solution:
                 points.append(np.asarray(point, dtype=float))
         best = None
         for point in [origin, *points[:self.SUMMARY_POINTS]]:
-            momenta = self._momenta_kept(point, states)
-            if best is None or np.sum(momenta[1]) > np.sum(best[1][1]):
-                best = (point, momenta)
+            directions = self._directions(point, states)
+            if best is None or len(directions[1]) > len(best[1][1]):
+                best = (point, directions)
         return best
 
     def _vertical(self) -> np.ndarray | None:
@@ -441,12 +455,13 @@ class Solution:
             hints.append("user constraints")
         return list(dict.fromkeys(hints))
 
-    def _momentum_note(self, conserved: np.ndarray | None, angular: bool, about=None,
-                       axis_names: tuple[str, ...] = ("x", "y", "z")) -> str:
-        """Whether the momentum is conserved by this model (per axis where it differs), and
-        which elements usually break it where it is not. ``conserved`` comes from the
-        invariance check of :mod:`mbs.symmetry`; None (models in other coordinates): from
-        the element types alone."""
+    def _momentum_note(self, conserved: bool | None, angular: bool, about=None,
+                       lost: str | None = None) -> str:
+        """Whether the momentum is conserved by this model (``lost``: the directions along
+        which it is not, when it is along others), and which elements usually break it
+        where it is not. ``conserved`` comes from the invariance check of
+        :mod:`mbs.symmetry`; None (models in other coordinates): from the element types
+        alone."""
         hints = self._momentum_hints(angular, about)
         if conserved is None:
             blocking = [h for h in hints if h != "joints to the ground" or not angular]
@@ -456,16 +471,37 @@ class Solution:
                 return ("  (conserved when the joints to the ground allow turning about this "
                         "axis)")
             return "  (conserved by this model)"
-        if conserved.all():
-            return "  (conserved by this model)"
         why = (", ".join(hints) if hints
                else "the potential, constraints or forces are not invariant")
-        if not conserved.any():
+        if not conserved:
             return f"  (not conserved: {why})"
-        preposition = "about" if angular else "along"
-        kept = ", ".join(name for name, ok in zip(axis_names, conserved) if ok)
-        lost = ", ".join(name for name, ok in zip(axis_names, conserved) if not ok)
-        return f"  (conserved {preposition} {kept}; not {preposition} {lost}: {why})"
+        if lost is None:
+            return "  (conserved by this model)"
+        return f"  (conserved; not {lost}: {why})"
+
+    def _momentum_line(self, label: str, symbol: str, values: np.ndarray,
+                       directions: np.ndarray | None, angular: bool, about, scale: float
+                       ) -> str:
+        """The summary line of a momentum: its conserved components (all of them, the
+        vertical one of the angular momentum under gravity, or those along
+        ``directions``), their drift, and the note of :meth:`_momentum_note`."""
+        vertical = self._vertical() if angular else None
+        conserved, lost = None, None
+        if vertical is not None:
+            label = "vertical " + label
+            values = (values @ vertical)[:, None]
+            if directions is not None:
+                conserved = bool(_contains(directions, vertical[None, :])[0])
+        elif directions is not None:
+            conserved = len(directions) > 0
+            if 0 < len(directions) < 3:
+                basis, kept, lost = _named_directions(directions)
+                label += f" {kept}"
+                values = values @ basis.T
+        drift = self._drift(values, symbol, scale)
+        line = (f"{label}  {symbol}0 = {np.array2string(values[0], precision=8)}, {drift}"
+                if angular else f"{label}   {drift}")
+        return line + self._momentum_note(conserved, angular, about, lost)
 
     @staticmethod
     def _drift(values: np.ndarray, symbol: str, scale: float) -> str:
@@ -506,17 +542,11 @@ class Solution:
         # |E0|, unless it is small against the motion (a zero of the potential chosen near
         # the path): then the largest kinetic energy
         scale = abs(energy[0]) if abs(energy[0]) >= 0.5 * kinetic else max(kinetic, 1e-300)
-        angular = self.angular_momentum(about)
-        linear = self.linear_momentum()
-        vertical = self._vertical()
-        if vertical is not None:
-            angular_label = "vertical angular momentum"
-            angular = (angular @ vertical)[:, None]
-        else:
-            angular_label = "angular momentum"
+        label = "angular momentum"
         if np.any(np.asarray(about, dtype=float) != 0.0):
-            angular_label += f" about {np.array2string(np.asarray(about, dtype=float))}"
-        linear_kept, angular_kept = self.conserved_momenta(about) if momenta is None else momenta
+            label += f" about {np.array2string(np.asarray(about, dtype=float))}"
+        linear_kept, angular_kept = (self.conserved_directions(about) if momenta is None
+                                     else momenta)
         angular_scale, linear_scale = self._momentum_scales(about)
         res = self.constraint_residuals()
         props = self.solver_properties
@@ -526,11 +556,10 @@ class Solution:
             f"{self.stats.get('wall_time', float('nan')):.3f} s  mean Newton iterations "
             f"{np.mean(self.stats.get('newton_iterations', [np.nan])):.2f}",
             self._energy_line(energy, scale),
-            f"{angular_label}  J0 = {np.array2string(angular[0], precision=8)}, "
-            f"{self._drift(angular, 'J', angular_scale)}"
-            + self._momentum_note(angular_kept, True, about),
-            f"linear momentum   {self._drift(linear, 'L', linear_scale)}"
-            + self._momentum_note(linear_kept, False),
+            self._momentum_line(label, "J", self.angular_momentum(about), angular_kept, True,
+                                about, angular_scale),
+            self._momentum_line("linear momentum", "L", self.linear_momentum(), linear_kept,
+                                False, about, linear_scale),
             f"constraints       max |g(q_n)| = {np.max(res['position']):.3e}, max |G M^-1 "
             f"p_n| = {np.max(res['velocity']):.3e}",
             f"scheme enforces   {getattr(props, 'constraints_at_step_end', '?')}: max "
@@ -538,6 +567,37 @@ class Solution:
             f"{np.max(res['enforced_velocity'], initial=0):.3e} (velocity)",
         ]
         return "\n".join(lines)
+
+
+def _contains(directions: np.ndarray, axes: np.ndarray) -> np.ndarray:
+    """Booleans: whether each unit row of ``axes`` lies in the span of the orthonormal
+    rows ``directions`` (to 1e-6: the invariance check separates conserved directions from
+    broken ones by orders of magnitude)."""
+    inside = axes @ directions.T @ directions
+    return np.linalg.norm(axes - inside, axis=1) <= 1e-6
+
+
+def _direction_text(vector: np.ndarray) -> str:
+    """``(0.6, 0, -0.8)``: the unit vector with its largest component positive."""
+    vector = vector if vector[np.argmax(np.abs(vector))] > 0.0 else -vector
+    return "(" + ", ".join(f"{value:.4g}" if abs(value) > 1e-12 else "0"
+                           for value in vector) + ")"
+
+
+def _named_directions(directions: np.ndarray) -> tuple[np.ndarray, str, str]:
+    """(basis, kept, lost) of a conserved subspace of dimension 1 or 2: world axes where the
+    subspace is spanned by them ("along x, y" and "along z"), else the conserved vector
+    ("along (a, b, c)", "perpendicular to it") or the normal of a conserved plane
+    ("perpendicular to (a, b, c)", "along (a, b, c)")."""
+    names = np.array(["x", "y", "z"])
+    inside = _contains(directions, np.eye(3))
+    if inside.sum() == len(directions):
+        return (np.eye(3)[inside], "along " + ", ".join(names[inside]),
+                "along " + ", ".join(names[~inside]))
+    if len(directions) == 1:
+        return directions, f"along {_direction_text(directions[0])}", "perpendicular to it"
+    normal = _direction_text(np.cross(directions[0], directions[1]))
+    return directions, f"perpendicular to {normal}", f"along {normal}"
 
 
 def _without_alternation(values: np.ndarray) -> np.ndarray:

@@ -48,6 +48,33 @@ def generators(model: Model, q: np.ndarray, kind: str, about=(0.0, 0.0, 0.0),
     return xi.reshape(axes.shape[0], -1)
 
 
+def _products(model: Model, t: float, q: np.ndarray, p: np.ndarray, kind: str, about
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The invariance products at one state for the world axes, and their bounds.
+
+    The products are linear in the axis e (xi is), so the rows of ``products`` (rows, 3)
+    hold, per product, its values along x, y, z: grad V . xi, Q . xi (with applied forces)
+    and the rows of G xi (only on the constraints, see :func:`invariance_defects`).
+    ``row_bounds`` (rows,) are the norms of grad V, Q and of the rows of G, and
+    ``generator`` (3, n) the generators of the world axes, so that a product along a unit
+    e is bounded by row bound times |generator^T e|."""
+    generator = generators(model, q, kind, about)
+    gradient = model.potential_gradient(q)
+    products, bounds = [generator @ gradient], [np.linalg.norm(gradient)]
+    if model.has_applied_forces:
+        force = model.applied_force(t, q, model.apply_inverse_mass(p))
+        products.append(generator @ force)
+        bounds.append(np.linalg.norm(force))
+    rows = [np.vstack(products)]
+    if model.m and np.max(np.abs(model.constraints(q, t))) <= POSITION_TOLERANCE:
+        jacobian = model.constraint_jacobian(q, t)
+        rows.append(np.asarray(jacobian @ generator.T))  # (m, 3)
+        bounds.append(np.sqrt(np.asarray(
+            jacobian.multiply(jacobian).sum(axis=1)
+            if hasattr(jacobian, "multiply") else (jacobian**2).sum(axis=1))).ravel())
+    return np.vstack(rows), np.hstack([np.ravel(b) for b in bounds]), generator
+
+
 def _relative(products: np.ndarray, bound: np.ndarray) -> np.ndarray:
     """|products| / bound, 0 where the bound vanishes (nothing to break the symmetry)."""
     out = np.zeros_like(products)
@@ -65,26 +92,41 @@ def invariance_defects(model: Model, states: list[tuple[float, np.ndarray, np.nd
     The constraint products are taken only at states that satisfy the constraints to
     :data:`mbs.model.POSITION_TOLERANCE`: off the constraint manifold G xi picks up the
     residual (schemes such as GGL-VI A enforce g only between step ends)."""
-    worst = None
+    axes = np.eye(3) if axes is None else np.atleast_2d(np.asarray(axes, dtype=float))
+    worst = np.zeros(axes.shape[0])
     for t, q, p in states:
-        xi = generators(model, q, kind, about, axes)
-        size = np.linalg.norm(xi, axis=1)
-        gradient = model.potential_gradient(q)
-        defects = [_relative(xi @ gradient, size * np.linalg.norm(gradient))]
-        if model.has_applied_forces:
-            force = model.applied_force(t, q, model.apply_inverse_mass(p))
-            defects.append(_relative(xi @ force, size * np.linalg.norm(force)))
-        if model.m and np.max(np.abs(model.constraints(q, t))) <= POSITION_TOLERANCE:
-            jacobian = model.constraint_jacobian(q, t)
-            rows = np.asarray(jacobian @ xi.T)  # (m, axes)
-            row_norms = np.sqrt(np.asarray(
-                jacobian.multiply(jacobian).sum(axis=1)
-                if hasattr(jacobian, "multiply") else (jacobian**2).sum(axis=1))).ravel()
-            bound = row_norms[:, None] * size[None, :]
-            defects.append(_relative(rows, bound).max(axis=0))
-        state_worst = np.max(defects, axis=0)
-        worst = state_worst if worst is None else np.maximum(worst, state_worst)
+        products, row_bounds, generator = _products(model, t, q, p, kind, about)
+        sizes = np.linalg.norm(axes @ generator, axis=1)
+        defects = _relative(products @ axes.T, row_bounds[:, None] * sizes[None, :])
+        worst = np.maximum(worst, defects.max(axis=0))
     return worst
+
+
+def conserved_directions(model: Model, states: list[tuple[float, np.ndarray, np.ndarray]],
+                         kind: str, about=(0.0, 0.0, 0.0)) -> np.ndarray:
+    """An orthonormal basis (rows, shape (k, 3)) of the directions e whose momentum
+    component (linear along e, or angular about the axis e through ``about``) is a first
+    integral of the model, at ``states`` that should be generic (:func:`generic_states`).
+
+    The products at all states, each divided by its Cauchy-Schwarz bound over unit axes,
+    form a matrix A (rows, 3) with A e = 0 exactly for the symmetry directions; the basis
+    is the right singular vectors of A whose singular values are at most
+    :data:`INVARIANCE_TOLERANCE` (a singular value bounds every product along its vector).
+    The bound over unit axes uses the largest generator (spectral norm), so that A is
+    linear in e. The directions need not be world axes: under gravity along
+    (0.6, 0, -0.8), the linear momentum is conserved in the plane normal to it."""
+    scaled = []
+    for t, q, p in states:
+        products, row_bounds, generator = _products(model, t, q, p, kind, about)
+        bound = row_bounds * np.linalg.norm(generator, 2)
+        keep = bound > 0.0  # a vanishing bound leaves nothing to break the symmetry
+        scaled.append(products[keep] / bound[keep, None])
+    matrix = np.vstack(scaled + [np.zeros((0, 3))])
+    if matrix.shape[0] == 0:
+        return np.eye(3)
+    _, singular, right = np.linalg.svd(matrix)
+    singular = np.concatenate([singular, np.zeros(3 - singular.size)])
+    return right[singular <= INVARIANCE_TOLERANCE]
 
 
 def generic_states(model: Model, states: list[tuple[float, np.ndarray, np.ndarray]],

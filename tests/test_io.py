@@ -116,3 +116,29 @@ def test_vtk_time_series_opens_in_pyvista(tmp_path, top):
     assert "body_id" in last.cell_data and 0 in np.unique(last.cell_data["body_id"])
     first = pv.read(tmp_path / "vtk" / "top_frames" / "top_00000.vtp")
     assert not np.allclose(first.bounds, last.bounds)  # the top moved
+
+
+def test_conserved_directions_are_stored_and_older_verdicts_read(tmp_path):
+    """A free body under gravity along (0.6, 0, -0.8) conserves its linear momentum in the
+    plane normal to g: the directions survive saving, and a file holding per-axis verdicts
+    (conserved_momenta.*) instead reads as the axes found conserved."""
+    system = mbs.System(gravity=(5.886, 0.0, -7.848))
+    body = system.add(mbs.RigidBody(1.0, (1.0, 2.0, 2.5), name="free"))
+    body.set_state(velocity=(1.0, 2.0, 3.0), angular_velocity=(0.5, 0.0, 1.0))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.1)
+    path = mbs.save_solution(solution, tmp_path / "skewed.npz")
+    loaded = mbs.load_solution(path)
+    for stored, computed in zip(loaded.conserved_directions(), solution.conserved_directions()):
+        assert np.array_equal(stored, computed)
+    assert loaded.conservation_summary() == solution.conservation_summary()
+    assert "perpendicular to (-0.6, 0, 0.8)" in loaded.conservation_summary()
+
+    with np.load(path) as archive:
+        arrays = {name: archive[name] for name in archive.files
+                  if not name.startswith("conserved_directions.")}
+    arrays["conserved_momenta.linear"] = np.array([False, True, False])
+    arrays["conserved_momenta.angular"] = np.array([True])  # about the vertical
+    np.savez(tmp_path / "verdicts.npz", **arrays)
+    linear, angular = mbs.load_solution(tmp_path / "verdicts.npz").conserved_directions()
+    assert np.array_equal(linear, [[0.0, 1.0, 0.0]])
+    np.testing.assert_allclose(angular, [[-0.6, 0.0, 0.8]], atol=1e-15)
