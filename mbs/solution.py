@@ -374,7 +374,7 @@ class Solution:
         coordinates."""
         if not isinstance(self.model, Model):
             return None, None
-        return self._directions(about, generic_states(self.model, self._symmetry_states()))
+        return self._directions(about, self._check_states())
 
     def _directions(self, about, states: list) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`conserved_directions` at the generic ``states`` of this run."""
@@ -384,36 +384,48 @@ class Solution:
     def conserved_momenta(self, about=(0.0, 0.0, 0.0)
                           ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Which components of the linear momentum (along x, y, z) and of the angular
-        momentum about ``about`` (about x, y, z; under uniform gravity about the vertical
-        only) the model conserves: booleans, True where the axis lies among
-        :meth:`conserved_directions`. (None, None) for models in other coordinates."""
+        momentum about ``about`` (about the axes x, y, z through it) the model conserves:
+        booleans, True where the axis lies among :meth:`conserved_directions`. (None, None)
+        for models in other coordinates."""
         linear, angular = self.conserved_directions(about)
         if linear is None:
             return None, None
-        vertical = self._vertical()
-        return (_contains(linear, np.eye(3)),
-                _contains(angular, np.eye(3) if vertical is None else vertical[None, :]))
+        return _contains(linear, np.eye(3)), _contains(angular, np.eye(3))
 
-    #: Joint points to the ground tried by :meth:`conservation_summary` besides the origin.
-    SUMMARY_POINTS = 4
+    #: Candidate points tried by :meth:`conservation_summary` besides the origin.
+    SUMMARY_POINTS = 6
+
+    def _candidate_points(self) -> list[np.ndarray]:
+        """Points the angular momentum is naturally taken about: the ground points of joints
+        and forces (pivots, anchors of distance joints, springs and dampers) and the centres
+        of central gravity, each once."""
+        points = []
+        for element in (*self.model.joints, *self.model.forces):
+            data, bodies = element.data, tuple(element.bodies)
+            found = [data.get("center")]
+            if "ground" in bodies:
+                found.append(data.get("point"))
+                found += [data.get(key) for key, body in zip(("point_a", "point_b"), bodies)
+                          if body == "ground"]
+                if data.get("points") is not None and len(bodies) == 2:
+                    found.append(data["points"][bodies.index("ground")])
+            for point in found:
+                if point is not None and not any(np.array_equal(point, other)
+                                                 for other in points):
+                    points.append(np.asarray(point, dtype=float))
+        return points
 
     def _summary_point(self) -> tuple[np.ndarray, tuple | None]:
-        """The origin, or the first point of a joint to the ground about which more
-        components of the angular momentum are conserved; with :meth:`conserved_directions`
-        about it (None for models in other coordinates)."""
+        """The origin, or the first of :meth:`_candidate_points` about which more components
+        of the angular momentum are conserved; with :meth:`conserved_directions` about it
+        (None for models in other coordinates)."""
         origin = np.zeros(3)
         if not isinstance(self.model, Model):
             return origin, None
-        states = generic_states(self.model, self._symmetry_states())
-        bodies = {body.name for body in self.model.bodies}
-        points = []
-        for joint in self.model.joints:
-            point = joint.data.get("point")
-            if (point is not None and not set(joint.bodies) <= bodies
-                    and not any(np.array_equal(point, p) for p in [origin, *points])):
-                points.append(np.asarray(point, dtype=float))
+        states = self._check_states()
+        candidates = [p for p in self._candidate_points() if not np.array_equal(p, origin)]
         best = None
-        for point in [origin, *points[:self.SUMMARY_POINTS]]:
+        for point in [origin, *candidates[:self.SUMMARY_POINTS]]:
             directions = self._directions(point, states)
             if best is None or len(directions[1]) > len(best[1][1]):
                 best = (point, directions)
@@ -427,6 +439,19 @@ class Solution:
         index = np.unique(np.linspace(0, self.t.size - 1, min(count, self.t.size))
                           .round().astype(int))
         return [(float(self.t[k]), self.q[k], self.p[k]) for k in index]
+
+    #: Nodes at which applied forces are checked for invariance besides the generic states:
+    #: a load acting only in a window of the run must not escape the check.
+    FORCE_CHECK_NODES = 128
+
+    def _check_states(self) -> list[tuple[float, np.ndarray, np.ndarray]]:
+        """The states of the invariance check: generic neighbours of states spread over the
+        run (:func:`mbs.symmetry.generic_states`), and with applied forces
+        :attr:`FORCE_CHECK_NODES` further nodes."""
+        states = generic_states(self.model, self._symmetry_states())
+        if self.model.has_applied_forces:
+            states += self._symmetry_states(self.FORCE_CHECK_NODES)
+        return states
 
     def _momentum_hints(self, angular: bool, about) -> list[str]:
         """The elements that usually break a momentum: named when the invariance check
@@ -456,12 +481,12 @@ class Solution:
         return list(dict.fromkeys(hints))
 
     def _momentum_note(self, conserved: bool | None, angular: bool, about=None,
-                       lost: str | None = None) -> str:
+                       lost: str | None = None, constant: bool = False) -> str:
         """Whether the momentum is conserved by this model (``lost``: the directions along
         which it is not, when it is along others), and which elements usually break it
-        where it is not. ``conserved`` comes from the invariance check of
-        :mod:`mbs.symmetry`; None (models in other coordinates): from the element types
-        alone."""
+        where it is not (``constant``: though it stayed constant in this run). ``conserved``
+        comes from the invariance check of :mod:`mbs.symmetry`; None (models in other
+        coordinates): from the element types alone."""
         hints = self._momentum_hints(angular, about)
         if conserved is None:
             blocking = [h for h in hints if h != "joints to the ground" or not angular]
@@ -474,6 +499,8 @@ class Solution:
         why = (", ".join(hints) if hints
                else "the potential, constraints or forces are not invariant")
         if not conserved:
+            if constant:
+                return f"  (constant in this run, though no symmetry of the model keeps it: {why})"
             return f"  (not conserved: {why})"
         if lost is None:
             return "  (conserved by this model)"
@@ -482,38 +509,40 @@ class Solution:
     def _momentum_line(self, label: str, symbol: str, values: np.ndarray,
                        directions: np.ndarray | None, angular: bool, about, scale: float
                        ) -> str:
-        """The summary line of a momentum: its conserved components (all of them, the
-        vertical one of the angular momentum under gravity, or those along
-        ``directions``), their drift, and the note of :meth:`_momentum_note`."""
-        vertical = self._vertical() if angular else None
+        """The summary line of a momentum: its conserved components (all of them, or those
+        along ``directions``, named; the angular momentum about the vertical is called
+        vertical), their drift, and the note of :meth:`_momentum_note`."""
         conserved, lost = None, None
-        if vertical is not None:
-            label = "vertical " + label
-            values = (values @ vertical)[:, None]
-            if directions is not None:
-                conserved = bool(_contains(directions, vertical[None, :])[0])
-        elif directions is not None:
+        if directions is not None:
             conserved = len(directions) > 0
-            if 0 < len(directions) < 3:
-                basis, kept, lost = _named_directions(directions)
-                label += f" {kept}"
+            vertical = self._vertical()
+            if (angular and vertical is not None and len(directions) == 1
+                    and _contains(directions, vertical[None, :])[0]):
+                label = "vertical " + label
+                values = (values @ vertical)[:, None]
+            elif 0 < len(directions) < 3:
+                basis, names, lost = _named_directions(directions)
+                label += f" along {names}"
                 values = values @ basis.T
-        drift = self._drift(values, symbol, scale)
+        drift, constant = self._drift(values, symbol, scale)
         line = (f"{label}  {symbol}0 = {np.array2string(values[0], precision=8)}, {drift}"
                 if angular else f"{label}   {drift}")
-        return line + self._momentum_note(conserved, angular, about, lost)
+        return line + self._momentum_note(conserved, angular, about, lost, constant)
 
     @staticmethod
-    def _drift(values: np.ndarray, symbol: str, scale: float) -> str:
+    def _drift(values: np.ndarray, symbol: str, scale: float) -> tuple[str, bool]:
         """max |X - X0| relative to max |X|, unless X is zero to round-off throughout:
         ``scale`` bounds the size of the terms X is summed from, so that |X| below
-        :data:`ROUNDOFF_SIZE` times it is cancellation, not a momentum."""
+        :data:`ROUNDOFF_SIZE` times it is cancellation, not a momentum. With whether X
+        stayed constant to that round-off."""
         change = float(np.max(np.linalg.norm(values - values[0], axis=1)))
         size = float(np.max(np.linalg.norm(values, axis=1)))
+        constant = change <= ROUNDOFF_SIZE * scale
         if size <= ROUNDOFF_SIZE * scale:
             return (f"{symbol} = 0 throughout (to round-off: max |{symbol}| = {size:.1e} of "
-                    f"terms up to {scale:.1e})" if size > 0.0 else f"{symbol} = 0 throughout")
-        return f"max |{symbol} - {symbol}0| / max |{symbol}| = {change / size:.3e}"
+                    f"terms up to {scale:.1e})" if size > 0.0 else f"{symbol} = 0 throughout",
+                    constant)
+        return f"max |{symbol} - {symbol}0| / max |{symbol}| = {change / size:.3e}", constant
 
     def _momentum_scales(self, about) -> tuple[float, float]:
         """Upper bounds of the terms the angular and linear momenta are summed from: the
@@ -531,9 +560,15 @@ class Solution:
         the quantity, absolute where it is zero throughout.
 
         ``about`` is the point the angular momentum is taken about. By default the origin,
-        or the point of a joint to the ground about which the model conserves more of it
-        (the pivot of a top placed away from the origin); the line names a point other than
-        the origin."""
+        or a ground point of a joint or force, or a centre of central gravity, about which
+        the model conserves more of it (the pivot of a top placed away from the origin, the
+        anchor of a pendulum's rod or of a spring); the line names a point other than the
+        origin.
+
+        Where only some directions are conserved (:meth:`conserved_directions`), the line
+        names them ("along x, y", "along (0.7071, 0.7071, 0)") and prints the components and
+        the drift along them only; a momentum that no symmetry conserves but that stayed
+        constant to round-off in this run says so."""
         momenta = None
         if about is None:
             about, momenta = self._summary_point()
@@ -577,28 +612,42 @@ def _contains(directions: np.ndarray, axes: np.ndarray) -> np.ndarray:
     return np.linalg.norm(axes - inside, axis=1) <= 1e-6
 
 
+def _oriented(vector: np.ndarray) -> np.ndarray:
+    """The unit vector or its opposite, whichever has its largest component positive."""
+    return vector if vector[np.argmax(np.abs(vector))] > 0.0 else -vector
+
+
 def _direction_text(vector: np.ndarray) -> str:
-    """``(0.6, 0, -0.8)``: the unit vector with its largest component positive."""
-    vector = vector if vector[np.argmax(np.abs(vector))] > 0.0 else -vector
+    """``y`` for a world axis, ``(0.6, 0, -0.8)`` for other unit vectors."""
+    for name, axis in zip("xyz", np.eye(3)):
+        if np.linalg.norm(vector - axis) <= 1e-9:
+            return name
     return "(" + ", ".join(f"{value:.4g}" if abs(value) > 1e-12 else "0"
                            for value in vector) + ")"
 
 
 def _named_directions(directions: np.ndarray) -> tuple[np.ndarray, str, str]:
-    """(basis, kept, lost) of a conserved subspace of dimension 1 or 2: world axes where the
-    subspace is spanned by them ("along x, y" and "along z"), else the conserved vector
-    ("along (a, b, c)", "perpendicular to it") or the normal of a conserved plane
-    ("perpendicular to (a, b, c)", "along (a, b, c)")."""
+    """(basis, names, lost) of a conserved subspace of dimension 1 or 2: the basis the
+    components are printed in (rows, each with its largest component positive), its names
+    ("x, y", "(0.7071, 0.7071, 0)", "y, (0.8, 0, 0.6)") and the directions not conserved.
+    World axes are used where they span the subspace; a plane gets the world axis closest
+    to it (projected onto it) and the direction normal to that in the plane."""
     names = np.array(["x", "y", "z"])
     inside = _contains(directions, np.eye(3))
     if inside.sum() == len(directions):
-        return (np.eye(3)[inside], "along " + ", ".join(names[inside]),
+        return (np.eye(3)[inside], ", ".join(names[inside]),
                 "along " + ", ".join(names[~inside]))
     if len(directions) == 1:
-        return directions, f"along {_direction_text(directions[0])}", "perpendicular to it"
-    normal = _direction_text(np.cross(directions[0], directions[1]))
-    return directions, f"perpendicular to {normal}", f"along {normal}"
-
+        vector = _oriented(directions[0])
+        return vector[None, :], _direction_text(vector), "perpendicular to it"
+    normal = _oriented(np.cross(directions[0], directions[1]))
+    closest = int(np.argmin(np.abs(normal)))
+    first = np.eye(3)[closest] - normal[closest] * normal
+    first = _oriented(first / np.linalg.norm(first))
+    second = _oriented(np.cross(normal, first))
+    return (np.array([first, second]),
+            f"{_direction_text(first)}, {_direction_text(second)}",
+            f"along {_direction_text(normal)}")
 
 def _without_alternation(values: np.ndarray) -> np.ndarray:
     """The centred average (v_{n-1} + 2 v_n + v_{n+1}) / 4 of a sequence along the steps:

@@ -86,16 +86,20 @@ def test_central_gravity_conserves_angular_momentum_about_its_centre_only():
     assert text.splitlines()[2].endswith("(conserved by this model)")
     # about the origin the torque is x x F = c x F (F is along x - c): only the component
     # along c is a first integral
+    along_center = about_origin @ center / np.linalg.norm(center)
+    assert np.abs(along_center - along_center[0]).max() <= 1e-12 * np.abs(about_origin).max()
     _, about_origin_kept = solution.conserved_directions()
     np.testing.assert_allclose(np.abs(about_origin_kept), [np.abs(center)
                                                            / np.linalg.norm(center)],
                                atol=1e-9)
-    line = solution.conservation_summary().splitlines()[2]
-    assert line.startswith("angular momentum along (0.4364, 0.8729, -0.2182)")
+    assert solution.conservation_summary().splitlines()[2].startswith(
+        "angular momentum about [ 1.   2.  -0.5]  J0 = ")  # the centre is tried by default
+    line = solution.conservation_summary(about=(0.0, 0.0, 0.0)).splitlines()[2]
+    assert line.startswith("angular momentum along (0.4364, 0.8729, -0.2182)  J0 = [")
+    printed = float(line.split("J0 = [")[1].split("]")[0])
+    assert printed == pytest.approx(along_center[0], rel=1e-7)
     assert line.endswith("(conserved; not perpendicular to it: central gravity about another "
                          "centre)")
-    along_center = about_origin @ center / np.linalg.norm(center)
-    assert np.abs(along_center - along_center[0]).max() <= 1e-12 * np.abs(about_origin).max()
     assert "central gravity" in text.splitlines()[3]
 
 
@@ -135,13 +139,16 @@ def test_skewed_gravity_keeps_the_momentum_normal_to_it():
     np.testing.assert_allclose(linear @ gravity, 0.0, atol=1e-9)
     np.testing.assert_allclose(np.abs(angular), [[0.6, 0.0, 0.8]], atol=1e-9)
     kept_linear, kept_angular = solution.conserved_momenta()
-    assert kept_linear.tolist() == [False, True, False] and kept_angular.tolist() == [True]
+    assert kept_linear.tolist() == [False, True, False]
+    assert not kept_angular.any()  # about the vertical only, which is no world axis
     momentum = solution.linear_momentum()
     horizontal = momentum @ linear.T
     assert np.abs(horizontal - horizontal[0]).max() <= 1e-10 * np.abs(momentum).max()
     assert np.abs(momentum[-1] - momentum[0]).max() > 0.1  # gravity acts along g
+    assert solution.conservation_summary().splitlines()[2].startswith(
+        "vertical angular momentum  J0 = ")
     line = solution.conservation_summary().splitlines()[3]
-    assert line.startswith("linear momentum perpendicular to (-0.6, 0, 0.8)   max |L - L0|")
+    assert line.startswith("linear momentum along y, (0.8, 0, 0.6)   max |L - L0|")
     assert line.endswith("(conserved; not along (-0.6, 0, 0.8): gravity)")
     assert float(line.split("= ")[1].split()[0]) <= 1e-10
 
@@ -184,7 +191,10 @@ def test_a_spring_to_the_ground_keeps_the_momentum_about_its_anchor():
     assert invariance_defects(model, states, "rotation").max() > 1e-3
     assert solution.conservation_summary(about=anchor).splitlines()[2].endswith(
         "(conserved by this model)")
-    assert "forces from the ground" in solution.conservation_summary().splitlines()[2]
+    assert solution.conservation_summary().splitlines()[2].startswith(
+        "angular momentum about [0.  0.5 0. ]")  # the anchor is tried by default
+    assert "forces from the ground" in solution.conservation_summary(
+        about=(0.0, 0.0, 0.0)).splitlines()[2]
 
 
 @pytest.mark.parametrize("name", ["heavy_top", "dzhanibekov", "four_particle", "chain",
@@ -241,3 +251,87 @@ def test_an_unconstrained_pair_keeps_both_momenta():
     lines = solution.conservation_summary().splitlines()
     assert lines[2].endswith("(conserved by this model)")
     assert lines[3].endswith("(conserved by this model)")
+
+
+def test_a_load_acting_between_the_checked_instants_breaks_the_momentum():
+    """A force along f = (0.6, 0, -0.8) acting only for 0.30 < t < 0.40 of a 1.5 s run on a
+    free body: its linear momentum along f changes by the impulse 5 f (kg m/s), so only the
+    components normal to f, and the angular momentum along f (torque x x F is normal to F),
+    are first integrals."""
+    force = np.array([0.6, 0.0, -0.8])
+    system = mbs.System()
+    body = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.3, ly=0.2, lz=0.1,
+                                               name="b"))
+    body.set_state(position=(0.2, 0.1, 0.0), velocity=(0.1, 0.2, 0.3),
+                   angular_velocity=(1.0, 2.0, 3.0))
+    system.add(mbs.forces.Load(body, force=lambda t: (50.0 if 0.30 < t < 0.40 else 0.0)
+                               * force))
+    solution = mbs.simulate(system.compile(), "em", h=0.005, t_end=1.5)
+    momentum = solution.linear_momentum()
+    assert (momentum[-1] - momentum[0]) @ force == pytest.approx(5.0, rel=0.05)
+    linear, angular = solution.conserved_directions()
+    assert linear.shape == (2, 3)
+    np.testing.assert_allclose(linear @ force, 0.0, atol=1e-9)
+    np.testing.assert_allclose(np.abs(angular), [np.abs(force)], atol=1e-9)
+    lines = solution.conservation_summary().splitlines()
+    assert lines[2].endswith("(conserved; not perpendicular to it: loads)")
+    assert lines[3].endswith("(conserved; not along (-0.6, 0, 0.8): loads)")
+
+
+@pytest.mark.parametrize("t_end", [0.5, 1.5])
+def test_the_printed_components_are_along_the_named_directions(t_end):
+    """J0 printed for one conserved direction is J . e for the e named in the line, with
+    the sign of the named vector, whatever the run length (the basis of the null space
+    comes with an arbitrary sign)."""
+    axis = np.array([1.0, 1.0, 0.0]) / np.sqrt(2.0)
+    system = mbs.System()
+    rotor = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.4, ly=0.2, lz=0.1,
+                                                name="rotor"))
+    position = np.array([0.1, -0.1, 0.05])
+    rotor.set_state(position=position, velocity=np.cross(-5.0 * axis, position),
+                    angular_velocity=-5.0 * axis)
+    system.add(mbs.joints.Revolute(system.ground, rotor, point=(0.0, 0.0, 0.0), axis=axis))
+    solution = mbs.simulate(system.compile(), "em", h=0.005, t_end=t_end)
+    line = solution.conservation_summary().splitlines()[2]
+    assert line.startswith("angular momentum along (0.7071, 0.7071, 0)  J0 = [")
+    printed = float(line.split("J0 = [")[1].split("]")[0])
+    assert printed == pytest.approx(solution.angular_momentum()[0] @ axis, rel=1e-7)
+    assert printed < 0.0
+
+
+def test_a_wheel_balanced_on_a_horizontal_axle_keeps_its_spin_under_gravity():
+    """A box on a revolute about x through its centre of mass c, gravity -z: gravity has no
+    moment about the axle, so J_x about c is a first integral (gravity does not restrict
+    the conserved axes to the vertical); L = 0 throughout is constant without a symmetry."""
+    center = np.array([0.0, 0.5, 0.2])
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    wheel = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.1, ly=0.4, lz=0.3,
+                                                name="wheel"))
+    wheel.set_state(position=center, rotation=mbs.rotation_about_x(0.3),
+                    angular_velocity=(5.0, 0.0, 0.0))
+    system.add(mbs.joints.Revolute(system.ground, wheel, point=center, axis=(1.0, 0.0, 0.0)))
+    solution = mbs.simulate(system.compile(), "em", h=0.005, t_end=1.0)
+    assert solution.conserved_momenta(about=center)[1].tolist() == [True, False, False]
+    lines = solution.conservation_summary().splitlines()
+    assert lines[2].startswith("angular momentum about [0.  0.5 0.2] along x  J0 = [")
+    assert lines[2].endswith("(conserved; not along y, z: joints to the ground)")
+    spin = solution.angular_momentum(center)[:, 0]
+    assert np.abs(spin - spin[0]).max() <= 1e-12 * abs(spin[0])
+    assert lines[3].startswith("linear momentum   L = 0 throughout")
+    assert lines[3].endswith("(constant in this run, though no symmetry of the model keeps "
+                             "it: joints to the ground, gravity)")
+
+
+def test_the_anchor_of_a_distance_joint_is_tried_as_the_reference_point():
+    """A spherical pendulum on a Distance joint to the ground at a = (1, 0.5, 2) under
+    gravity -z: its angular momentum about the vertical through a is a first integral; the
+    summary finds a without being told."""
+    anchor = np.array([1.0, 0.5, 2.0])
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=anchor + np.array([0.6, 0.0, -0.8]), velocity=(0.0, 1.2, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=1.0, point_a=anchor))
+    solution = mbs.simulate(system.compile(), "em", h=0.005, t_end=1.0)
+    line = solution.conservation_summary().splitlines()[2]
+    assert line.startswith("vertical angular momentum about [1.  0.5 2. ]  J0 = [0.72]")
+    assert line.endswith("(conserved by this model)")
