@@ -251,8 +251,7 @@ JOINT_COORDINATES = {"Revolute": ("angle",), "Cylindrical": ("angle", "displacem
 def _joint_coordinates(system: System, context: BuildContext) -> dict:
     """name -> {kind: term} of the joints with an axis coordinate (see
     :meth:`mbs.model.Model.joint_coordinate`)."""
-    kinds = {"angle": "angle", "displacement": "slide"}
-    return {joint.name: {kind: joint_effort_term(joint, context, None, joint.name, kinds[kind])
+    return {joint.name: {kind: joint_effort_term(joint, context, None, joint.name, kind)
                          for kind in JOINT_COORDINATES[type(joint).__name__]}
             for joint in system.joints if type(joint).__name__ in JOINT_COORDINATES}
 

@@ -76,8 +76,8 @@ class EnsembleSolution:
 
 
 def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
-                      solver: str | Solver = "em", tolerance: float = 1e-12,
-                      max_iterations: int = 25, backend: str = "auto",
+                      solver: str | Solver = "em", tolerance: float | None = None,
+                      max_iterations: int | None = None, backend: str = "auto",
                       predictor_correction: int | None = 6, **solver_options
                       ) -> EnsembleSolution:
     """Integrate K members of ``model`` from K initial states.
@@ -104,9 +104,10 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
         "em" (default) or any scheme :func:`mbs.simulate` accepts; ``**solver_options`` as
         there, plus ``on_failure`` and ``max_refinements`` of :func:`mbs.simulate`.
     tolerance, max_iterations
-        Newton stopping rule of the batched kernel, as :class:`mbs.solvers.NewtonOptions`
-        (relative increment of q and p of every member); members run one by one use their
-        solver's ``newton`` options.
+        Newton stopping rule, as :class:`mbs.solvers.NewtonOptions` (relative increment of q
+        and p of every member). The batched kernel's defaults are 1e-12 and 25; members run
+        one by one take them as the solver's ``newton`` options (default: the solver's
+        own), which a solver instance must carry itself (an error otherwise).
     backend : {"auto", "numba", "numpy"}
         "numba": the batched kernel (parallel over blocks of members); "numpy": every member
         through the numpy path of :func:`mbs.simulate` (batched numpy kernels would be no
@@ -139,8 +140,9 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     if isinstance(model, LieGroupModel):
         # Lie-group members run one by one; their states are the director model's
         q0, p0 = _initial_arrays(model.director_model, initial_states)
-        return _member_by_member(model, q0, p0, h, t_end,
-                                 "vrkmk" if solver == "em" else solver, solver_options)
+        solver = "vrkmk" if solver == "em" else solver
+        return _member_by_member(model, q0, p0, h, t_end, solver, _with_newton(
+            solver, solver_options, tolerance, max_iterations))
     q0, p0 = _initial_arrays(model, initial_states)
     if backend not in ("auto", "numba", "numpy", "compiled"):
         raise ModelError(f"simulate_ensemble: backend must be 'auto', 'numba' or 'numpy', "
@@ -156,7 +158,8 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     if batched is None:
         if backend == "numba" and isinstance(solver, str):
             solver_options.setdefault("backend", "compiled")
-        return _member_by_member(model, q0, p0, h, t_end, solver, solver_options)
+        return _member_by_member(model, q0, p0, h, t_end, solver, _with_newton(
+            solver, solver_options, tolerance, max_iterations))
     steps = max(1, int(round(t_end / h)))
     count, n = q0.shape
     if predictor_correction is not None and (
@@ -165,7 +168,8 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
             or not 0 <= predictor_correction <= MAX_CORRECTION_DEGREE):
         raise ModelError(f"simulate_ensemble: predictor_correction must be None or an integer "
                          f"0 .. {MAX_CORRECTION_DEGREE}, got {predictor_correction!r}")
-    kernel = _BatchedRun(batched, tolerance, max_iterations, predictor_correction)
+    kernel = _BatchedRun(batched, 1e-12 if tolerance is None else tolerance,
+                         25 if max_iterations is None else max_iterations, predictor_correction)
     q = np.empty((count, steps + 1, n))
     p = np.empty((count, steps + 1, n))
     q[:, 0], p[:, 0] = q0, p0
@@ -214,6 +218,24 @@ _RUN_OPTIONS = ("on_failure", "max_refinements")
 #: Options of mbs.simulate that an ensemble does not take.
 _SINGLE_RUN_OPTIONS = ("t_start", "initial_state", "project", "output", "resume",
                        "flush_every")
+
+
+def _with_newton(solver: str | Solver, solver_options: dict, tolerance: float | None,
+                 max_iterations: int | None) -> dict:
+    """``solver_options`` with the ensemble's Newton settings, where given, as the members'
+    ``newton`` options."""
+    given = {key: value for key, value in (("tolerance", tolerance),
+                                           ("max_iterations", max_iterations))
+             if value is not None}
+    if not given:
+        return solver_options
+    if not isinstance(solver, str):
+        raise ModelError(f"simulate_ensemble: {', '.join(given)} cannot reach a solver given "
+                         f"as an instance; set newton=NewtonOptions(...) when creating it")
+    if "newton" in solver_options:
+        raise ModelError(f"simulate_ensemble: give either {', '.join(given)} or newton=, "
+                         f"not both")
+    return {**solver_options, "newton": NewtonOptions(**given)}
 
 
 def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_end: float,

@@ -75,6 +75,11 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
     h : float
         Step size (> 0). The number of steps is round((t_end - t_start) / h); a warning is
         given if that does not reach t_end exactly.
+    t_end : float
+        End of the run (> ``t_start``).
+    t_start : float
+        Time of the initial state (default 0); time-dependent loads and drives are
+        evaluated at absolute times t_start + k h.
     project : bool
         Project an inconsistent initial state (set on the bodies or given as
         ``initial_state``) onto the constraints (otherwise an error, or for
@@ -103,6 +108,9 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
     output : str, optional
         Stream completed steps to this directory (or to ``name.npz``, packed at the end),
         flushing every ``flush_every`` steps; see :mod:`mbs.streaming`.
+    flush_every : int
+        Steps between flushes of a stream (default 100): a crash or interruption loses at
+        most the steps since the last flush, and a resumed run starts after it.
     resume : str, optional
         Continue the stream at this path from its last flushed step (same model, solver and
         h) up to ``t_end``; further steps are appended to it.

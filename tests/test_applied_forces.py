@@ -464,3 +464,22 @@ def test_a_motor_law_with_a_wrapped_error_tracks_several_turns_without_warning()
     damped = np.sqrt(396.0)
     lag = 20.0 / damped * np.exp(-2.0 * t) * np.sin(damped * t)
     assert np.abs(20.0 * t - angle - lag).max() < 2e-3
+
+
+def test_unnamed_joint_elements_are_named_by_their_category():
+    """Unnamed elements are called <category><k> (body, joint, force, drive): actuators and
+    dampers on a joint are forces like torsion springs, and a drive is a drive."""
+    system = mbs.System()
+    disc = system.add(mbs.RigidBody(1.0, (1.0, 1.0, 1.0)))
+    hinge = system.add(mbs.joints.Revolute(system.ground, disc, point=(0.0, 0.0, 0.0),
+                                           axis=(0.0, 0.0, 1.0)))
+    slider = system.add(mbs.RigidBody(1.0, (1.0, 1.0, 1.0)))
+    guide = system.add(mbs.joints.Prismatic(system.ground, slider, point=(0.0, 0.0, 0.0),
+                                            axis=(1.0, 0.0, 0.0)))
+    names = [system.add(element).name for element in (
+        mbs.forces.JointTorque(hinge, 1.0), mbs.forces.JointDamper(hinge, 0.5),
+        mbs.forces.JointForce(guide, 1.0), mbs.forces.TorsionSpring(hinge, 2.0),
+        mbs.joints.Drive(guide, lambda t: 0.1 * t))]
+    assert [disc.name, hinge.name, slider.name, guide.name] == ["body1", "joint1", "body2",
+                                                                "joint2"]
+    assert names == ["force1", "force2", "force3", "force4", "drive1"]

@@ -311,6 +311,26 @@ def test_ensembles_of_every_scheme_are_the_single_runs(top, scheme):
         np.testing.assert_array_equal(ensemble.p[k], single.p)
 
 
+def test_newton_settings_of_an_ensemble_reach_members_run_one_by_one(top):
+    """tolerance= and max_iterations= of the ensemble are the members' Newton options when
+    they run one by one (here hbvm): each member is bitwise the single run with
+    newton=NewtonOptions(tolerance=1e-4, ...), which stops earlier than the default
+    tolerance and so differs from it; an instance cannot take them."""
+    q0, p0 = rotated_states(top, 2)
+    loose = mbs.solvers.NewtonOptions(tolerance=1e-4, max_iterations=30)
+    ensemble = mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, solver="hbvm",
+                                     tolerance=1e-4, max_iterations=30)
+    for k in range(2):
+        single = mbs.simulate(top, "hbvm", h=2e-3, t_end=0.02, newton=loose,
+                              initial_state=(q0[k], p0[k]))
+        np.testing.assert_array_equal(ensemble.q[k], single.q)
+        default = mbs.simulate(top, "hbvm", h=2e-3, t_end=0.02, initial_state=(q0[k], p0[k]))
+        assert not np.array_equal(ensemble.q[k], default.q)
+    with pytest.raises(mbs.ModelError, match="newton=NewtonOptions"):
+        mbs.simulate_ensemble(top, (q0, p0), h=2e-3, t_end=0.02, tolerance=1e-4,
+                              solver=mbs.solvers.make_solver("hbvm"))
+
+
 @pytest.mark.skipif(not compiled.available(), reason="numba not installed")
 @pytest.mark.parametrize("scheme", ["lobatto"])
 def test_compiled_members_on_threads_are_the_single_runs(top, scheme):

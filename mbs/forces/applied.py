@@ -549,8 +549,8 @@ def joint_damper_term(joint, context, damping: float, name: str) -> AppliedTerm:
     """The applied term of viscous damping of ``joint``'s relative motion about its axis
     (revolute, cylindrical) or along it (prismatic): :class:`JointDamper`, ``damping=`` of
     joints and torsion springs."""
-    kind = "slide" if type(joint).__name__ == "Prismatic" else "angle"
-    return joint_effort_term(joint, context, _damping_law(damping), name, kind)
+    coordinate = "displacement" if type(joint).__name__ == "Prismatic" else "angle"
+    return joint_effort_term(joint, context, _damping_law(damping), name, coordinate)
 
 
 def _coordinates(context, *bodies: Body) -> np.ndarray:
@@ -663,9 +663,9 @@ class _SlideTerm(_EffortTerm):
                 + rate_slope[:, None, None] * row[:, :, None] * rate_gradient[:, None, :])
 
 
-def joint_effort_term(joint, context, law, name: str, kind: str) -> AppliedTerm:
-    """The applied term of an effort on ``joint``'s rotation ("angle") or translation
-    ("slide") about/along its axis."""
+def joint_effort_term(joint, context, law, name: str, coordinate: str) -> AppliedTerm:
+    """The applied term of an effort on ``joint``'s rotation (``coordinate`` "angle") or
+    translation ("displacement") about/along its axis."""
     body_a, body_b = joint.body_a, joint.body_b
     local = LocalCoordinates(_coordinates(context, body_a, body_b))
     axis = local.affine(context.vector(body_a, joint.axis))
@@ -681,7 +681,7 @@ def joint_effort_term(joint, context, law, name: str, kind: str) -> AppliedTerm:
         return tuple(None if state is None else
                      _body_states(state[0], state[1], q[None], v[None])[0] for state in states)
 
-    if kind == "slide":
+    if coordinate == "displacement":
         relative = local.affine(context.point(body_b, joint.point)
                                 - context.point(body_a, joint.point))
         return _SlideTerm(name, local, law, axis, relative, bodies)
@@ -695,12 +695,12 @@ def joint_effort_term(joint, context, law, name: str, kind: str) -> AppliedTerm:
 class _JointEffort(JointElement):
     """Common parts of the joint actuators and dampers."""
 
-    kinds: dict = {}  # joint type name -> "angle" or "slide"
+    coordinates: dict = {}  # joint type name -> "angle" or "displacement"
     what = "effort"
 
     def __init__(self, joint, name: str | None):
         super().__init__(name)
-        self.kind = self._attach(joint, self.kinds,
+        self.coordinate = self._attach(joint, self.coordinates,
                                  f"use a Load for a {self.what} on a body instead")
 
     def terms(self, context):
@@ -719,13 +719,13 @@ class _JointActuator(_JointEffort):
 
     def applied_terms(self, context):
         law = _user_law(getattr(self, self.what))
-        return [joint_effort_term(self.joint, context, law, self.name, self.kind)]
+        return [joint_effort_term(self.joint, context, law, self.name, self.coordinate)]
 
     @property
     def reads_joint_angle(self) -> bool:
         """Whether the law is a function of the joint angle (which it receives wrapped into
         (-pi, pi])."""
-        return self.kind == "angle" and getattr(self, self.what).uses_state
+        return self.coordinate == "angle" and getattr(self, self.what).uses_state
 
 
 class JointTorque(_JointActuator):
@@ -736,7 +736,7 @@ class JointTorque(_JointActuator):
     the ground) and body_b at their centres of mass, for control laws that read the bodies'
     attitude (a reaction wheel's torque from the satellite's rotation)."""
 
-    kinds = {"Revolute": "angle", "Cylindrical": "angle"}
+    coordinates = {"Revolute": "angle", "Cylindrical": "angle"}
     what, state_names = "torque", "angle, rate | bodies"
 
     def __init__(self, joint, torque, name: str | None = None):
@@ -748,7 +748,7 @@ class JointForce(_JointActuator):
     opposite on body_a). ``force`` is a number, f(t), f(t, displacement, rate) or
     f(t, displacement, rate, bodies) (see :class:`JointTorque`)."""
 
-    kinds = {"Prismatic": "slide", "Cylindrical": "slide"}
+    coordinates = {"Prismatic": "displacement", "Cylindrical": "displacement"}
     what, state_names = "force", "displacement, rate | bodies"
 
     def __init__(self, joint, force, name: str | None = None):
@@ -761,7 +761,7 @@ class JointDamper(_JointEffort):
     created by ``damping=`` of :class:`~mbs.joints.Revolute` and
     :class:`~mbs.joints.Prismatic`."""
 
-    kinds = {"Revolute": "angle", "Cylindrical": "angle", "Prismatic": "slide"}
+    coordinates = {"Revolute": "angle", "Cylindrical": "angle", "Prismatic": "displacement"}
     what = "damping"
 
     def __init__(self, joint, damping: float, name: str | None = None):

@@ -121,20 +121,20 @@ class JointElement(Force):
     """A force acting across a joint, on its two bodies (actuators, dampers, torsion
     springs); :meth:`_attach` checks the joint's type."""
 
-    def _attach(self, joint, kinds: dict, instead: str):
+    def _attach(self, joint, coordinates: dict, instead: str):
         """Keep ``joint`` (and ``owner``, the element's name for messages) and return
-        ``kinds[joint type name]``; a joint of another type is an error suggesting
-        ``instead``."""
+        ``coordinates[joint type name]``, the joint coordinate the element acts on ("angle"
+        or "displacement"); a joint of another type is an error suggesting ``instead``."""
         owner = self.owner = f"{type(self).__name__} {self.name!r}"
         if not isinstance(joint, Joint):
             raise ModelTypeError(f"{owner}: joint must be a joint, got {joint!r}")
-        kind = kinds.get(type(joint).__name__)
-        if kind is None:
+        coordinate = coordinates.get(type(joint).__name__)
+        if coordinate is None:
             raise ModelError(f"{owner}: a {type(self).__name__} acts on "
-                             f"{' or '.join(sorted(kinds))} joints, got "
+                             f"{' or '.join(sorted(coordinates))} joints, got "
                              f"{type(joint).__name__} {joint.name!r}; {instead}")
         self.joint = joint
-        return kind
+        return coordinate
 
     def bodies_acted_on(self):
         return list(self.joint.bodies)

@@ -56,6 +56,7 @@ class Drive(UserConstraint):
     :meth:`mbs.Solution.drive`); ``Solution.work`` includes the drives' work.
     """
 
+    kind = "drive"  # unnamed drives are called drive1, drive2, ...
     time_dependent = True
 
     def __init__(self, joint: Joint, position, rate: Callable | None = None,

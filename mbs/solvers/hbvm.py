@@ -345,26 +345,26 @@ class HBVM(Solver):
         return gamma
 
     # -- step ---------------------------------------------------------------------------------
-    def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+    def step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
         self._time = t
         model, work = self.model, 0.0
-        v0 = np.asarray(model.apply_inverse_mass(p0)).ravel()
+        v0 = np.asarray(model.apply_inverse_mass(p)).ravel()
         if self.iteration == "newton":
-            gamma, p1, lam, iterations, work = self._solve_newton(q0, p0, v0)
+            gamma, p1, lam, iterations, work = self._solve_newton(q, p, v0)
         else:
             try:
-                gamma, force, lam, iterations = self._solve_fixed_point(q0, v0)
-                p1 = p0 - self.h * force[0]  # (52)
+                gamma, force, lam, iterations = self._solve_fixed_point(q, v0)
+                p1 = p - self.h * force[0]  # (52)
             except NewtonConvergenceError as sweeps:
                 # the sweeps contract by about h times the largest frequency and by the
                 # conditioning of the constraints: near a mechanism's dead point they stall
                 # at any step size, where Newton's method still converges
                 try:
-                    gamma, p1, lam, iterations, work = self._solve_newton(q0, p0, v0)
+                    gamma, p1, lam, iterations, work = self._solve_newton(q, p, v0)
                 except NewtonConvergenceError:
                     raise sweeps from None
                 self.newton_steps += 1
-        q1 = q0 + self.h * gamma[0]
+        q1 = q + self.h * gamma[0]
         self._warm.lam = lam
         if model.m:
             jacobian = (self.model.jacobian_matrix(q1) if self._dense

@@ -299,15 +299,15 @@ class Lobatto(Solver):
             self._stage_velocities, self._stage_step = velocities, self.h
         return result
 
-    def step(self, t: float, q0: np.ndarray, p0: np.ndarray) -> StepResult:
+    def step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
         self._time = t
         if self._runs_in_kernel:
-            *result, factorizations = self._compiled.single_step(self._run_kernel, q0, p0)
+            *result, factorizations = self._compiled.single_step(self._run_kernel, q, p)
             self._newton_state.factorizations += factorizations
             return StepResult(*result, 0.0)
         model, h, s = self.model, self.h, self.tableau.stages
         n, m = model.n, model.m
-        velocity = self._minv @ p0
+        velocity = self._minv @ p
         x0 = self._x0.copy()
         if self._stage_velocities is None:
             x0[:s * n].reshape(s, n)[:] = velocity
@@ -316,16 +316,16 @@ class Lobatto(Solver):
             continuation = self._continuation()
             x0[:s * n].reshape(s, n)[:] = continuation @ self._stage_velocities
             x0[(s + 1) * n:] = (continuation @ self._stage_multipliers).ravel()
-        x0[s * n:(s + 1) * n] = p0
+        x0[s * n:(s + 1) * n] = p
         # stage velocities against their natural size: |v|, or the change a force makes in a
         # step when the system starts from rest; p1 against |p| or the impulse of a step
         acceleration = (self._acceleration if self._acceleration is not None else
-                        self._max(model.inverse_mass_matrix @ model.potential_gradient(q0)))
-        acceleration = max(acceleration, self._applied_acceleration(q0, p0))
+                        self._max(model.inverse_mass_matrix @ model.potential_gradient(q)))
+        acceleration = max(acceleration, self._applied_acceleration(q, p))
         blocks = [slice(0, s * n), slice(s * n, (s + 1) * n)]
         scales = [max(self._max(velocity), h * acceleration, 1e-300),
-                  self._scales(q0, p0)[1]]
-        evaluate, _ = self.newton_system(q0, p0)
+                  self._scales(q, p)[1]]
+        evaluate, _ = self.newton_system(q, p)
         # the past steps' defects x - x0 vary smoothly: their extrapolation is a guess of
         # order (L h)^(degree + 1) (no guard against the predicted change: x0 holds
         # velocities, not a state)
@@ -337,7 +337,7 @@ class Lobatto(Solver):
         multipliers = x[(s + 1) * n:].reshape(s, m)
         self._stage_multipliers = multipliers.copy()
         self._stage_velocities, self._stage_step = velocities.copy(), h
-        q1 = q0 + h * (self.tableau.b @ velocities)  # = Q_s (last row of a is b)
+        q1 = q + h * (self.tableau.b @ velocities)  # = Q_s (last row of a is b)
         constraint_rows = np.abs(residual[(s + 1) * n:])
         enforced = (self._max(constraint_rows[:(s - 1) * m]), self._max(constraint_rows[-m:]))
         return StepResult(q1, x[s * n:(s + 1) * n].copy(), velocities[-1].copy(),

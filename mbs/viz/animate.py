@@ -82,6 +82,8 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
     Parameters
     ----------
     solution : mbs.Solution (or a loaded one, see :func:`mbs.load_solution`)
+    path : str or Path
+        The file to write; its suffix picks the format (checked before rendering).
     fps : float
         Frames per second of the video.
     speed : float
