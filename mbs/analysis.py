@@ -169,3 +169,36 @@ def _dependent_rows(joint: np.ndarray, internal: np.ndarray, rank: int) -> np.nd
         joint = joint - (joint @ basis) @ basis.T
     _, _, pivots = la.qr(joint.T, mode="economic", pivoting=True)
     return np.sort(pivots[rank:])
+
+
+#: Fraction of the largest singular value below which a falling smallest one is taken as the
+#: approach to a singular configuration (see :func:`rank_loss_time`).
+NEAR_SINGULAR = 0.05
+
+
+def rank_loss_time(times: np.ndarray, jacobians: list[np.ndarray], horizon: float
+                   ) -> float | None:
+    """The time at which the constraint Jacobian G, given as dense arrays at the
+    increasing ``times``, is extrapolated to lose rank, if that is no later than
+    ``horizon`` after the last time; else None.
+
+    At a fold of the constraint manifold (a dead point, a mechanism driven into a position
+    it cannot pass) the smallest singular value of G vanishes as sqrt(t* - t), so its
+    square is linear in t near t*: t* is the zero of the line through the last two squares.
+    It is accepted when the smallest singular value falls at every given time, is below
+    :data:`NEAR_SINGULAR` times the largest at the last one, and was not at round-off at
+    the first (G of a model that kept redundant equations is singular throughout)."""
+    if len(times) < 3:
+        return None
+    ratios = []
+    for jacobian in jacobians:
+        singular = np.linalg.svd(jacobian, compute_uv=False)
+        ratios.append(singular[-1] / singular[0] if singular.size and singular[0] > 0 else 0.0)
+    ratios = np.asarray(ratios)
+    if not (ratios[0] > RANK_TOLERANCE and np.all(np.diff(ratios) < 0.0)
+            and ratios[-1] < NEAR_SINGULAR):
+        return None
+    squares = ratios[-2:] ** 2
+    slope = (squares[1] - squares[0]) / (times[-1] - times[-2])
+    crossing = times[-1] - squares[1] / slope
+    return float(crossing) if crossing <= times[-1] + horizon else None

@@ -20,7 +20,9 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
+from mbs.analysis import MAX_BLOCK_COLUMNS, rank_loss_time
 from mbs.engine.newton import NewtonConvergenceError
 from mbs.errors import (
     ForceFunctionError,
@@ -529,13 +531,36 @@ class _Run:
                                      hint="fix the function") from failure
         residual = ("" if "residual" in str(newton_failure)
                     else f" (residual {newton_failure.residual_norm:.3e})")
+        tried = (f", also as {2**self.max_refinements} sub-steps"
+                 if self.on_failure == "refine" and self.max_refinements > 0 else "")
+        hint = newton_failure.hint
+        singular_at = self._rank_loss_time(k)
+        if singular_at is not None:
+            hint = (f"the constraints lose rank near t = {singular_at:.6g}: the mechanism "
+                    f"reaches a singular configuration there (a dead point, or a position a "
+                    f"drive or load pushes it into but it cannot pass), where smaller steps "
+                    f"do not help; check the geometry, drives and loads")
         raise SolverError(
             f"{self.solver.name}: step {k} (t = {self.t_start + k * self.h:.6g} -> "
-            f"{self.t_start + (k + 1) * self.h:.6g}) failed: {newton_failure}{residual}; "
-            f"hint: {newton_failure.hint}. error.solution "
-            f"holds the {self.done} accepted steps", solution=self.solution(failing=True), step=k,
-            time=self.t_start + k * self.h, residual_norm=newton_failure.residual_norm,
-            hint=newton_failure.hint) from newton_failure
+            f"{self.t_start + (k + 1) * self.h:.6g}) failed{tried}: {newton_failure}"
+            f"{residual}; hint: {hint}. error.solution holds the {self.done} accepted steps",
+            solution=self.solution(failing=True), step=k, time=self.t_start + k * self.h,
+            residual_norm=newton_failure.residual_norm, hint=hint) from newton_failure
+
+    def _rank_loss_time(self, k: int) -> float | None:
+        """:func:`mbs.analysis.rank_loss_time` from the last three nodes before step k (None
+        for large models, whose dense SVDs would cost more than the run)."""
+        model = self.model
+        if not model.m or model.n > MAX_BLOCK_COLUMNS:
+            return None
+        rows = np.arange(max(0, k - self.base - 2), k - self.base + 1)
+        times = self.t_start + (self.base + rows) * self.h
+        jacobians = []
+        for row, t in zip(rows, times):
+            jacobian = model.constraint_jacobian(self.q[row], t)
+            jacobians.append(jacobian.toarray() if sp.issparse(jacobian) else
+                             np.asarray(jacobian))
+        return rank_loss_time(times, jacobians, 2.0 * self.h)
 
     def _substeps(self, k: int, q: np.ndarray, p: np.ndarray, count: int) -> StepResult:
         """Output step k as ``count`` steps of the solver, whose step size is h / count."""
