@@ -281,6 +281,7 @@ class _Run:
         self.work = np.zeros(rows)
         self.iterations = np.zeros(rows, dtype=int)
         self.started = time.perf_counter()
+        self.resumed_at = None  # the step a resumed run starts from
         # angle drives can converge half a turn off (see Drive.branch_error)
         self.checks_branches = isinstance(self.model, Model) and self.model.has_branch_checks
 
@@ -295,7 +296,7 @@ class _Run:
             raise ModelError(f"simulate(resume=...): the stream already holds {done} steps, "
                              f"more than the {self.steps} up to t_end")
         self.q[0], self.p[0] = q, p
-        self.base = self.done = done
+        self.base = self.done = self.resumed_at = done
         self.solver.start(self.model, q, p, self.h)
         state = read_solver_state(path, manifest)
         self.substeps = int(state.pop(_SUBSTEPS_KEY, 1)) if state else 1
@@ -375,7 +376,8 @@ class _Run:
                    "completed": count == self.steps, "refined_steps": list(self.refined),
                    "restarts": list(self.restarts),
                    "guess_retries": getattr(self.solver, "guess_retries", 0),
-                   **drive_rules(self.solver)},
+                   **drive_rules(self.solver),
+                   **({} if self.resumed_at is None else {"resumed_at": self.resumed_at})},
             solver_properties=self.solver.properties)
         self.solver.annotate(solution)
         return solution

@@ -145,8 +145,9 @@ class Solution:
         Work of the applied forces (loads, dampers, actuators) in step n -> n+1 as the
         scheme computes it; None (or zeros) for conservative models. See :attr:`work`.
     stats : dict
-        "newton_iterations" (N,), "wall_time" (s), "solver", "h", "steps", and
-        "completed" (False if the run stopped early).
+        "newton_iterations" (N,), "wall_time" (s, of the simulate call: for a resumed
+        run, of the steps after "resumed_at"), "solver", "h", "steps", and "completed"
+        (False if the run stopped early).
     """
 
     model: Model
@@ -585,11 +586,13 @@ class Solution:
         angular_scale, linear_scale = self._momentum_scales(about)
         res = self.constraint_residuals()
         props = self.solver_properties
+        resumed = (f" (resumed at step {self.stats['resumed_at']})"
+                   if "resumed_at" in self.stats else "")
         lines = [
             f"solver {self.stats.get('solver')}  h = {self.stats.get('h')}  steps = "
             f"{self.t.size - 1}  t = [{self.t[0]:g}, {self.t[-1]:g}]  wall time "
-            f"{self.stats.get('wall_time', float('nan')):.3f} s  mean Newton iterations "
-            f"{np.mean(self.stats.get('newton_iterations', [np.nan])):.2f}",
+            f"{self.stats.get('wall_time', float('nan')):.3f} s{resumed}  mean Newton "
+            f"iterations {np.mean(self.stats.get('newton_iterations', [np.nan])):.2f}",
             self._energy_line(energy, scale),
             self._momentum_line(label, "J", self.angular_momentum(about), angular_kept, True,
                                 about, angular_scale),

@@ -118,12 +118,16 @@ def conserved_directions(model: Model, states: list[tuple[float, np.ndarray, np.
     scaled = []
     for t, q, p in states:
         products, row_bounds, generator = _products(model, t, q, p, kind, about)
+        if not (np.all(np.isfinite(generator)) and np.all(np.isfinite(products))):
+            return np.zeros((0, 3))  # states that are not numbers show no symmetry
         bound = row_bounds * np.linalg.norm(generator, 2)
         keep = bound > 0.0  # a vanishing bound leaves nothing to break the symmetry
         scaled.append(products[keep] / bound[keep, None])
     # zero rows keep at least three rows (a full set of right singular vectors) and change
     # nothing else; the thin SVD costs O(rows) where the full one would cost O(rows^2)
     matrix = np.vstack(scaled + [np.zeros((3, 3))])
+    if not np.all(np.isfinite(matrix)):  # overflowing bounds
+        return np.zeros((0, 3))
     _, singular, right = np.linalg.svd(matrix, full_matrices=False)
     return right[singular <= INVARIANCE_TOLERANCE]
 

@@ -241,3 +241,14 @@ def test_streamed_and_resumed_runs_repeat_the_in_memory_run_on_the_sparse_path(
     np.testing.assert_array_equal(streamed.p, full.p)
     np.testing.assert_array_equal(resumed.q, full.q)
     np.testing.assert_array_equal(resumed.p, full.p)
+
+
+def test_a_resumed_run_says_where_its_wall_time_starts(stream, tmp_path):
+    """The wall time of a resumed run covers the steps it did, after the 30 on disk: the
+    stats and the summary say so, and a saved solution keeps it."""
+    resumed = mbs.simulate(pendulum(), "em", h=0.01, t_end=0.5, resume=str(stream))
+    assert resumed.stats["resumed_at"] == 30 and resumed.t.size == 51
+    assert "s (resumed at step 30)  mean Newton" in resumed.conservation_summary()
+    loaded = mbs.load_solution(mbs.save_solution(resumed, tmp_path / "resumed.npz"))
+    assert loaded.stats["resumed_at"] == 30
+    assert "resumed_at" not in mbs.simulate(pendulum(), "em", h=0.01, t_end=0.1).stats
