@@ -282,6 +282,7 @@ class _Run:
         self.iterations = np.zeros(rows, dtype=int)
         self.started = time.perf_counter()
         self.resumed_at = None  # the step a resumed run starts from
+        self.warned_refinement = False
         # angle drives can converge half a turn off (see Drive.branch_error)
         self.checks_branches = isinstance(self.model, Model) and self.model.has_branch_checks
 
@@ -523,6 +524,7 @@ class _Run:
                 if self.on_failure == "refine" and self.max_refinements > 0:
                     refined = self._refine(q, p, k) or self._restart(k)
                 if refined is not None:
+                    self._warn_if_refinement_is_pervasive(k)
                     return refined
                 newton_failure = failure
         except ForceFunctionError as failure:  # in the step or in its refinement
@@ -548,6 +550,28 @@ class _Run:
             f"{residual}; hint: {hint}. error.solution holds the {self.done} accepted steps",
             solution=self.solution(failing=True), step=k, time=self.t_start + k * self.h,
             residual_norm=newton_failure.residual_norm, hint=hint) from newton_failure
+
+    #: A run warns once when more than half of its last REFINEMENT_WINDOW steps, and at
+    #: least a fifth of that many, had to be refined.
+    REFINEMENT_WINDOW = 100
+
+    def _warn_if_refinement_is_pervasive(self, k: int) -> None:
+        """Warn, once, when refinement has become the rule rather than the exception: the
+        step is beyond what the scheme can take on this model (a stiff spring past its
+        stability limit), and the run goes on at a multiple of the cost."""
+        window = self.REFINEMENT_WINDOW
+        depths = [depth for step, depth in self.refined[-window:] if step > k - window]
+        steps = min(k + 1, window)
+        if self.warned_refinement or len(depths) < window // 5 or 2 * len(depths) <= steps:
+            return
+        self.warned_refinement = True
+        typical = 2 ** int(np.median(depths))
+        warnings.warn(
+            f"simulate: {len(depths)} of the last {steps} steps of {self.solver.name} (up to "
+            f"step {k}) needed sub-steps, typically {typical} per step: h = {self.h:g} is "
+            f"beyond what the scheme takes on this model, the run goes on at a multiple of "
+            f"the cost, and the states carry the errors of the steps before; reduce h",
+            RuntimeWarning, stacklevel=5)
 
     def _rank_loss_time(self, k: int) -> float | None:
         """:func:`mbs.analysis.rank_loss_time` from the last three nodes before step k (None

@@ -140,3 +140,26 @@ def test_a_mechanism_pushed_into_a_position_it_cannot_pass_is_named_as_such():
     with pytest.raises(mbs.SolverError, match="hint: reduce the step size") as failure:
         mbs.simulate(system.compile(), five_iterations, h=0.05, t_end=2.0, on_failure="raise")
     assert "lose rank" not in str(failure.value) and failure.value.step == 10
+
+
+def test_a_run_that_needs_sub_steps_at_most_steps_says_so_while_it_runs():
+    """RATTLE at h omega = 4.24 on a stiff spring (beyond its stability limit 2): Newton
+    fails from the predictor at nearly every step and the refinement goes on at a multiple
+    of the cost; a warning says so once, early, naming the scheme. EM at the same step
+    needs two refined steps and gets no such warning."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    first = system.add(mbs.PointMass(1.0, name="a"))
+    first.set_state(position=(1.0, 0.0, 0.0), velocity=(0.0, 1.0, 0.0))
+    second = system.add(mbs.PointMass(1.0, name="b"))
+    second.set_state(position=(1.0, 0.0, -0.5))
+    system.add(mbs.joints.Distance(system.ground, first, length=1.0))
+    system.add(mbs.forces.Spring(first, second, stiffness=1e4, rest_length=0.45))
+    model = system.compile()
+    with pytest.warns(RuntimeWarning) as caught:
+        rattle = mbs.simulate(model, "rattle", h=0.03, t_end=0.9)
+    pervasive = [str(w.message) for w in caught if "needed sub-steps" in str(w.message)]
+    assert len(pervasive) == 1 and "steps of rattle" in pervasive[0]
+    assert len(rattle.stats["refined_steps"]) >= 20
+    with pytest.warns(RuntimeWarning) as caught:
+        mbs.simulate(model, "em", h=0.03, t_end=0.9)
+    assert not [w for w in caught if "needed sub-steps" in str(w.message)]
