@@ -233,6 +233,8 @@ class Load(Force):
         Point of application (world, initial pose); the body's reference point by default.
     frame : {"world", "body"}
         Components of force and torque: fixed in space, or fixed in the body (thrusters).
+    name : str, optional
+        Unique in the system; by default ``force<k>`` with the first k not taken.
     """
 
     def __init__(self, body: Body, force=None, torque=None, point=None, frame: str = "world",

@@ -171,6 +171,8 @@ class CentralGravity(FieldForce):
         Bodies attracted; None means every body of the system.
     gravity_gradient : bool
         Include the second-order (tidal) term for rigid bodies.
+    name : str, optional
+        Unique in the system; by default ``force<k>`` with the first k not taken.
     """
 
     def __init__(self, mu: float, center=(0.0, 0.0, 0.0), bodies=None,

@@ -183,6 +183,8 @@ class TorsionSpring(JointElement):
         pose); |theta0| <= pi.
     damping : float, optional
         c > 0 adds the viscous torque -c theta' (a :class:`~mbs.forces.JointDamper`).
+    name : str, optional
+        Unique in the system; by default ``force<k>`` with the first k not taken.
     """
 
     def __init__(self, joint, stiffness: float, rest_angle: float = 0.0,
@@ -260,6 +262,8 @@ class Spring(_TwoPointForce):
     damping : float, optional
         c > 0 makes it a spring-damper: a viscous force -c l' along the spring's line
         (see :class:`mbs.forces.Damper`).
+    name : str, optional
+        Unique in the system; by default ``force<k>`` with the first k not taken.
     """
 
     def __init__(self, body_a: Body, body_b: Body, stiffness: float,
@@ -329,6 +333,8 @@ class Damper(_TwoPointForce):
     point_a, point_b : array_like (3,), optional
         Attachment points (world, initial pose); default to the bodies' reference points.
         They must not coincide.
+    name : str, optional
+        Unique in the system; by default ``force<k>`` with the first k not taken.
     """
 
     def __init__(self, body_a: Body, body_b: Body, damping: float, point_a=None, point_b=None,

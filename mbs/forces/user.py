@@ -88,6 +88,8 @@ class UserPotential(Force):
     gradient, hessian : callable, optional
         dV/dpi (n,) and d2V/dpi2 (n, n); central differences (relative step
         :data:`FINITE_DIFFERENCE_STEP`) are used when omitted, with ~1e-8 relative accuracy.
+    name : str, optional
+        Unique in the system; by default ``force<k>`` with the first k not taken.
     """
 
     def __init__(self, invariants: list, energy: Callable, gradient: Callable | None = None,

@@ -93,6 +93,8 @@ class Revolute(_AxisJoint):
     damping : float, optional
         Viscous damping c of the relative rotation: torque -c angle' about the axis
         (:class:`mbs.forces.JointDamper`).
+    name : str, optional
+        Unique in the system; by default ``joint<k>`` with the first k not taken.
     """
 
     n_equations = 5
@@ -167,10 +169,14 @@ class Universal(Joint):
 
     Parameters
     ----------
+    body_a, body_b : Body
+        The connected bodies (either may be ``system.ground``).
     point : array_like (3,)
         Joint centre (world, initial pose).
     axis_a, axis_b : array_like (3,)
         The two cross axes (world, initial pose); they must be perpendicular there.
+    name : str, optional
+        Unique in the system; by default ``joint<k>`` with the first k not taken.
     """
 
     n_equations = 4

@@ -48,6 +48,8 @@ class Drive(UserConstraint):
         f'(t); by central differences of ``position`` when omitted.
     coordinate : {"angle", "displacement"}, optional
         For a cylindrical joint (default "angle").
+    name : str, optional
+        Unique in the system; by default ``drive<k>`` with the first k not taken.
 
     Notes
     -----

@@ -23,6 +23,8 @@ class Spherical(Joint):
         The connected bodies (either may be ``system.ground``).
     point : array_like (3,)
         Joint centre in world coordinates at the initial pose.
+    name : str, optional
+        Unique in the system; by default ``joint<k>`` with the first k not taken.
     """
 
     n_equations = 3
@@ -61,6 +63,8 @@ class Distance(Joint):
     point_a, point_b : array_like (3,), optional
         Attachment points in world coordinates at the initial pose; default to each body's
         reference point (centre of mass, particle, or the ground origin).
+    name : str, optional
+        Unique in the system; by default ``joint<k>`` with the first k not taken.
     """
 
     n_equations = 1

@@ -38,6 +38,8 @@ class UserConstraint(Element):
     hessian : callable, optional
         ``hessian(q_local, multipliers) -> (len(q_local), len(q_local))``, the sum of
         multiplier-weighted Hessians; central differences of ``jacobian`` when omitted.
+    name : str, optional
+        Unique in the system; by default ``constraint<k>`` with the first k not taken.
     """
 
     kind = "constraint"
