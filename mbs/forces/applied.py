@@ -703,7 +703,7 @@ class _JointEffort(JointElement):
     def __init__(self, joint, name: str | None):
         super().__init__(name)
         self.coordinate = self._attach(joint, self.coordinates,
-                                 f"use a Load for a {self.what} on a body instead")
+                                       f"use a Load for a {self.what} on a body instead")
 
     def terms(self, context):
         return []
