@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -137,6 +138,14 @@ def compile_system(system: System) -> Model:
                          "; some removed equations do NOT hold at the initial state "
                          "(inconsistent redundancy): initial_state() rejects that state and "
                          "initial_state(project=True) must satisfy them too"), stacklevel=3)
+    elif dependent.size:
+        redundancies = [replace(red, removed=()) for red in redundancies]
+        kept = "; ".join(f"{red.count} among {', '.join(red.joints)}" for red in redundancies)
+        warnings.warn(f"redundant constraints kept (System(redundant='keep')): {kept}. The "
+                      f"Newton matrices of the implicit schemes are then singular: em, ggl-vi "
+                      f"and hbvm can lose accuracy or fail where a step is refined (rattle "
+                      f"copes); the default redundant='remove' drops a dependent subset",
+                      stacklevel=3)
     model.degrees_of_freedom = dof
     model.redundancies = redundancies
     model.joint_coordinates = _joint_coordinates(system, context)

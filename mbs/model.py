@@ -550,6 +550,20 @@ class Model:
             velocity[rows] = np.abs(table.jacobian_products(Q[rows], V)).max(axis=1)
         return position, velocity
 
+    def removed_constraint_norms(self, Q: np.ndarray) -> np.ndarray:
+        """max |g(q_k)| of the equations dropped as redundant at compile time, at every
+        configuration of a trajectory (K, n) (zeros when none were dropped). A redundancy
+        found at the initial state holds along the motion, and these stay at the size of
+        the kept residuals, unless the initial state was a singular configuration, where
+        the constraints lose rank without being redundant nearby."""
+        Q = np.atleast_2d(Q)
+        if not self._removed.n_rows:
+            return np.zeros(Q.shape[0])
+        norms = np.empty(Q.shape[0])
+        for rows in self._state_blocks(Q.shape[0]):
+            norms[rows] = np.abs(self._removed.values(Q[rows])).max(axis=1)
+        return norms
+
     def velocity_constraints(self, q: np.ndarray, p: np.ndarray, t: float = 0.0) -> np.ndarray:
         """g^v(q, p) = G(q) M^-1 p (seed 003, eq. (29)), plus dg/dt for drives."""
         value = self.constraint_jacobian(q, t) @ self.apply_inverse_mass(p)

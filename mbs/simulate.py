@@ -456,6 +456,7 @@ class _Run:
             _warn_if_energy_is_lost(solution)
             _warn_if_potentials_left_their_range(solution)
             _warn_if_angle_laws_saw_a_wrap(solution)
+            _warn_if_removed_constraints_broke(solution)
         except KeyboardInterrupt:
             raise SimulationInterrupted(
                 f"simulation interrupted in its final check after all {self.done} steps; "
@@ -741,6 +742,34 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
                           f"h omega = {h * omega:.3g} is beyond the accuracy of every "
                           f"scheme{unstable}: choose h <= {0.2 / omega:.2g} to resolve it, or "
                           f"a softer spring", RuntimeWarning, stacklevel=3)
+
+
+#: The equations dropped as redundant are reported broken when they exceed this, and 100
+#: times the kept equations' largest residual (schemes that enforce their constraints between
+#: the nodes leave both off by the same order).
+REMOVED_CONSTRAINT_LEVEL = 1e-6
+
+
+def _warn_if_removed_constraints_broke(solution: Solution) -> None:
+    """Name the equations dropped as redundant at compile time when the run broke them: the
+    initial state was a singular configuration (a parallelogram folded flat), where the
+    constraints lose rank without being redundant along the motion."""
+    model = solution.model
+    if not (isinstance(model, Model) and model.redundancies):
+        return
+    removed = model.removed_constraint_norms(solution.q)
+    kept = float(np.max(solution.constraint_residuals()["position"], initial=0.0))
+    worst = int(np.argmax(removed))
+    if removed[worst] > max(REMOVED_CONSTRAINT_LEVEL, 100.0 * kept):
+        dropped = ", ".join(f"{joint}[{k}]" for red in model.redundancies
+                            for joint, k in red.removed)
+        warnings.warn(f"simulate: the equations dropped at compile time as redundant "
+                      f"({dropped}) are violated by up to {removed[worst]:.3g} (at t = "
+                      f"{solution.t[worst]:.6g}) while the kept ones hold to {kept:.1e}: they "
+                      f"were not redundant along the motion. The initial state is a singular "
+                      f"configuration of the mechanism (its constraints lose rank there, as a "
+                      f"parallelogram folded flat); start from a regular pose near it",
+                      RuntimeWarning, stacklevel=4)
 
 
 def _warn_if_potentials_left_their_range(solution: Solution) -> None:

@@ -255,3 +255,17 @@ def test_high_order_schemes_on_the_redundant_four_bar(solver, options):
     if solver == "em":
         energy = sol.energy()
         assert np.max(np.abs(energy - energy[0])) <= 1e-12 * max(1.0, abs(energy[0]))
+
+
+def test_kept_redundant_equations_are_reported_as_kept():
+    """System(redundant="keep"): compile warns that the Newton matrices are singular, the
+    redundancy lists no removed equation, and the summary says the equations are kept."""
+    system = planar_four_bar()
+    system.redundant = "keep"
+    with pytest.warns(UserWarning, match="redundant constraints kept") as caught:
+        model = system.compile()
+    assert "singular" in str(caught[0].message)
+    (red,) = model.redundancies
+    assert red.count == 3 and red.removed == ()
+    assert "(consistent, kept)" in system.summary(model, print_it=False)
+    assert model.degrees_of_freedom == 1

@@ -1,9 +1,13 @@
-"""Failures that are not solver failures (user code, the disk) still hand over every step."""
+"""How runs fail or warn (user code, the disk, singular configurations, steps beyond what a
+scheme takes): every step done is handed over, and the message names the cause."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
+from mechanisms import link
 
 import mbs
 from mbs.forces import SquaredDistance, UserPotential
@@ -163,3 +167,43 @@ def test_a_run_that_needs_sub_steps_at_most_steps_says_so_while_it_runs():
     with pytest.warns(RuntimeWarning) as caught:
         mbs.simulate(model, "em", h=0.03, t_end=0.9)
     assert not [w for w in caught if "needed sub-steps" in str(w.message)]
+
+
+def test_equations_dropped_at_a_singular_initial_pose_are_named_when_the_run_breaks_them():
+    """A parallelogram four-bar (hinges along z) started folded flat, all pins on the x axis:
+    there its constraints lose rank (the parallelogram and anti-parallelogram branches
+    cross), so compile drops four equations where three are redundant along the motion,
+    and the run breaks the fourth while the kept ones hold. The run warns, naming the
+    dropped equations; a regular start (crank at 1 rad) does not."""
+    def parallelogram(angle: float) -> mbs.Model:
+        crank_end = np.array([np.cos(angle), np.sin(angle), 0.0])
+        pins = [np.zeros(3), crank_end, crank_end + [2.0, 0.0, 0.0], np.array([2.0, 0.0, 0.0])]
+        system = mbs.System(gravity=(0.0, -9.81, 0.0))
+        crank = system.add(link("crank", pins[0], pins[1]))
+        coupler = system.add(link("coupler", pins[1], pins[2]))
+        rocker = system.add(link("rocker", pins[3], pins[2]))
+        crank.set_state(angular_velocity=(0.0, 0.0, 2.0),
+                        velocity=np.cross([0.0, 0.0, 2.0], 0.5 * pins[1]))
+        for name, a, b, point in (("O", system.ground, crank, pins[0]),
+                                  ("A", crank, coupler, pins[1]),
+                                  ("B", coupler, rocker, pins[2]),
+                                  ("C", rocker, system.ground, pins[3])):
+            system.add(mbs.joints.Revolute(a, b, point=point, axis=(0.0, 0.0, 1.0), name=name))
+        with pytest.warns(UserWarning, match="redundant constraints removed"):
+            return system.compile()
+
+    flat = parallelogram(0.0)
+    assert flat.degrees_of_freedom == 2  # at the singular pose
+    with pytest.warns(RuntimeWarning, match=r"dropped at compile time as redundant \(.*\) "
+                                            r"are violated by up to") as caught:
+        solution = mbs.simulate(flat, "em", h=1e-3, t_end=1.0, project=True)
+    assert "singular configuration" in str(caught[-1].message)
+    assert flat.removed_constraint_norms(solution.q).max() > 1e-2
+    assert solution.constraint_residuals()["position"].max() < 1e-12
+
+    regular = parallelogram(1.0)
+    assert regular.degrees_of_freedom == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        solution = mbs.simulate(regular, "em", h=1e-3, t_end=1.0, project=True)
+    assert regular.removed_constraint_norms(solution.q).max() < 1e-12
