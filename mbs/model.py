@@ -831,8 +831,17 @@ class Model:
             jac = self._all_jacobian(q, t)
             q -= self.apply_inverse_mass(jac.T @ self._solve_gram(jac, residual))
         jac = self._all_jacobian(q, t)
-        velocity = jac @ self.apply_inverse_mass(p) + self._all_time_derivative(q, t)
-        p = p - jac.T @ self._solve_gram(jac, velocity)
+        time_derivative = self._all_time_derivative(q, t)
+        previous = np.inf
+        for _ in range(4):
+            # a few corrections: one lstsq solve of an ill-conditioned Gram matrix (a
+            # parallelogram's redundant rows) leaves the residual at cond * eps, not eps
+            velocity = jac @ self.apply_inverse_mass(p) + time_derivative
+            size = float(np.max(np.abs(velocity), initial=0.0))
+            if size == 0.0 or size > 0.5 * previous:
+                break
+            previous = size
+            p = p - jac.T @ self._solve_gram(jac, velocity)
         return q, p
 
     def _solve_gram(self, jac: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray:
