@@ -321,6 +321,17 @@ class Model:
             out += group.gradient(q)
         return out
 
+    def potential_force_scale(self, q: np.ndarray) -> float:
+        """The largest sum, over one coordinate, of the sizes of the potential forces acting
+        on it: |grad V| where the forces do not cancel, and at an equilibrium (a mass
+        hanging on a spring, a prestressed net) the size of the forces that do."""
+        if not self.n:
+            return 0.0
+        total = np.zeros(self.n)
+        for group in self.potential_groups:
+            total += group.gradient_magnitudes(q)
+        return float(total.max())
+
     def potential_gradients(self, Q: np.ndarray) -> np.ndarray:
         """grad V at each row of Q (K, n) -> (K, n), vectorised over the K configurations
         (quadrature nodes of HBVM, ensembles)."""

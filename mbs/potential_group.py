@@ -70,6 +70,14 @@ class PotentialGroup:
         dv = self.term.gradient(self.invariants(q), self.params).ravel()
         return self.table.jacobian_transpose_product(q, dv)
 
+    def gradient_magnitudes(self, q: np.ndarray) -> np.ndarray:
+        """Per coordinate, the sum of |dV/dq| over the group's elements (n,): the size of
+        the forces that cancel in :meth:`gradient` at an equilibrium."""
+        if self.linear_in_q:
+            return np.abs(self._constant_gradient)
+        dv = self.term.gradient(self.invariants(q), self.params).ravel()
+        return abs(self.table.jacobian(q)).T @ np.abs(dv)
+
     def energies(self, Q: np.ndarray) -> np.ndarray:
         """V of this group at each row of Q (K, n) -> (K,)."""
         count = Q.shape[0]

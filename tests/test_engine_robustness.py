@@ -248,3 +248,45 @@ def test_a_failure_no_restart_can_cure_leaves_the_steps_as_they_were():
     np.testing.assert_array_equal(kept.q, plain.q)
     np.testing.assert_array_equal(kept.p, plain.p)
     np.testing.assert_array_equal(kept.multipliers, plain.multipliers)
+
+
+@pytest.mark.parametrize("scheme, options", [("em", {}), ("ggl-vi-a", {}), ("rattle", {}),
+                                             ("em", {"backend": "compiled"}),
+                                             ("ggl-vi-a", {"backend": "compiled"})])
+def test_a_damped_mass_settles_at_its_static_equilibrium_without_refinement(scheme, options):
+    """1 kg on a spring (k = 100 N/m, rest length 1 m, damping 20 N s/m) under gravity comes
+    to rest at z = -(1 + m g / k) (the damping ratio is 1, so by t = 20 s the motion is
+    below 1e-12 m). At rest the momenta are tiny and the spring and gravity forces cancel:
+    Newton's increments of p are round-off of those forces, and must count as converged.
+    The run takes no sub-steps."""
+    if options.get("backend") == "compiled":
+        pytest.importorskip("numba")
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(0.0, 0.0, -1.0))
+    system.add(mbs.forces.Spring(system.ground, bob, stiffness=100.0, rest_length=1.0,
+                                 damping=20.0, point_a=(0.0, 0.0, 0.0)))
+    solution = mbs.simulate(system.compile(), scheme, h=1e-2, t_end=20.0, **options)
+    assert solution.stats["refined_steps"] == [] and solution.stats["restarts"] == []
+    assert solution.body("bob").position[-1, 2] == pytest.approx(-1.0981, abs=1e-10)
+
+
+def test_a_prestressed_net_at_rest_stays_there_at_the_cost_of_a_moving_one():
+    """Three masses between two anchors on four springs stretched to twice their rest
+    length, at rest: every force cancels. The run keeps them in place to round-off with
+    no sub-steps and about as many Newton iterations as a motion takes."""
+    system = mbs.System()
+    previous = system.ground
+    for k in range(3):
+        bead = system.add(mbs.PointMass(0.5, name=f"bead{k}"))
+        bead.set_state(position=(float(k + 1), 0.0, 0.0))
+        system.add(mbs.forces.Spring(previous, bead, stiffness=50.0, rest_length=0.5,
+                                     point_a=(0.0, 0.0, 0.0) if k == 0 else None))
+        previous = bead
+    system.add(mbs.forces.Spring(previous, system.ground, stiffness=50.0, rest_length=0.5,
+                                 point_b=(4.0, 0.0, 0.0)))
+    model = system.compile()
+    solution = mbs.simulate(model, "em", h=1e-2, t_end=2.0)
+    assert solution.stats["refined_steps"] == []
+    assert np.abs(solution.q - solution.q[0]).max() <= 1e-14
+    assert np.mean(solution.stats["newton_iterations"]) <= 4.0

@@ -92,11 +92,13 @@ class NewtonOptions:
     stall_level : float
         Near a singular configuration the Newton matrix is ill-conditioned and the increments
         stall at about (condition number) x (round-off), above the tolerance, while the
-        residual is already at round-off. When the relative increment is below this level
-        (default 1e-6) and no longer halves, the residual is compared with the size of the
-        terms it is made of, row by row (|R_i| against (|J| |x|)_i, a measure of the terms
-        of row i): at :data:`ROUNDOFF_RESIDUAL` or below the iterate is accepted, since no
-        further iteration can improve it.
+        residual is already at round-off. So do they at an equilibrium, where the momenta
+        are tiny and the forces cancel: the increments of p are round-off of the force terms
+        but large against |p|. When the relative increment is below this level (default 1:
+        any stalled iteration) and no longer halves, the residual is compared with the size
+        of the terms it is made of, row by row (|R_i| against (|J| |x|)_i, a measure of the
+        terms of row i): at :data:`ROUNDOFF_RESIDUAL` or below the iterate is accepted, since
+        no further iteration can improve it.
     simplified : bool or None
         Reuse the factorised Jacobian across iterations and steps (see module doc). None
         (default) chooses it for models with more than 48 coordinates, where factorisation
@@ -123,7 +125,7 @@ class NewtonOptions:
     max_iterations: int = 12
     stagnation_level: float = 1e-8
     estimate_level: float = 0.0
-    stall_level: float = 1e-6
+    stall_level: float = 1.0
     simplified: bool | None = None
     contraction: float = 0.25
     refactor_above: float = 1e-5

@@ -189,6 +189,12 @@ class Solver:
         # |grad V| enters the Newton scale of p; constant for uniform gravity
         self._constant_force = (None if constant is None else
                                 float(np.abs(constant).max()) if model.n else 0.0)
+        # the size of the potential forces in the model's initial configuration: the p scale
+        # where they cancel (an equilibrium, which a damped run approaches), as round-off of
+        # them moves p there; of the model, not of the run's start, so that resumed runs and
+        # ensemble members repeat single runs
+        self._force_magnitude = (self._constant_force if constant is not None
+                                 else model.potential_force_scale(model.q0))
         self._polynomial = None
         self._time, self._bound_terms = 0.0, None  # the step's start time and bound terms
         self._general_by_h = {}  # the model evaluation of this run, per step size
@@ -642,7 +648,8 @@ class Solver:
             return 1e-300, 1e-300
         force = self._constant_force
         if force is None:
-            force = float(np.abs(self.model.potential_gradient(q)).max())
+            force = max(float(np.abs(self.model.potential_gradient(q)).max()),
+                        self._force_magnitude)
         if self.model.has_applied_forces:  # a motor starting a mechanism from rest
             applied = self.model.applied_force(self._time, q, self._minv @ p)
             force = max(force, float(np.abs(applied).max()))
