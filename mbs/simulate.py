@@ -719,29 +719,48 @@ STIFF_STEP_RATIO = 1.0
 
 
 def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
-    """Warn, naming the spring, when h sqrt(k / m) exceeds :data:`STIFF_STEP_RATIO` (m the
-    reduced mass of its bodies, k its stiffness at the rest length): the step is beyond the
-    accuracy (and for explicit kicks, rattle, beyond the stability limit 2) of every scheme."""
+    """Warn once, naming the stiffest springs, when h omega exceeds :data:`STIFF_STEP_RATIO`
+    (for rattle, whose kicks are explicit, also the stability limit 2).
+
+    omega bounds the fastest oscillation of the springs on a spring's bodies (stiffness k at
+    the rest length, translations only): by Gershgorin's theorem applied to M^-1/2 K M^-1/2,
+    omega^2 <= max over bodies i of the sum over their springs of k / m_i + k / sqrt(m_i m_j)
+    (j the other moving body). That is sqrt(k / m) for one spring to the ground, the exact
+    sqrt(k / mu) for one spring between equal masses, and 2 sqrt(k / m) for a long chain,
+    its highest mode; springs one by one would miss that factor sqrt 2."""
     masses = {body.name: body.mass for body in model.bodies}
+    springs, rows = [], dict.fromkeys(masses, 0.0)
     for force in model.forces:
         if force.type not in ("Spring", "QuarticSpring"):
             continue
         stiffness = float(force.data.get("stiffness", 0.0))
         if force.type == "QuarticSpring":  # V = k/2 (l^2 - L^2)^2: k 4 L^2 along the line
             stiffness *= 4.0 * float(force.data.get("length", 0.0)) ** 2
-        moving = [masses[name] for name in force.bodies if name in masses]
+        moving = [name for name in force.bodies if name in masses]
         if not moving or stiffness <= 0.0:
             continue
-        reduced = 1.0 / sum(1.0 / mass for mass in moving)
-        omega = math.sqrt(stiffness / reduced)
-        if h * omega > STIFF_STEP_RATIO:
-            unstable = " and beyond rattle's stability limit h omega = 2" if (
-                solver.startswith("rattle") and h * omega > 2.0) else ""
-            warnings.warn(f"simulate: {force.type} {force.name!r} oscillates at omega = "
-                          f"sqrt(k/m) = {omega:.3g} rad/s (period {2 * math.pi / omega:.3g} s); "
-                          f"h omega = {h * omega:.3g} is beyond the accuracy of every "
-                          f"scheme{unstable}: choose h <= {0.2 / omega:.2g} to resolve it, or "
-                          f"a softer spring", RuntimeWarning, stacklevel=3)
+        springs.append((force, moving))
+        for name in moving:
+            rows[name] += stiffness / masses[name] + sum(
+                stiffness / math.sqrt(masses[name] * masses[other])
+                for other in moving if other != name)
+    stiff = sorted(((max(math.sqrt(rows[name]) for name in moving), force)
+                    for force, moving in springs), key=lambda item: -item[0])
+    stiff = [(omega, force) for omega, force in stiff if h * omega > STIFF_STEP_RATIO]
+    if not stiff:
+        return
+    omega, force = stiff[0]
+    others = ("" if len(stiff) == 1 else
+              f" ({len(stiff) - 1} more spring{'s' if len(stiff) > 2 else ''} beyond it: "
+              f"{', '.join(repr(other.name) for _, other in stiff[1:4])}"
+              f"{', ...' if len(stiff) > 4 else ''})")
+    unstable = (" and beyond rattle's stability limit h omega = 2"
+                if solver.startswith("rattle") and h * omega > 2.0 else "")
+    warnings.warn(f"simulate: {force.type} {force.name!r} oscillates at up to omega = "
+                  f"{omega:.3g} rad/s (sqrt(k/m) over the springs on its bodies; period "
+                  f"{2 * math.pi / omega:.3g} s); h omega = {h * omega:.3g} is beyond the "
+                  f"accuracy of every scheme{unstable}{others}: choose h <= {0.2 / omega:.2g} "
+                  f"to resolve it, or a softer spring", RuntimeWarning, stacklevel=3)
 
 
 #: The equations dropped as redundant are reported broken when they exceed this, and 100

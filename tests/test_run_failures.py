@@ -207,3 +207,27 @@ def test_equations_dropped_at_a_singular_initial_pose_are_named_when_the_run_bre
         warnings.simplefilter("error", RuntimeWarning)
         solution = mbs.simulate(regular, "em", h=1e-3, t_end=1.0, project=True)
     assert regular.removed_constraint_norms(solution.q).max() < 1e-12
+
+
+def test_the_step_size_check_sees_the_fastest_mode_of_a_spring_network_and_warns_once():
+    """20 unit masses in a line on 21 springs k = 400 N/m, fixed at both ends: the highest
+    mode is 2 sqrt(k/m) sin(20 pi / 42) = 39.9 rad/s, above the sqrt(2 k/m) = 28.3 of any
+    one spring between two masses. At h = 0.03 (h omega = 1.2, per spring 0.85) the run
+    warns, once for the whole network, naming the stiffest springs."""
+    system = mbs.System()
+    previous, anchor = system.ground, (0.0, 0.0, 0.0)
+    for k in range(20):
+        bead = system.add(mbs.PointMass(1.0, name=f"m{k}"))
+        bead.set_state(position=(float(k + 1), 0.0, 0.0))
+        system.add(mbs.forces.Spring(previous, bead, stiffness=400.0, rest_length=1.0,
+                                     point_a=anchor, name=f"s{k}"))
+        previous, anchor = bead, None
+    system.add(mbs.forces.Spring(previous, system.ground, stiffness=400.0, rest_length=1.0,
+                                 point_b=(21.0, 0.0, 0.0), name="s20"))
+    with pytest.warns(RuntimeWarning) as caught:
+        mbs.simulate(system.compile(), "em", h=0.03, t_end=0.06)
+    stiff = [str(w.message) for w in caught if "oscillates at up to omega" in str(w.message)]
+    assert len(stiff) == 1
+    omega = float(stiff[0].split("omega = ")[1].split()[0])
+    assert 39.9 <= omega <= 40.0  # the Gershgorin bound 2 sqrt(k/m) of the true 39.9
+    assert "more springs beyond it" in stiff[0]
