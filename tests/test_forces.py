@@ -3,6 +3,7 @@ momentum-conserving discrete gradient (directionality and orthogonality, seed 00
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -433,6 +434,20 @@ def test_zero_length_spring_passes_through_zero_length(scheme):
         expected = h * speed * np.sin(theta * steps) / np.sin(theta)
     # the phase's round-off grows linearly: 200 steps * eps * amplitude 0.3 ~ 1.3e-14
     np.testing.assert_allclose(solution.q[:, 0], expected, rtol=0.0, atol=1e-13)
+
+
+def test_a_zero_rest_length_by_default_is_pointed_out():
+    """A spring whose points coincide at the initial pose gets rest length 0 by default (a
+    zero-length spring): a warning says so unless rest_length=0 is given."""
+    system = mbs.System()
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    with pytest.warns(UserWarning, match=r"Spring 'tether'.* rest length .* is 0"):
+        system.add(mbs.forces.Spring(system.ground, bob, stiffness=5.0,
+                                     point_a=(0.0, 0.0, 0.0), name="tether"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mbs.forces.Spring(system.ground, bob, stiffness=5.0, rest_length=0.0,
+                          point_a=(0.0, 0.0, 0.0))
 
 
 @pytest.mark.parametrize("stiffness, h", [(1e8, 1e-3), (1e8, 2e-5), (1e6, 1e-4)])

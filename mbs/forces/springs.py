@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from mbs.bodies.base import Body
@@ -284,6 +286,11 @@ class Spring(_TwoPointForce):
         if self.damping is not None and self.initial_length() == 0.0:
             raise ModelError(f"{owner}: a spring-damper needs distinct attachment points (the "
                              f"damping acts along the line between them)")
+        if self.rest_length is None and self.initial_length() == 0.0:
+            warnings.warn(f"{owner}: its two points coincide at the initial pose, so the "
+                          f"rest length (by default the initial distance) is 0: a zero-length "
+                          f"spring; give rest_length= for another, or rest_length=0 to say "
+                          f"so", UserWarning, stacklevel=2)
 
     def applied_terms(self, context):
         if self.damping is None:
