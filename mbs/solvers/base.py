@@ -192,9 +192,9 @@ class Solver:
         # the size of the potential forces in the model's initial configuration: the p scale
         # where they cancel (an equilibrium, which a damped run approaches), as round-off of
         # them moves p there; of the model, not of the run's start, so that resumed runs and
-        # ensemble members repeat single runs
-        self._force_magnitude = (self._constant_force if constant is not None
-                                 else model.potential_force_scale(model.q0))
+        # ensemble members repeat single runs. Evaluated in the first step, whose errors
+        # (a user potential that raises) hand over the run so far.
+        self._force_magnitude = self._constant_force
         self._polynomial = None
         self._time, self._bound_terms = 0.0, None  # the step's start time and bound terms
         self._general_by_h = {}  # the model evaluation of this run, per step size
@@ -648,6 +648,8 @@ class Solver:
             return 1e-300, 1e-300
         force = self._constant_force
         if force is None:
+            if self._force_magnitude is None:
+                self._force_magnitude = self.model.potential_force_scale(self.model.q0)
             force = max(float(np.abs(self.model.potential_gradient(q)).max()),
                         self._force_magnitude)
         if self.model.has_applied_forces:  # a motor starting a mechanism from rest
