@@ -8,7 +8,7 @@ import numpy as np
 
 from mbs.errors import ModelError, UnknownNameError
 from mbs.model import Model
-from mbs.symmetry import conserved_directions, generic_states
+from mbs.symmetry import conserved_directions, generic_states, in_span
 
 #: A momentum below this fraction of the terms it is summed from is zero to round-off (the
 #: rounding of a sum of k terms is at most about k eps of their sizes).
@@ -391,7 +391,7 @@ class Solution:
         linear, angular = self.conserved_directions(about)
         if linear is None:
             return None, None
-        return _contains(linear, np.eye(3)), _contains(angular, np.eye(3))
+        return in_span(linear, np.eye(3)), in_span(angular, np.eye(3))
 
     #: Candidate points tried by :meth:`conservation_summary` besides the origin.
     SUMMARY_POINTS = 6
@@ -518,7 +518,7 @@ class Solution:
             conserved = len(directions) > 0
             vertical = self._vertical()
             if (angular and vertical is not None and len(directions) == 1
-                    and _contains(directions, vertical[None, :])[0]):
+                    and in_span(directions, vertical[None, :])[0]):
                 label = "vertical " + label
                 values = (values @ vertical)[:, None]
             elif 0 < len(directions) < 3:
@@ -607,14 +607,6 @@ class Solution:
         return "\n".join(lines)
 
 
-def _contains(directions: np.ndarray, axes: np.ndarray) -> np.ndarray:
-    """Booleans: whether each unit row of ``axes`` lies in the span of the orthonormal
-    rows ``directions`` (to 1e-6: the invariance check separates conserved directions from
-    broken ones by orders of magnitude)."""
-    inside = axes @ directions.T @ directions
-    return np.linalg.norm(axes - inside, axis=1) <= 1e-6
-
-
 def _oriented(vector: np.ndarray) -> np.ndarray:
     """The unit vector or its opposite, whichever has its largest component positive."""
     return vector if vector[np.argmax(np.abs(vector))] > 0.0 else -vector
@@ -636,7 +628,7 @@ def _named_directions(directions: np.ndarray) -> tuple[np.ndarray, str, str]:
     World axes are used where they span the subspace; a plane gets the world axis closest
     to it (projected onto it) and the direction normal to that in the plane."""
     names = np.array(["x", "y", "z"])
-    inside = _contains(directions, np.eye(3))
+    inside = in_span(directions, np.eye(3))
     if inside.sum() == len(directions):
         return (np.eye(3)[inside], ", ".join(names[inside]),
                 "along " + ", ".join(names[~inside]))
