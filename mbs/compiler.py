@@ -115,7 +115,7 @@ def compile_system(system: System) -> Model:
                              f"check joint points, axes and lengths for extreme values") from exc
     internal_count = sum(r.size for r in internal_rows.values())
     dof = n - internal_count - sum(r.rank for r in ranks)
-    redundancies = _describe_redundancies(ranks, constraint_rows, model, q0)
+    redundancies = _describe_redundancies(ranks, constraint_rows, model, q0, system)
     dependent = np.concatenate([r.dependent_rows for r in ranks] + [np.zeros(0, dtype=int)])
     if dependent.size and system.redundant == "remove":
         removed_table = table.rows(np.sort(dependent))
@@ -130,7 +130,7 @@ def compile_system(system: System) -> Model:
             constraint_rows=constraint_rows, removed_constraints=removed_table,
             applied_forces=applied)
         removed = "; ".join(f"{red.count} among {', '.join(red.joints)} (dropped "
-                            f"{', '.join(f'{j}[{k}]' for j, k in red.removed)})"
+                            f"{', '.join(red.removed_labels)})"
                             for red in redundancies)
         warnings.warn(f"redundant constraints removed: {removed}. The remaining equations "
                       f"define the same motion near the initial state"
@@ -139,7 +139,7 @@ def compile_system(system: System) -> Model:
                          "(inconsistent redundancy): initial_state() rejects that state and "
                          "initial_state(project=True) must satisfy them too"), stacklevel=3)
     elif dependent.size:
-        redundancies = [replace(red, removed=()) for red in redundancies]
+        redundancies = [replace(red, removed=(), removed_labels=()) for red in redundancies]
         kept = "; ".join(f"{red.count} among {', '.join(red.joints)}" for red in redundancies)
         warnings.warn(f"redundant constraints kept (System(redundant='keep')): {kept}. The "
                       f"Newton matrices of the implicit schemes are then singular: em, ggl-vi "
@@ -265,7 +265,8 @@ def _joint_coordinates(system: System, context: BuildContext) -> dict:
             for joint in system.joints if type(joint).__name__ in JOINT_COORDINATES}
 
 
-def _describe_redundancies(ranks, constraint_rows: dict, model: Model, q0: np.ndarray):
+def _describe_redundancies(ranks, constraint_rows: dict, model: Model, q0: np.ndarray,
+                           system: System) -> list[Redundancy]:
     owner = {}
     for name, rows in constraint_rows.items():
         for k, row in enumerate(rows):
@@ -277,7 +278,8 @@ def _describe_redundancies(ranks, constraint_rows: dict, model: Model, q0: np.nd
             continue
         removed = tuple(owner[int(r)] for r in rank.dependent_rows)
         consistent = bool(np.all(np.abs(g0[rank.dependent_rows]) <= 1e-10))
-        out.append(Redundancy(rank.redundant, rank.involved, removed, consistent))
+        labels = tuple(system[name].equation_label(k) for name, k in removed)
+        out.append(Redundancy(rank.redundant, rank.involved, removed, consistent, labels))
     return out
 
 

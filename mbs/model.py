@@ -67,14 +67,16 @@ class Redundancy:
     """Redundant constraints found in one block of the joint graph.
 
     ``removed`` lists the equations dropped at compile time as (joint name, equation index
-    within the joint); ``consistent`` tells whether they hold at the initial state (a
-    consistent redundancy, e.g. a planar four-bar built with 3-D revolute joints).
+    within the joint) and ``removed_labels`` names them, e.g. ``"hinge[4] (parallel axes,
+    2)"``; ``consistent`` tells whether they hold at the initial state (a consistent
+    redundancy, e.g. a planar four-bar built with 3-D revolute joints).
     """
 
     count: int
     joints: tuple[str, ...]
     removed: tuple[tuple[str, int], ...] = ()
     consistent: bool = True
+    removed_labels: tuple[str, ...] = ()
 
 
 class Model:

@@ -780,8 +780,7 @@ def _warn_if_removed_constraints_broke(solution: Solution) -> None:
     kept = float(np.max(solution.constraint_residuals()["position"], initial=0.0))
     worst = int(np.argmax(removed))
     if removed[worst] > max(REMOVED_CONSTRAINT_LEVEL, 100.0 * kept):
-        dropped = ", ".join(f"{joint}[{k}]" for red in model.redundancies
-                            for joint, k in red.removed)
+        dropped = ", ".join(label for red in model.redundancies for label in red.removed_labels)
         warnings.warn(f"simulate: the equations dropped at compile time as redundant "
                       f"({dropped}) are violated by up to {removed[worst]:.3g} (at t = "
                       f"{solution.t[worst]:.6g}) while the kept ones hold to {kept:.1e}: they "

@@ -237,7 +237,7 @@ class System:
         if model.redundancies:
             for red in model.redundancies:
                 state = "consistent" if red.consistent else "INCONSISTENT"
-                dropped = (f", removed {', '.join(f'{j}[{k}]' for j, k in red.removed)}"
+                dropped = (f", removed {', '.join(red.removed_labels)}"
                            if self.redundant == "remove" else ", kept")
                 lines.append(f"redundant: {red.count} equation(s) among joints "
                              f"{', '.join(red.joints)} ({state}{dropped})")

@@ -257,6 +257,38 @@ def test_high_order_schemes_on_the_redundant_four_bar(solver, options):
         assert np.max(np.abs(energy - energy[0])) <= 1e-12 * max(1.0, abs(energy[0]))
 
 
+def test_removed_equations_are_named_by_what_they_keep():
+    """The four-bar's hinges are all along z, so the equations that can be dropped are the
+    out-of-plane ones: the z rows of the common points and the parallel-axes rows. The
+    warning, the summary and ``Redundancy.removed_labels`` name them so."""
+    system = planar_four_bar()
+    with pytest.warns(UserWarning, match="redundant constraints removed") as caught:
+        model = system.compile()
+    (red,) = model.redundancies
+    assert len(red.removed_labels) == len(red.removed) == 3
+    for (joint, k), label in zip(red.removed, red.removed_labels):
+        assert label.startswith(f"{joint}[{k}] (")
+        assert "parallel axes" in label or "common point, z" in label
+        assert label in str(caught[0].message)
+        assert label in system.summary(model, print_it=False)
+
+
+@pytest.mark.parametrize("joint", ["Revolute", "Cylindrical", "Prismatic", "Rigid",
+                                   "Universal", "Spherical", "Distance"])
+def test_every_equation_of_a_joint_has_a_name(joint):
+    """One name per equation the joint adds to the model (a rigid body alone has the 6
+    orthonormality equations)."""
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(1.0, (2.0, 3.0, 4.0), name="body"))
+    body.set_state(position=(1.0, 0.0, 0.0))
+    arguments = {"Universal": {"point": (0, 0, 0), "axis_a": (1, 0, 0), "axis_b": (0, 1, 0)},
+                 "Spherical": {"point": (0, 0, 0)}, "Distance": {},
+                 "Rigid": {}}.get(joint, {"point": (0, 0, 0), "axis": (0, 0, 1)})
+    element = system.add(getattr(mbs.joints, joint)(system.ground, body, **arguments))
+    model = system.compile()
+    assert len(element.equation_names) == model.m - 6 == element.n_equations
+
+
 def test_kept_redundant_equations_are_reported_as_kept():
     """System(redundant="keep"): compile warns that the Newton matrices are singular, the
     redundancy lists no removed equation, and the summary says the equations are kept."""

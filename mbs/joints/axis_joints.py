@@ -11,13 +11,17 @@ import numpy as np
 
 from mbs.bodies.base import Body
 from mbs.errors import ModelError
-from mbs.joints.base import BuildContext, Joint, perpendicular_pair
+from mbs.joints.base import COMMON_POINT, PARALLEL_AXES, BuildContext, Joint, perpendicular_pair
 from mbs.joints.point_joints import add_coincidence_rows
 from mbs.quadratic import QuadraticTableBuilder
 from mbs.validation import UNIT_ROUNDOFF, as_nonzero_vector, as_scalar, as_vector
 
 #: Largest |cos| between the two axes of a universal joint accepted as perpendicular.
 PERPENDICULAR_TOLERANCE = 1e-8
+
+
+#: The two equations that keep body b's point on body a's axis line.
+ON_AXIS = ("point on the axis, 1", "point on the axis, 2")
 
 
 def _damping(value, joint) -> float | None:
@@ -98,6 +102,7 @@ class Revolute(_AxisJoint):
     """
 
     n_equations = 5
+    equation_names = COMMON_POINT + PARALLEL_AXES
 
     def __init__(self, body_a: Body, body_b: Body, point, axis, name: str | None = None,
                  damping: float | None = None):
@@ -114,6 +119,7 @@ class Cylindrical(_AxisJoint):
     rotation (see :class:`Revolute`)."""
 
     n_equations = 4
+    equation_names = PARALLEL_AXES + ON_AXIS
 
     def __init__(self, body_a: Body, body_b: Body, point, axis, name: str | None = None,
                  damping: float | None = None):
@@ -130,6 +136,7 @@ class Prismatic(_AxisJoint):
     gives the force -c s' along the axis (s the displacement)."""
 
     n_equations = 5
+    equation_names = PARALLEL_AXES + ("no rotation about the axis",) + ON_AXIS
 
     def __init__(self, body_a: Body, body_b: Body, point, axis, name: str | None = None,
                  damping: float | None = None):
@@ -150,6 +157,7 @@ class Rigid(_AxisJoint):
     """
 
     n_equations = 6
+    equation_names = COMMON_POINT + PARALLEL_AXES + ("no rotation about the axis",)
 
     def __init__(self, body_a: Body, body_b: Body, point=None, axis=(0.0, 0.0, 1.0),
                  name: str | None = None):
@@ -180,6 +188,7 @@ class Universal(Joint):
     """
 
     n_equations = 4
+    equation_names = COMMON_POINT + ("perpendicular cross axes",)
 
     def __init__(self, body_a: Body, body_b: Body, point, axis_a, axis_b,
                  name: str | None = None):

@@ -34,6 +34,8 @@ class Joint(Element):
 
     kind = "joint"
     n_equations = 0
+    #: What each equation keeps, in row order; names the equations dropped as redundant.
+    equation_names: tuple[str, ...] = ()
 
     def __init__(self, body_a: Body, body_b: Body, name: str | None = None):
         super().__init__(name)
@@ -55,6 +57,10 @@ class Joint(Element):
     def add_rows(self, builder: QuadraticTableBuilder, context: BuildContext) -> list[int]:
         raise NotImplementedError
 
+    def equation_label(self, index: int) -> str:
+        """``name[index] (what the equation keeps)``, e.g. ``hinge[4] (parallel axes, 2)``."""
+        return equation_label(self.name, self.equation_names, index)
+
     def length_scale(self, point: np.ndarray) -> float:
         """Length that makes the joint's point equations dimensionless.
 
@@ -68,6 +74,19 @@ class Joint(Element):
             return float(max(distances))
         lengths = [b.characteristic_length() for b in self.bodies if b.n_coordinates == 12]
         return float(max(lengths)) if lengths else 1.0
+
+
+#: Names of the three equations that keep a point common to two bodies (world x, y, z).
+COMMON_POINT = ("common point, x", "common point, y", "common point, z")
+#: Names of the two equations that keep two axes parallel.
+PARALLEL_AXES = ("parallel axes, 1", "parallel axes, 2")
+
+
+def equation_label(name: str, equation_names: tuple[str, ...], index: int) -> str:
+    """``name[index]``, followed by the equation's name in parentheses when it has one."""
+    if 0 <= index < len(equation_names):
+        return f"{name}[{index}] ({equation_names[index]})"
+    return f"{name}[{index}]"
 
 
 def perpendicular_pair(axis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@ import numpy as np
 
 from mbs.bodies.base import Body
 from mbs.errors import ModelError
-from mbs.joints.base import BuildContext, Joint
+from mbs.joints.base import COMMON_POINT, BuildContext, Joint
 from mbs.quadratic import QuadraticTableBuilder
 from mbs.validation import as_scalar, as_vector
 
@@ -28,6 +28,7 @@ class Spherical(Joint):
     """
 
     n_equations = 3
+    equation_names = COMMON_POINT
 
     def __init__(self, body_a: Body, body_b: Body, point, name: str | None = None):
         super().__init__(body_a, body_b, name)
@@ -68,6 +69,7 @@ class Distance(Joint):
     """
 
     n_equations = 1
+    equation_names = ("distance",)
 
     def __init__(self, body_a: Body, body_b: Body, length: float | None = None,
                  point_a=None, point_b=None, name: str | None = None):
