@@ -387,18 +387,24 @@ class Model:
         """Whether some constraint depends on time (a :class:`mbs.joints.Drive`)."""
         return any(b.constraint.time_dependent for b in self._user)
 
-    def effort_depends_on_turns(self, name: str, t: float, angle: float, turns: int,
-                                rate: float) -> bool:
-        """Whether the law of actuator ``name`` gives another effort at ``angle`` + 2 pi
-        ``turns`` than at ``angle`` (time t, joint rate ``rate``): a law of the angle it
-        receives wrapped into (-pi, pi] that is not periodic jumps where the joint passes
-        +-pi. Laws that read the bodies' states are not evaluated (False)."""
+    def effort_jumps_at_half_turn(self, name: str, t: float, rate: float) -> bool:
+        """Whether the law of actuator ``name`` jumps where the joint angle it receives,
+        wrapped into (-pi, pi], passes +-pi (time t, joint rate ``rate``): a law that is not
+        periodic in the angle (target - angle).
+
+        The law is called at pi - e and -pi + e only, inside its range: the gap closes with
+        e for a periodic law and keeps its size for a jump. Laws that read the bodies'
+        states are not evaluated (False)."""
         term = next(term for term in self.applied_forces.terms if term.name == name)
         if getattr(term.law, "reads_bodies", False):
             return False
-        wrapped = float(term.law(t, angle, rate, False)[0])
-        turned = float(term.law(t, angle + 2.0 * np.pi * turns, rate, False)[0])
-        return abs(turned - wrapped) > 1e-9 * max(abs(turned), abs(wrapped), 1e-300)
+
+        def gap(e: float) -> float:
+            return abs(float(term.law(t, np.pi - e, rate, False)[0])
+                       - float(term.law(t, -np.pi + e, rate, False)[0]))
+
+        closer = gap(1e-7)
+        return closer > 0.0 and closer > 0.5 * gap(1e-4)
 
     @property
     def has_branch_checks(self) -> bool:
@@ -822,10 +828,17 @@ class Model:
         missed = [f"{name} (asked {rate:.6g}, possible {got:.6g})"
                   for name, rate, got in zip(names, rates, reached)
                   if abs(got - rate) > 1e-9 * max(1.0, abs(rate))]
+        driven = {joint: drive for drive, (joint, coordinate) in self.drives.items()
+                  if coordinate == next(iter(self.joint_coordinates[joint]))}
         if missed or not self.is_consistent(q, p, t):
+            prescribed = [f"{name} by {driven[name]!r}" for name in names if name in driven]
             raise ModelError(f"initial_state: the constraints do not allow the joint rates "
-                             f"{', '.join(missed) or 'given'}; the joints' rates are coupled "
-                             f"(give fewer rates, one per degree of freedom)")
+                             f"{', '.join(missed) or 'given'}; "
+                             + (f"the drives prescribe the rates of driven joints "
+                                f"({', '.join(prescribed)}: their rate(t)), leave those out of "
+                                f"joint_rates" if prescribed else
+                                "the joints' rates are coupled (give fewer rates, one per "
+                                "degree of freedom)"))
         return q, p
 
     def project(self, q: np.ndarray, p: np.ndarray, max_iterations: int = 50, t: float = 0.0

@@ -545,6 +545,8 @@ class _Run:
                     f"reaches a singular configuration there (a dead point, or a position a "
                     f"drive or load pushes it into but it cannot pass), where smaller steps "
                     f"do not help; check the geometry, drives and loads")
+        else:
+            hint = self._force_jump(k) or hint
         raise SolverError(
             f"{self.solver.name}: step {k} (t = {self.t_start + k * self.h:.6g} -> "
             f"{self.t_start + (k + 1) * self.h:.6g}) failed{tried}: {newton_failure}"
@@ -588,6 +590,39 @@ class _Run:
             jacobians.append(jacobian.toarray() if sp.issparse(jacobian) else
                              np.asarray(jacobian))
         return rank_loss_time(times, jacobians, 2.0 * self.h)
+
+    def _force_jump(self, k: int) -> str | None:
+        """Why no step size solves step k when an applied force is discontinuous: the force
+        jumps on the path from node k along its linear extrapolation (two steps long, so that
+        a curved path's crossing is on it too), or between nodes k - 1 and k (a motion that
+        chatters across the switching surface), as a hint naming the element
+        (:meth:`mbs.forces.applied.AppliedForces.jump_along`)."""
+        model = self.model
+        if not model.has_applied_forces:
+            return None
+        row = k - self.base
+        state = (self.q[row], model.apply_inverse_mass(self.p[row]))
+        paths = [(state, (state[0] + 2.0 * self.h * state[1], state[1]))]
+        if row > 0:
+            previous = (self.q[row - 1], model.apply_inverse_mass(self.p[row - 1]))
+            paths = [(state, tuple(3.0 * a - 2.0 * b for a, b in zip(state, previous))),
+                     (previous, state)]
+        found = None
+        for start, end in paths:
+            try:
+                found = model.applied_forces.jump_along(self.t_start + (k + 0.5) * self.h,
+                                                        start, end)
+            except MbsError:  # the law fails next to the state: the failure says enough
+                return None
+            if found is not None:
+                break
+        else:
+            return None
+        name, jump, size = found
+        return (f"the generalized force of {name!r} jumps by {jump:.3g} (its entries reach "
+                f"{size:.3g} here) where the state crosses a switching surface of its law: "
+                f"Newton's method cannot solve a step across a discontinuity at any step "
+                f"size; make the law continuous (e.g. tanh(s / eps) for sign(s))")
 
     def _substeps(self, k: int, q: np.ndarray, p: np.ndarray, count: int) -> StepResult:
         """Output step k as ``count`` steps of the solver, whose step size is h / count."""
@@ -820,10 +855,8 @@ def _warn_if_angle_laws_saw_a_wrap(solution: Solution) -> None:
         if not beyond.size:
             continue
         k = int(beyond[0])
-        angle = float(np.angle(np.exp(1j * trajectory.position[k])))
-        turns = int(round((trajectory.position[k] - angle) / (2.0 * np.pi)))
-        if model.effort_depends_on_turns(info.name, float(solution.t[k]), angle, turns,
-                                         float(trajectory.rate[k])):
+        if model.effort_jumps_at_half_turn(info.name, float(solution.t[k]),
+                                           float(trajectory.rate[k])):
             warnings.warn(f"simulate: {info.type} {info.name!r} reads the angle of joint "
                           f"{joint!r}, which turned beyond +-pi at t = "
                           f"{solution.t[beyond[0]]:.6g}; the law receives the angle wrapped "

@@ -449,6 +449,22 @@ def test_a_motor_law_not_periodic_in_the_wrapped_angle_is_named_after_the_run():
         mbs.simulate(model, "em", h=1e-3, t_end=0.3)
 
 
+def test_a_motor_law_receives_angles_in_its_documented_range_only():
+    """Every call, by the scheme, by the checks of compile and by the turn check after the
+    run, passes an angle in (-pi, pi]."""
+    received = []
+
+    def law(t, angle, rate):
+        received.append(angle)
+        return 200.0 * (20.0 * t - angle) + 2.0 * (20.0 - rate)
+
+    model = speed_controlled_disc(law)
+    with pytest.warns(RuntimeWarning, match="turned beyond"):
+        mbs.simulate(model, "em", h=1e-3, t_end=0.3)
+    received = np.array(received)
+    assert received.size > 300 and np.all((-np.pi < received) & (received <= np.pi))
+
+
 def test_a_motor_law_with_a_wrapped_error_tracks_several_turns_without_warning():
     """The same law with its error wrapped: the disc follows 20 rad/s over three turns."""
     model = speed_controlled_disc(

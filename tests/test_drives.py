@@ -197,6 +197,32 @@ def test_a_drive_redundant_with_another_is_an_error_at_compile():
         system.compile()
 
 
+def test_a_rate_that_is_not_the_derivative_of_the_position_is_warned_about():
+    """A wrong rate makes the nodes' joint rates wrong while the angle and the energy
+    balance stay exact: compile compares it with differences of the position."""
+    for factor in (2.0, 1.0):
+        system = slider_crank()
+        system.add(Drive(system["crank_pivot"], crank_angle,
+                         lambda t, factor=factor: factor * crank_rate(t), name="motor"))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            system.compile()
+        found = [str(w.message) for w in caught if "not the derivative" in str(w.message)]
+        if factor == 1.0:
+            assert not found
+        else:
+            assert found == ["Drive 'motor': rate(t) is not the derivative of position(t): at "
+                             "t = 0 rate gives 11.8, central differences of position 5.9 (0.5 "
+                             "relative); fix rate, or omit it and let mbs use differences"]
+
+
+def test_joint_rates_that_contradict_a_drive_name_the_drive():
+    model = driven_slider_crank()
+    with pytest.raises(ModelError, match="the drives prescribe the rates of driven joints "
+                                         r"\(crank_pivot by 'motor'"):
+        model.initial_state(project=True, joint_rates={"crank_pivot": 2.0})
+
+
 def test_bad_drives_get_clear_errors():
     system = mbs.System()
     body = system.add(mbs.RigidBody(1.0, (0.1, 0.1, 0.1), name="body"))

@@ -231,3 +231,54 @@ def test_the_step_size_check_sees_the_fastest_mode_of_a_spring_network_and_warns
     omega = float(stiff[0].split("omega = ")[1].split()[0])
     assert 39.9 <= omega <= 40.0  # the Gershgorin bound 2 sqrt(k/m) of the true 39.9
     assert "more springs beyond it" in stiff[0]
+
+
+def relay_pendulum(law) -> mbs.Model:
+    """A link hanging from a hinge, its torque given by ``law(angle, rate)``."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    arm = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.04, ly=0.04, lz=0.5,
+                                              name="arm"))
+    arm.set_state(position=(0.0, 0.0, -0.25))
+    hinge = system.add(mbs.joints.Revolute(system.ground, arm, point=(0, 0, 0),
+                                           axis=(0, 1, 0), name="hinge"))
+    system.add(mbs.forces.JointTorque(hinge, lambda t, angle, rate: law(angle, rate),
+                                      name="relay"))
+    return system.compile()
+
+
+def switching(angle, rate):
+    return angle - 0.6 + 0.3 * rate
+
+
+@pytest.mark.parametrize("h", [0.02, 0.005])
+def test_a_force_law_that_jumps_in_the_state_is_named_when_no_step_size_helps(h):
+    """A relay torque -3 sign(s) on a sliding surface s = 0 has no classical solution past
+    the surface (the motion chatters across it): Newton fails at every sub-step, and the
+    failure names the discontinuous law instead of advising smaller steps."""
+    model = relay_pendulum(lambda angle, rate: -3.0 * np.sign(switching(angle, rate)))
+    with pytest.raises(mbs.SolverError, match="generalized force of 'relay' jumps by") as error:
+        mbs.simulate(model, "em", h=h, t_end=1.0)
+    assert "reduce the step size" not in error.value.hint
+    assert 0.0 < error.value.solution.t[-1] < 0.2  # the first crossing, near t = 0.05
+
+
+def test_the_jump_test_tells_a_jump_from_a_steep_continuous_law():
+    """On a path across the switching surface (the link turned from 0.5 to 0.7 rad, s from
+    -0.1 to 0.1): sign(s) flips the generalized force, a jump of the size of its entries;
+    tanh(s / 1e-3), a thousand times steeper than the path, is continuous and is not
+    reported."""
+    for law, expected in ((lambda a, r: -3.0 * np.sign(switching(a, r)), True),
+                          (lambda a, r: -3.0 * np.tanh(switching(a, r) / 1e-3), False)):
+        model = relay_pendulum(law)
+        q, p = model.initial_state()
+        v = model.apply_inverse_mass(p)
+        states = []
+        for angle in (0.5, 0.7):
+            turned = mbs.rotation_about_y(angle)
+            directors = (q[3:].reshape(3, 3) @ turned.T).ravel()
+            states.append((np.concatenate([turned @ q[:3], directors]), v))
+        found = model.applied_forces.jump_along(0.0, *states)
+        assert (found is not None) == expected
+        if expected:
+            name, jump, size = found
+            assert name == "relay" and 0.5 * size < jump <= 2.0 * size

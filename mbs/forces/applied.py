@@ -73,6 +73,10 @@ def _body_states(position: tuple[np.ndarray, np.ndarray], directors: np.ndarray 
             for x, u, frame, omega in zip(points, velocities, frames, omegas)]
 
 
+#: Samples, bisections and relative size of :meth:`AppliedForces.jump_along`.
+JUMP_SAMPLES, JUMP_BISECTIONS, JUMP_LEVEL = 33, 40, 1e-6
+
+
 class AppliedTerm:
     """The generalized force of one element on its coordinates ``local.indices``."""
 
@@ -131,6 +135,44 @@ class AppliedForces:
                 by_q.append(np.zeros(size) if d_q is None else d_q.ravel())
                 by_v.append(np.zeros(size) if d_v is None else d_v.ravel())
         return out, by_q, by_v
+
+    def jump_along(self, t: float, start: tuple[np.ndarray, np.ndarray],
+                   end: tuple[np.ndarray, np.ndarray]) -> tuple[str, float, float] | None:
+        """The term whose force jumps along the straight path from state ``start`` = (q, v)
+        to ``end`` at time t: (name, jump, largest |Q| on the path), or None.
+
+        Each term's force is sampled at 33 points; the largest difference between neighbours
+        is bisected 40 times (down to 1e-12 of the path). A Lipschitz force's difference
+        shrinks with the interval; a jump (sign, clipping, switching in the state) keeps its
+        size. Which is what stops Newton's method at every step size."""
+        for term in self.terms:
+            index = term.local.indices
+
+            def force(s, index=index, term=term) -> np.ndarray:
+                q = (1.0 - s) * start[0][index] + s * end[0][index]
+                v = (1.0 - s) * start[1][index] + s * end[1][index]
+                return np.asarray(term.evaluate(t, q, v, False)[0], dtype=float)
+
+            samples = [force(s) for s in np.linspace(0.0, 1.0, JUMP_SAMPLES)]
+            size = max(float(np.abs(f).max(initial=0.0)) for f in samples)
+            gaps = [float(np.abs(b - a).max(initial=0.0)) for a, b in zip(samples, samples[1:])]
+            worst = int(np.argmax(gaps))
+            if size == 0.0 or gaps[worst] <= JUMP_LEVEL * size:
+                continue
+            left, right = worst / (JUMP_SAMPLES - 1), (worst + 1) / (JUMP_SAMPLES - 1)
+            values = {left: samples[worst], right: samples[worst + 1]}
+            for _ in range(JUMP_BISECTIONS):
+                middle = 0.5 * (left + right)
+                values[middle] = force(middle)
+                if (np.abs(values[middle] - values[left]).max()
+                        >= np.abs(values[right] - values[middle]).max()):
+                    right = middle
+                else:
+                    left = middle
+            jump = float(np.abs(values[right] - values[left]).max())
+            if jump > JUMP_LEVEL * size:
+                return term.name, jump, size
+        return None
 
     def force(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Q(t, q, v), shape (n,)."""

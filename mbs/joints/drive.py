@@ -172,9 +172,30 @@ class Drive(UserConstraint):
     def _rate(self, t: float) -> float:
         if self.rate is not None:
             return self._call(self.rate, "rate", t)
-        step = RATE_DIFFERENCE_STEP * max(1.0, abs(t))
+        return self._difference_rate(t, RATE_DIFFERENCE_STEP)
+
+    def _difference_rate(self, t: float, relative_step: float) -> float:
+        step = relative_step * max(1.0, abs(t))
         return (self._call(self.position, "position", t + step)
                 - self._call(self.position, "position", t - step)) / (2 * step)
+
+    def rate_mismatch(self, times) -> tuple[float, float, float, float] | None:
+        """How far the given ``rate`` is from central differences of ``position``.
+
+        Returns (relative mismatch, t, rate(t), difference) at the worst of ``times``, the
+        mismatch relative to the largest rate seen; None without a given rate function or
+        when both vanish at every time. The differences (step 1e-6 max(1, |t|)) are exact to
+        about 1e-10 relative for motions slower than 1e4 rad/s."""
+        if self.rate is None:
+            return None
+        given = np.array([self._call(self.rate, "rate", t) for t in times])
+        differences = np.array([self._difference_rate(t, 1e-6) for t in times])
+        scale = float(max(np.abs(given).max(), np.abs(differences).max()))
+        if scale == 0.0:
+            return None
+        worst = int(np.argmax(np.abs(given - differences)))
+        return (float(abs(given[worst] - differences[worst])) / scale, float(times[worst]),
+                float(given[worst]), float(differences[worst]))
 
     # -- the UserConstraint interface, at time t ---------------------------------------------
     def value(self, q_local: np.ndarray, t: float = 0.0) -> np.ndarray:
