@@ -158,22 +158,10 @@ def revolution_means(solution: mbs.Solution) -> np.ndarray:
 
 
 def element_work(solution: mbs.Solution) -> dict[str, np.ndarray]:
-    """Cumulative work of each load, damper and actuator, (N+1,) each, as EM applies it:
-    Q_k(t + h/2, q_mid, (q1 - q0)/h) . (q1 - q0) per step. Their sum is ``solution.work``
-    (to round-off) for "em"; for other schemes it is a second-order estimate."""
-    model, q, t = solution.model, solution.q, solution.t
-    out = {}
-    for term in model.applied_forces.terms:
-        index = term.local.indices
-        steps = np.empty(t.size - 1)
-        for k in range(t.size - 1):
-            h = t[k + 1] - t[k]
-            dq = q[k + 1, index] - q[k, index]
-            value = term.evaluate(t[k] + 0.5 * h, 0.5 * (q[k + 1, index] + q[k, index]),
-                                  dq / h, False)[0]
-            steps[k] = value @ dq
-        out[term.name] = out.get(term.name, 0.0) + np.concatenate([[0.0], np.cumsum(steps)])
-    return out
+    """Cumulative work of the motor, the dashpot and the gas load, (N+1,) each, as EM applies
+    it (:meth:`mbs.Solution.force`). Their sum is ``solution.work`` (to round-off) for "em";
+    for other schemes it is a second-order estimate."""
+    return {name: solution.force(name).work for name in ("motor", "dashpot", "gas")}
 
 
 def report(solution: mbs.Solution) -> str:

@@ -99,6 +99,32 @@ class DriveTrajectory:
 
 
 @dataclass
+class ForceTrajectory:
+    """A load, damper or actuator along a solution (see :meth:`Solution.force`).
+
+    Attributes
+    ----------
+    name : str
+    t : (N,)
+        The step midpoints t_n + h/2.
+    effort : (N,) or None
+        The torque (force) about (along) the axis of a joint actuator or joint damper, or
+        the force along the line of a two-point damper, at the step's midpoint state
+        ((q_n + q_{n+1}) / 2 and the secant velocity); None for loads.
+    work : (N+1,)
+        Cumulative work, 0 at the start, applied as the energy-momentum scheme applies it:
+        Q(t_n + h/2, (q_n + q_{n+1}) / 2, (q_{n+1} - q_n) / h) . (q_{n+1} - q_n) per step.
+        For "em" the works of all elements sum to ``Solution.work`` to round-off; for the
+        other schemes it is a second-order estimate.
+    """
+
+    name: str
+    t: np.ndarray
+    effort: np.ndarray | None
+    work: np.ndarray
+
+
+@dataclass
 class ReactionTrajectory:
     """What a joint exerts on one of its bodies along a solution (see
     :meth:`Solution.reaction`).
@@ -288,6 +314,34 @@ class Solution:
         if rule == "centred":
             return _without_alternation(values)
         return values
+
+    def force(self, name: str) -> ForceTrajectory:
+        """The effort and the work of load, damper or actuator ``name`` in each step (see
+        :class:`ForceTrajectory`); springs with ``damping=`` report their damper."""
+        applied = getattr(self.model, "applied_forces", None)
+        terms = [] if applied is None else [term for term in applied.terms
+                                            if term.name == name]
+        if not terms:
+            names = sorted({term.name for term in applied.terms}) if applied else []
+            raise UnknownNameError(f"no load, damper or actuator {name!r}; this model's: "
+                                   f"{', '.join(names) or 'none'}")
+        t, q = self.t, self.q
+        steps = np.diff(t)
+        middle, increments = 0.5 * (t[1:] + t[:-1]), np.diff(q, axis=0)
+        midpoints = 0.5 * (q[1:] + q[:-1])
+        work = np.zeros(steps.size)
+        scalar = all(hasattr(term, "coordinate") for term in terms)  # Q = effort J(q)
+        effort = np.zeros(steps.size) if scalar else None
+        for term in terms:
+            index = term.local.indices
+            for k in range(steps.size):
+                value = term.evaluate(middle[k], midpoints[k, index],
+                                      increments[k, index] / steps[k], False)[0]
+                work[k] += value @ increments[k, index]
+                if effort is not None:
+                    row = term.coordinate(midpoints[k, index])[1]
+                    effort[k] += (value @ row) / (row @ row)
+        return ForceTrajectory(name, middle, effort, np.concatenate([[0.0], np.cumsum(work)]))
 
     def reaction(self, name: str, body: str | None = None) -> ReactionTrajectory:
         """The force and torque joint ``name`` exerts on ``body`` (default: its second body,

@@ -499,3 +499,30 @@ def test_unnamed_joint_elements_are_named_by_their_category():
     assert [disc.name, hinge.name, slider.name, guide.name] == ["body1", "joint1", "body2",
                                                                 "joint2"]
     assert names == ["force1", "force2", "force3", "force4", "drive1"]
+
+
+def test_the_effort_and_work_of_each_element_along_a_run():
+    """A flywheel with a constant motor torque and a damped axle: the motor's effort is its
+    torque; its work in a step that turns the wheel by d is the torque times 2 tan(d / 2)
+    (the directors' chord, 2 sin(d / 2), over their midpoint's length, cos(d / 2)), d plus
+    O(d^3); the damper's effort is -c times the rate that chord gives; the elements' works
+    sum to the scheme's work for EM."""
+    system = mbs.System()
+    wheel = system.add(mbs.RigidBody(5.0, np.diag([0.06, 0.06, 0.1]), name="wheel"))
+    axle = system.add(mbs.joints.Revolute(system.ground, wheel, point=(0, 0, 0),
+                                          axis=(0, 0, 1), name="axle"))
+    system.add(JointTorque(axle, 2.0, name="motor"))
+    system.add(mbs.forces.JointDamper(axle, 0.02, name="friction"))
+    solution = mbs.simulate(system.compile(), "em", h=1e-2, t_end=2.0)
+    angle = solution.joint("axle").position
+    motor, friction = solution.force("motor"), solution.force("friction")
+    np.testing.assert_allclose(motor.effort, 2.0, rtol=1e-12)
+    turned = np.concatenate([[0.0], np.cumsum(2.0 * np.tan(np.diff(angle) / 2.0))])
+    np.testing.assert_allclose(motor.work, 2.0 * turned, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(friction.effort, -0.02 * np.diff(turned) / 1e-2, rtol=1e-10)
+    np.testing.assert_allclose(motor.work + friction.work, solution.work,
+                               atol=1e-12 * np.abs(solution.work).max())
+    np.testing.assert_allclose(motor.t, solution.t[:-1] + 5e-3, rtol=1e-12)
+    with pytest.raises(mbs.UnknownNameError, match="no load, damper or actuator 'brake'; "
+                                                   "this model's: friction, motor"):
+        solution.force("brake")
