@@ -398,6 +398,27 @@ class Solution:
         return BodyTrajectory(name, coords[:, :3].copy(), rates[:, :3].copy(), rotation,
                               omega, omega_body)
 
+    def point(self, body: str, at) -> tuple[np.ndarray, np.ndarray]:
+        """Position and velocity, (N+1, 3) each, of the point of ``body`` that was at ``at``
+        (world coordinates) at the solution's first node; a point mass's are its own.
+
+        The point is x = phi + sum_i X_i d_i with its body coordinates X_i = d_i . (at - phi)
+        at the start, and its velocity the same combination of the coordinates' velocities
+        M^-1 p: exact in the director formulation, which needs no angular velocity."""
+        info = self.model.body(body)
+        at = np.asarray(at, dtype=float)
+        if at.shape != (3,) or not np.all(np.isfinite(at)):
+            raise ModelError(f"Solution.point: at must be 3 finite world coordinates, got "
+                             f"{at!r}")
+        coords = self.q[:, info.coordinates]
+        rates = self.velocities[:, info.coordinates]
+        if info.kind == "point":
+            return coords.copy(), rates.copy()
+        start = coords[0, 3:].reshape(3, 3)  # rows d_i at the first node
+        weights = np.concatenate([[1.0], start @ (at - coords[0, :3])])  # (1, X_1, X_2, X_3)
+        return (np.einsum("k,nkc->nc", weights, coords.reshape(-1, 4, 3)),
+                np.einsum("k,nkc->nc", weights, rates.reshape(-1, 4, 3)))
+
     # -- summary --------------------------------------------------------------------------
     def _energy_line(self, energy: np.ndarray, scale: float) -> str:
         if not self.model.non_conservative:

@@ -275,3 +275,28 @@ def test_shape_arguments_are_checked():
         mbs.RigidBody.from_shape("box", mass=1.0, lx=1.0, ly=1.0, name="s")
     with pytest.raises(mbs.ModelError, match="positive"):
         mbs.RigidBody.from_shape("sphere", mass=1.0, radius=-1.0, name="s")
+
+
+def test_a_body_point_follows_the_body_with_its_rigid_velocity():
+    """A link swinging on a spherical joint about a skew initial pose: the point at the
+    joint stays at the joint, at rest; the tip keeps its distance from the joint and moves
+    with v + omega x r of the body's own trajectory (EM's node velocities satisfy the
+    velocity constraints to round-off, so the two agree to round-off)."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    rotation = random_rotation(np.random.default_rng(3))
+    link = system.add(mbs.RigidBody(2.0, (0.2, 0.22, 0.05), name="link"))
+    centre = rotation @ np.array([0.0, 0.0, -0.5])
+    link.set_state(position=centre, rotation=rotation, angular_velocity=(1.0, -2.0, 0.5),
+                   velocity=np.cross((1.0, -2.0, 0.5), centre))
+    system.add(mbs.joints.Spherical(system.ground, link, point=(0.0, 0.0, 0.0)))
+    solution = mbs.simulate(system.compile(), "em", h=1e-2, t_end=1.0)
+    pivot, pivot_velocity = solution.point("link", (0.0, 0.0, 0.0))
+    assert np.abs(pivot).max() < 1e-14 and np.abs(pivot_velocity).max() < 1e-12
+    tip_start = 2.0 * centre
+    tip, tip_velocity = solution.point("link", tip_start)
+    np.testing.assert_allclose(np.linalg.norm(tip, axis=1), 1.0, rtol=1e-14)
+    body = solution.body("link")
+    rigid = body.velocity + np.cross(body.angular_velocity, tip - body.position)
+    np.testing.assert_allclose(tip_velocity, rigid, atol=1e-12 * np.abs(rigid).max())
+    with pytest.raises(mbs.ModelError, match="at must be 3 finite world coordinates"):
+        solution.point("link", (0.0, 1.0))
