@@ -828,9 +828,9 @@ class Model:
         missed = [f"{name} (asked {rate:.6g}, possible {got:.6g})"
                   for name, rate, got in zip(names, rates, reached)
                   if abs(got - rate) > 1e-9 * max(1.0, abs(rate))]
-        driven = {joint: drive for drive, (joint, coordinate) in self.drives.items()
-                  if coordinate == next(iter(self.joint_coordinates[joint]))}
         if missed or not self.is_consistent(q, p, t):
+            driven = {joint: drive for drive, (joint, coordinate) in self.drives.items()
+                      if coordinate == next(iter(self.joint_coordinates[joint]))}
             prescribed = [f"{name} by {driven[name]!r}" for name in names if name in driven]
             raise ModelError(f"initial_state: the constraints do not allow the joint rates "
                              f"{', '.join(missed) or 'given'}; "

@@ -143,8 +143,8 @@ class AppliedForces:
 
         Each term's force is sampled at 33 points; the largest difference between neighbours
         is bisected 40 times (down to 1e-12 of the path). A Lipschitz force's difference
-        shrinks with the interval; a jump (sign, clipping, switching in the state) keeps its
-        size. Which is what stops Newton's method at every step size."""
+        shrinks with the interval; a jump (a relay's sign(s), a switch in the state) keeps
+        its size, and stops Newton's method at every step size."""
         for term in self.terms:
             index = term.local.indices
 
