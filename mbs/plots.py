@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from mbs.errors import MbsError, ModelError
+from mbs.solution import vertical_axis
 from mbs.solvers import REGISTRY
 
 #: Exact zeros are drawn at this value on logarithmic axes.
@@ -106,43 +107,69 @@ def _field_forces(model) -> bool:
     return uniform or any("Gravity" in f.type for f in model.forces)
 
 
-def plot_momentum(solutions, path=None, *, about=(0.0, 0.0, 0.0), labels=None,
-                  title: str | None = None):
-    """Angular (and linear) momentum errors over time.
+def _momentum_directions(solution, point) -> tuple[np.ndarray, np.ndarray]:
+    """Bases (rows) of the conserved directions of the linear and the angular momentum about
+    ``point``: :meth:`mbs.Solution.conserved_directions`, or for models in other
+    coordinates what uniform gravity leaves (no linear, the vertical angular component)."""
+    linear, angular = solution.conserved_directions(point)
+    if linear is not None:
+        return linear, angular
+    model = solution.model
+    vertical = vertical_axis(model.gravity)
+    linear = np.zeros((0, 3)) if _field_forces(model) else np.eye(3)
+    return linear, np.eye(3) if vertical is None else vertical[None, :]
 
-    Angular momentum about ``about``: the component along the vertical under uniform gravity
-    (the only conserved one), otherwise |J - J0|, relative to max |J|. Linear momentum
-    |L - L0| / max |L| when no external field acts (otherwise it is not a first integral and
-    its components are shown instead).
+
+def _directions_text(directions: np.ndarray) -> str:
+    if len(directions) == 3:
+        return "all components"
+    if len(directions) == 1:
+        axis = np.where(np.abs(directions[0]) < 1e-12, 0.0, directions[0])
+        axis *= np.sign(axis[np.argmax(np.abs(axis))])  # a basis vector's sign is arbitrary
+        return "along (" + ", ".join(f"{v:.3g}" for v in axis + 0.0) + ")"
+    return f"{len(directions)} directions"
+
+
+def _momentum_panel(ax, t, values: np.ndarray, directions: np.ndarray, label: str,
+                    symbol: str, name: str) -> None:
+    """The error of the conserved part of ``values`` (its projection on ``directions``)
+    relative to max |values|, or the components when the model conserves none."""
+    if not len(directions):
+        for c, axis in enumerate("xyz"):
+            ax.plot(t, values[:, c], label=f"{label}: {symbol}{axis}")
+        ax.set_ylabel(f"{name}\n(not conserved by this model)")
+        return
+    scale = max(float(np.max(np.linalg.norm(values, axis=1))), 1e-300)
+    drift = np.linalg.norm((values - values[0]) @ directions.T, axis=1)
+    ax.plot(t, drift / scale, label=label)
+    ax.set_ylabel(f"$|P({symbol} - {symbol}_0)| / \\max|{symbol}|$\n(conserved: "
+                  f"{_directions_text(directions)})")
+
+
+def plot_momentum(solutions, path=None, *, about=None, labels=None,
+                  title: str | None = None):
+    """Errors of the conserved components of the angular and the linear momentum over time.
+
+    Each panel shows |P (J - J0)| / max |J|, P the projection on the directions the model
+    conserves (:meth:`mbs.Solution.conserved_directions`: the vertical component under
+    uniform gravity, all three for a free system, ...); a momentum the model does not
+    conserve at all is drawn as its components. The angular momentum is taken about
+    ``about``, by default about the point the conservation summary uses
+    (:meth:`mbs.Solution.momentum_reference_point`, e.g. the pivot of a top), where the most
+    components are conserved.
     """
     solutions = _as_list(solutions)
     fig, axes = _figure(2)
     for i, sol in enumerate(solutions):
         label = _label(sol, labels, i)
-        model = sol.model
-        angular = sol.angular_momentum(about)
-        gravity = model.gravity
-        if gravity is not None and float(np.linalg.norm(gravity)) > 0.0:
-            axis = -np.asarray(gravity) / np.linalg.norm(gravity)
-            vertical = angular @ axis
-            scale = max(float(np.max(np.abs(vertical))), 1e-300)
-            axes[0].plot(sol.t, (vertical - vertical[0]) / scale, label=label)
-            axes[0].set_ylabel(r"$(J_v - J_{v,0}) / \max|J_v|$" + "\n(vertical component)")
-        else:
-            scale = max(float(np.max(np.linalg.norm(angular, axis=1))), 1e-300)
-            axes[0].plot(sol.t, np.linalg.norm(angular - angular[0], axis=1) / scale,
-                         label=label)
-            axes[0].set_ylabel(r"$|J - J_0| / \max|J|$")
-        linear = sol.linear_momentum()
-        if _field_forces(model):
-            for c, name in enumerate("xyz"):
-                axes[1].plot(sol.t, linear[:, c], label=f"{label}: L{name}")
-            axes[1].set_ylabel("linear momentum\n(external field: not conserved)")
-        else:
-            scale = max(float(np.max(np.linalg.norm(linear, axis=1))), 1e-300)
-            axes[1].plot(sol.t, np.linalg.norm(linear - linear[0], axis=1) / scale,
-                         label=label)
-            axes[1].set_ylabel(r"$|L - L_0| / \max|L|$")
+        point = (sol.momentum_reference_point() if about is None
+                 else np.asarray(about, dtype=float))
+        linear_directions, angular_directions = _momentum_directions(sol, point)
+        _momentum_panel(axes[0], sol.t, sol.angular_momentum(point), angular_directions,
+                        label, "J", "angular momentum about (" + ", ".join(
+                            f"{v:.3g}" for v in point + 0.0) + ")")
+        _momentum_panel(axes[1], sol.t, sol.linear_momentum(), linear_directions, label,
+                        "L", "linear momentum")
     for ax in axes:
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3), useMathText=True)
         ax.legend(loc="best", fontsize="small")

@@ -491,6 +491,14 @@ class Solution:
                     points.append(np.asarray(point, dtype=float))
         return points
 
+    def momentum_reference_point(self) -> np.ndarray:
+        """The point :meth:`conservation_summary` (and :func:`mbs.plots.plot_momentum`) take
+        the angular momentum about: the origin, or the first pivot, anchor or centre of
+        central gravity about which the model conserves more of its components (a top
+        pivoted away from the origin conserves its vertical component about the pivot
+        only)."""
+        return self._summary_point()[0].copy()
+
     def _summary_point(self) -> tuple[np.ndarray, tuple | None]:
         """The origin, or the first of :meth:`_candidate_points` about which more components
         of the angular momentum are conserved; with :meth:`conserved_directions` about it
