@@ -172,6 +172,14 @@ class LoadedSolution(Solution):
             return super().drive(name)
         return self._drives[name]
 
+    def force(self, name: str):
+        """Not stored: a force's effort and work need its law. Load the file with its model,
+        ``mbs.load_solution(path, model)``, to get a full Solution with :meth:`force`."""
+        raise ModelError(f"force({name!r}): the effort and work of a load, damper or "
+                         f"actuator need its law, which a solution file does not store; load "
+                         f"the file with its compiled model, mbs.load_solution(path, "
+                         f"model=build().compile())")
+
     def constraint_residuals(self) -> dict[str, np.ndarray]:
         if self._residuals is None:
             return super().constraint_residuals()

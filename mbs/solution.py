@@ -671,11 +671,20 @@ class Solution:
         props = self.solver_properties
         resumed = (f" (resumed at step {self.stats['resumed_at']})"
                    if "resumed_at" in self.stats else "")
+        iterations = np.asarray(self.stats.get("newton_iterations", ()))
+        wall_time = self.stats.get("wall_time")
         lines = [
             f"solver {self.stats.get('solver')}  h = {self.stats.get('h')}  steps = "
-            f"{self.t.size - 1}  t = [{self.t[0]:g}, {self.t[-1]:g}]  wall time "
-            f"{self.stats.get('wall_time', float('nan')):.3f} s{resumed}  mean Newton "
-            f"iterations {np.mean(self.stats.get('newton_iterations', [np.nan])):.2f}",
+            f"{self.t.size - 1}  t = [{self.t[0]:g}, {self.t[-1]:g}]"
+            + ("" if wall_time is None else f"  wall time {wall_time:.3f} s") + resumed
+            + (f"  mean Newton iterations {iterations.mean():.2f}" if iterations.size
+               else "")]
+        if self.t.size == 1:  # a run that failed in its first step: nothing to compare
+            return "\n".join(lines + [
+                f"no steps taken: the initial state only (E0 = {energy[0]:.12g}, |g(q_0)| = "
+                f"{np.max(res['position']):.3e}, |G M^-1 p_0| = "
+                f"{np.max(res['velocity']):.3e})"])
+        lines += [
             self._energy_line(energy, scale),
             self._momentum_line(label, "J", self.angular_momentum(about), angular_kept, True,
                                 about, angular_scale),

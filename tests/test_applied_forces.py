@@ -310,6 +310,10 @@ def test_saved_solution_keeps_the_work(tmp_path):
     path = mbs.save_solution(solution, tmp_path / "run")
     loaded = mbs.load_solution(path, damped_oscillator())
     np.testing.assert_array_equal(loaded.work, solution.work)
+    damper = solution.model.forces[0].name  # the spring reports its damper
+    np.testing.assert_array_equal(loaded.force(damper).work, solution.force(damper).work)
+    with pytest.raises(ModelError, match="load the file with its compiled model"):
+        mbs.load_solution(path).force(damper)
 
 
 # -- bad input ----------------------------------------------------------------------------------

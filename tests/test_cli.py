@@ -56,7 +56,7 @@ def test_run_animates(tmp_path, capsys):
     assert "animation:" in capsys.readouterr().out
     reader = imageio.get_reader(movie)
     try:
-        assert reader.count_frames() == 2
+        assert reader.count_frames() == 3  # 0.1 s at 20 fps: frames at 0, 0.05, 0.1
     finally:
         reader.close()
     assert (tmp_path / "t.png").is_file()

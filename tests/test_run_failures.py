@@ -282,3 +282,25 @@ def test_the_jump_test_tells_a_jump_from_a_steep_continuous_law():
         if expected:
             name, jump, size = found
             assert name == "relay" and 0.5 * size < jump <= 2.0 * size
+
+
+def test_the_summary_of_a_run_that_failed_in_its_first_step_shows_the_initial_state():
+    """A pendulum hit at t = 0 by a load Newton cannot follow in 5 iterations: the error's
+    solution holds the initial state only, and its summary says so (no statistics of
+    steps that were never taken, no numpy warnings)."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=1.0))
+    system.add(mbs.forces.Load(bob, force=(0.0, 1e4, 0.0)))
+    five_iterations = mbs.solvers.EnergyMomentum(
+        newton=mbs.solvers.NewtonOptions(max_iterations=5))
+    with pytest.raises(mbs.SolverError) as failure:
+        mbs.simulate(system.compile(), five_iterations, h=0.5, t_end=2.0, on_failure="raise")
+    solution = failure.value.solution
+    assert solution.t.size == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summary = solution.conservation_summary()
+    assert "no steps taken" in summary and "nan" not in summary
+    assert f"E0 = {solution.energy()[0]:.12g}" in summary

@@ -46,10 +46,10 @@ def test_frame_selection_depends_on_playback_not_steps():
     t_short, t_long = np.linspace(0.0, 2.0, 11), np.linspace(0.0, 2.0, 10001)
     for t in (t_short, t_long):
         indices, times = select_frames(t, fps=30, speed=1.0)
-        assert indices.size == 60 == frame_count(0.0, 2.0, 30, 1.0)
+        assert indices.size == 61 == frame_count(0.0, 2.0, 30, 1.0)
         assert times[0] == 0.0 and times[-1] == 2.0
         assert np.all(np.abs(t[indices] - times) <= 0.5 * (t[1] - t[0]) + 1e-12)
-    assert select_frames(t_long, fps=30, speed=2.0)[0].size == 30
+    assert select_frames(t_long, fps=30, speed=2.0)[0].size == 31
     assert select_frames(t_long, frames=7)[0].size == 7
     with pytest.raises(mbs.ModelError):
         select_frames(t_long, fps=0.0)
@@ -76,9 +76,10 @@ def test_gif_has_the_requested_frames(tmp_path, top_solution):
 
 
 def test_gif_plays_at_the_real_duration(tmp_path, top_solution):
-    """30 fps is not a whole number of GIF's 10 ms delays: the delays alternate so that the
-    18 frames of 0.3 s of motion play in 0.6 s at speed 0.5 (a fixed 30 ms delay would play
-    them in 0.54 s)."""
+    """0.3 s of motion at speed 0.5 are 0.6 s of video: 19 frames 1/30 s of video (1/60 s of
+    motion) apart, the last one reached at 0.6 s. 30 fps is not a whole number of GIF's
+    10 ms delays: the delays alternate so that it is (a fixed 30 ms delay would reach it at
+    0.54 s)."""
     from PIL import Image
 
     report = viz.animate(top_solution, tmp_path / "top.gif", fps=30, speed=0.5,
@@ -88,8 +89,8 @@ def test_gif_plays_at_the_real_duration(tmp_path, top_solution):
         for k in range(image.n_frames):
             image.seek(k)
             delays.append(image.info["duration"])
-    assert len(delays) == report.frames == 18
-    assert sum(delays) == 600 and set(delays) <= {30, 40}
+    assert len(delays) == report.frames == 19
+    assert sum(delays[:-1]) == 600 and set(delays) <= {30, 40}
 
 
 def test_webm_is_written_with_a_webm_codec(tmp_path, top_solution):
@@ -106,7 +107,7 @@ def test_mp4_has_the_requested_frames_and_duration(tmp_path, top_solution):
     report = viz.animate(top_solution, tmp_path / "top.mp4", fps=20, speed=0.5,
                          resolution=(96, 72), progress=False)
     expected = frame_count(0.0, 0.3, 20, 0.5)  # 0.3 s in slow motion: 0.6 s of video
-    assert report.frames == expected == 12
+    assert report.frames == expected == 13
     reader = imageio.get_reader(tmp_path / "top.mp4")
     try:
         assert reader.count_frames() == expected

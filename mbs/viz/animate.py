@@ -88,7 +88,7 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
         Frames per second of the video.
     speed : float
         Real-time factor: 1 plays the motion at its real speed, 0.5 in slow motion.
-        The video has ``round((t_end - t_start) / speed * fps)`` frames, each showing the
+        The video has ``round((t_end - t_start) / speed * fps) + 1`` frames, each showing the
         solution node nearest to its time: frames are subsampled (or repeated) so the cost
         does not depend on the number of simulation steps.
     frames : int, optional

@@ -1,9 +1,9 @@
 """Which solution nodes become animation frames (numpy only).
 
 The number of frames depends on the playback settings, never on the number of simulation
-steps: ``duration = (t_end - t_start) / speed`` seconds of video at ``fps`` frames per second,
-each frame showing the node nearest to its time. This is what keeps rendering cost independent
-of the simulation length.
+steps: ``(t_end - t_start) / speed`` seconds of video at ``fps`` frames per second (one frame
+more for the end), each frame showing the node nearest to its time. This is what keeps
+rendering cost independent of the simulation length.
 """
 
 from __future__ import annotations
@@ -14,12 +14,15 @@ from mbs.errors import ModelError
 
 
 def frame_count(t_start: float, t_end: float, fps: float = 30.0, speed: float = 1.0) -> int:
-    """Frames of a video that plays [t_start, t_end] at ``speed`` times real time (>= 2)."""
+    """Frames of a video that plays [t_start, t_end] at ``speed`` times real time (>= 2):
+    round((t_end - t_start) / speed * fps) intervals of 1 / fps between frames, plus the
+    frame at t_end, so that frame k, shown at k / fps, is the motion at t_start + k speed /
+    fps."""
     if not fps > 0.0:
         raise ModelError(f"fps must be positive, got {fps!r}")
     if not speed > 0.0:
         raise ModelError(f"speed (real-time factor) must be positive, got {speed!r}")
-    return max(2, int(round((t_end - t_start) / speed * fps)))
+    return max(2, int(round((t_end - t_start) / speed * fps)) + 1)
 
 
 def select_frames(t: np.ndarray, fps: float = 30.0, speed: float = 1.0,
