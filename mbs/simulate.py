@@ -792,8 +792,8 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
     unstable = (" and beyond rattle's stability limit h omega = 2"
                 if solver.startswith("rattle") and h * omega > 2.0 else "")
     warnings.warn(f"simulate: {force.type} {force.name!r} oscillates at up to omega = "
-                  f"{omega:.3g} rad/s (sqrt(k/m) over the springs on its bodies; period "
-                  f"{2 * math.pi / omega:.3g} s); h omega = {h * omega:.3g} is beyond the "
+                  f"{omega:.3g} rad per time unit (sqrt(k/m) over the springs on its bodies; "
+                  f"period {2 * math.pi / omega:.3g}); h omega = {h * omega:.3g} is beyond the "
                   f"accuracy of every scheme{unstable}{others}: choose h <= {0.2 / omega:.2g} "
                   f"to resolve it, or a softer spring", RuntimeWarning, stacklevel=3)
 

@@ -445,11 +445,11 @@ MODELS = [
         T, r"System.add expects a body, joint, force or constraint, got 'bob'"),
     Bad("stiff-spring-between-two-bodies", lambda d: simulate_system(stiff_pair(), h=0.01,
                                                                      t_end=0.02),
-        RuntimeWarning, r"Spring 'bumper' oscillates at up to omega = 2e\+03 rad/s.*"
+        RuntimeWarning, r"Spring 'bumper' oscillates at up to omega = 2e\+03 rad per time unit.*"
                         r"h omega = 20 .*choose h <= 0.0001 to resolve it, or a softer spring"),
     Bad("stiff-quartic-spring", lambda d: simulate_system(stiff_quartic(), h=0.01, t_end=0.02),
         RuntimeWarning, r"QuarticSpring 'hard' oscillates at up to omega = 1e\+04 "
-                        r"rad/s.*choose h <= 2e-05 to resolve it, or a softer spring"),
+                        r"rad per time unit.*choose h <= 2e-05 to resolve it, or a softer spring"),
 ]
 
 OPTIONS = [
