@@ -595,6 +595,9 @@ def _element_info(record, what: str, path) -> ElementInfo:
 # -- CSV ------------------------------------------------------------------------------------
 OBSERVABLES = ("energy", "kinetic_energy", "potential_energy", "angular_momentum",
                "linear_momentum", "constraints")
+#: Per-body CSV columns, written "KIND:BODY".
+BODY_COLUMNS = ("position", "velocity", "angular_velocity", "angular_velocity_body",
+                "quaternion", "directors")
 
 
 def observable_columns(solution: Solution, columns=None, every: int = 1
@@ -604,7 +607,9 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
     ``columns`` is a list of: "energy", "kinetic_energy", "potential_energy",
     "angular_momentum" (3 columns), "linear_momentum" (3), "constraints" (|g| and |G v| max
     norms), "position:BODY" (3), "velocity:BODY" (3), "angular_velocity:BODY" (3),
-    "directors:BODY" (9); a single name may be given as a string. Default: energies, momenta,
+    "angular_velocity_body:BODY" (3, body frame), "quaternion:BODY" (4, w x y z, see
+    :meth:`~mbs.solution.BodyTrajectory.quaternions`), "directors:BODY" (9); a single name
+    may be given as a string. Default: energies, momenta,
     constraints and every body's position. The rows are every ``every``-th node and the last
     one (the end state is always written).
     """
@@ -634,9 +639,14 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
             names += ["constraint_position", "constraint_velocity"]
             values += [np.asarray(residuals["position"])[rows],
                        np.asarray(residuals["velocity"])[rows]]
-        elif kind in ("position", "velocity", "angular_velocity", "directors") and body:
+        elif kind in BODY_COLUMNS and body:
             trajectory = solution.body(body)
-            if kind == "directors":
+            if kind == "quaternion":
+                if trajectory.rotation is None:
+                    raise ModelError(f"CSV column {column!r}: {body!r} is a point mass")
+                data = trajectory.quaternions()[rows]
+                names += [f"{body}.quaternion_{c}" for c in "wxyz"]
+            elif kind == "directors":
                 if trajectory.rotation is None:
                     raise ModelError(f"CSV column {column!r}: {body!r} is a point mass")
                 data = np.swapaxes(trajectory.rotation, 1, 2).reshape(-1, 9)[rows]
@@ -650,7 +660,7 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
             values += list(np.asarray(data).T)
         else:
             raise ModelError(f"unknown CSV column {column!r}; use {OBSERVABLES} or "
-                             f"position:/velocity:/angular_velocity:/directors:BODY")
+                             f"{':/'.join(BODY_COLUMNS)}:BODY")
     return names, np.column_stack(values)
 
 

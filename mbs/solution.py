@@ -46,6 +46,40 @@ class BodyTrajectory:
     angular_velocity: np.ndarray | None = None
     angular_velocity_body: np.ndarray | None = None
 
+    def _rotations(self, what: str):
+        if self.rotation is None:
+            raise ModelError(f"{what}: {self.name!r} is a point mass, which has no "
+                             f"orientation")
+        from scipy.spatial.transform import Rotation
+
+        # the nearest rotation: directors are orthonormal to the scheme's accuracy only
+        # (ggl-vi-a's nodes, sums of round-off)
+        return Rotation.from_matrix(self.rotation)
+
+    def quaternions(self, scalar_first: bool = True) -> np.ndarray:
+        """(N+1, 4) unit quaternions of the body's rotation (w, x, y, z), or (x, y, z, w)
+        with ``scalar_first=False``; of the nearest rotation matrix to the directors. Signs
+        are chosen continuous along the run (q and -q are the same rotation), so that the
+        components can be plotted and differentiated."""
+        values = self._rotations("quaternions").as_quat()  # (x, y, z, w)
+        flips = np.cumsum(np.r_[0, np.einsum("ni,ni->n", values[1:], values[:-1]) < 0.0])
+        values *= np.where(flips % 2, -1.0, 1.0)[:, None]
+        return np.roll(values, 1, axis=1) if scalar_first else values
+
+    def euler_angles(self, sequence: str = "ZYX", degrees: bool = False) -> np.ndarray:
+        """(N+1, 3) Euler angles of the body's rotation in ``sequence`` (scipy's convention:
+        upper case intrinsic, lower case extrinsic axes; "ZYX" is yaw, pitch, roll), unwrapped
+        along the run so that they do not jump by 2 pi. Near the sequence's singular pose
+        (pitch +-90 degrees for "ZYX") the first and last angle are not unique: use
+        :meth:`quaternions` or the rotation matrices there."""
+        import warnings
+
+        with warnings.catch_warnings():  # gimbal lock: documented above
+            warnings.simplefilter("ignore", UserWarning)
+            angles = self._rotations("euler_angles").as_euler(sequence)
+        angles = np.unwrap(angles, axis=0)
+        return np.degrees(angles) if degrees else angles
+
 
 @dataclass
 class JointTrajectory:

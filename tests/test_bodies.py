@@ -300,3 +300,29 @@ def test_a_body_point_follows_the_body_with_its_rigid_velocity():
     np.testing.assert_allclose(tip_velocity, rigid, atol=1e-12 * np.abs(rigid).max())
     with pytest.raises(mbs.ModelError, match="at must be 3 finite world coordinates"):
         solution.point("link", (0.0, 1.0))
+
+
+def test_quaternions_and_euler_angles_of_a_body_turning_about_a_fixed_axis():
+    """A free body spinning about its principal axis e3 turns by an angle theta_n about z,
+    read off its first director: its quaternion is (cos theta/2, 0, 0, sin theta/2) with
+    theta continuous over three turns (no sign flips), its ZYX Euler angles (theta, 0, 0)
+    unwrapped; the directors are orthonormal to round-off, so the tolerance is 1e-12."""
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(2.0, (0.3, 0.4, 0.5), name="wheel"))
+    body.set_state(angular_velocity=(0.0, 0.0, 9.0))
+    run = mbs.simulate(system.compile(), "em", h=0.05, t_end=2.2)
+    trajectory = run.body("wheel")
+    theta = np.unwrap(np.arctan2(trajectory.rotation[:, 1, 0], trajectory.rotation[:, 0, 0]))
+    assert theta[-1] > 6 * np.pi  # three turns
+    expected = np.column_stack([np.cos(theta / 2), 0 * theta, 0 * theta, np.sin(theta / 2)])
+    np.testing.assert_allclose(trajectory.quaternions(), expected, atol=1e-12)
+    np.testing.assert_allclose(trajectory.quaternions(scalar_first=False),
+                               np.roll(expected, -1, axis=1), atol=1e-12)
+    np.testing.assert_allclose(trajectory.euler_angles("ZYX"),
+                               np.column_stack([theta, 0 * theta, 0 * theta]), atol=1e-12)
+    np.testing.assert_allclose(trajectory.euler_angles("ZYX", degrees=True)[:, 0],
+                               np.degrees(theta), atol=1e-10)
+    point = system.add(mbs.PointMass(1.0, name="bead"))
+    point.set_state(position=(1.0, 0.0, 0.0))
+    with pytest.raises(mbs.ModelError, match="'bead' is a point mass"):
+        mbs.simulate(system.compile(), "em", h=0.05, t_end=0.1).body("bead").quaternions()

@@ -76,6 +76,16 @@ def test_csv_of_observables(tmp_path, top):
     assert np.array_equal(table[:, 1], solution.energy()[::2])  # %.17g is exact
     with pytest.raises(mbs.ModelError, match="unknown CSV column"):
         io.save_csv(solution, tmp_path / "bad.csv", columns=["nonsense"])
+    path = io.save_csv(solution, tmp_path / "rotation.csv",
+                       columns=["angular_velocity_body:top", "quaternion:top"])
+    header = path.read_text().splitlines()[0].split(",")
+    assert header[1:] == ["top.angular_velocity_body_x", "top.angular_velocity_body_y",
+                          "top.angular_velocity_body_z", "top.quaternion_w",
+                          "top.quaternion_x", "top.quaternion_y", "top.quaternion_z"]
+    table = np.loadtxt(path, delimiter=",", skiprows=1)
+    trajectory = solution.body("top")
+    assert np.array_equal(table[:, 1:4], trajectory.angular_velocity_body)
+    assert np.array_equal(table[:, 4:], trajectory.quaternions())
 
 
 def test_csv_ends_with_the_last_node_and_takes_one_column_by_name(tmp_path, top):
