@@ -146,8 +146,8 @@ def _affine_sparse(matrix, x, offset, out):
 
 @_jit
 def _lu_factor(a, pivots):
-    """In-place LU with partial pivoting of the C-ordered square matrix ``a`` (row swaps
-    in ``pivots``); returns False when a pivot is zero. Row operations skip zero
+    """In-place LU with scaled partial pivoting of the C-ordered square matrix ``a`` (row
+    swaps in ``pivots``); returns False when a pivot is zero. Row operations skip zero
     multipliers: Newton matrices of multibody steps are mostly zeros."""
     return _lu_factor_counted(a, pivots) >= 0
 
@@ -162,20 +162,33 @@ def _lu_work(a):
 
 @_jit
 def _lu_factor_counted(a, pivots):
-    """:func:`_lu_factor`, returning its multiply-adds (-1 for a zero pivot)."""
+    """:func:`_lu_factor`, returning its multiply-adds (-1 for a zero pivot).
+
+    The pivot of column k is the entry largest relative to the largest entry of its row
+    in ``a`` (scaled partial pivoting): the rows of a step's Newton matrix differ in size by
+    the masses and the unit of length (grams and millimetres against kilograms and metres,
+    a light link next to a heavy one), and plain partial pivoting on such rows loses
+    accuracy that the stopping test then mistakes for round-off."""
     n = a.shape[0]
     work = 0
+    inverse_size = np.empty(n)
+    for i in range(n):
+        size = 0.0
+        for j in range(n):
+            size = max(size, abs(a[i, j]))
+        inverse_size[i] = 1.0 / size if size > 0.0 else 1.0
     for k in range(n):
         pivot = k
-        largest = abs(a[k, k])
+        largest = abs(a[k, k]) * inverse_size[k]
         for i in range(k + 1, n):
-            if abs(a[i, k]) > largest:
-                largest = abs(a[i, k])
+            if abs(a[i, k]) * inverse_size[i] > largest:
+                largest = abs(a[i, k]) * inverse_size[i]
                 pivot = i
         pivots[k] = pivot
         if largest == 0.0 or not np.isfinite(largest):
             return -1
         if pivot != k:
+            inverse_size[k], inverse_size[pivot] = inverse_size[pivot], inverse_size[k]
             for j in range(n):
                 a[k, j], a[pivot, j] = a[pivot, j], a[k, j]
         inverse = 1.0 / a[k, k]
