@@ -349,6 +349,17 @@ class Model:
             out += group.energies(Q)
         return out
 
+    def element_potential_energies(self, Q: np.ndarray, name: str) -> np.ndarray:
+        """V of the element (spring, torsion spring, field) ``name`` alone at each row of Q
+        (K, n) -> (K,)."""
+        found = [(group, element) for group in self.potential_groups
+                 for element, owner in enumerate(group.names) if owner == name]
+        if not found:
+            names = sorted({owner for group in self.potential_groups for owner in group.names})
+            raise UnknownNameError(f"no element {name!r} with a potential; this model's: "
+                                   f"{', '.join(names) or 'none'}")
+        return sum(group.element_energies(Q, element) for group, element in found)
+
     def potential_hessian(self, q: np.ndarray) -> sp.csr_matrix:
         """Hessian of V, sparse (n, n)."""
         out = sp.csr_matrix((self.n, self.n))

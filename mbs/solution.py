@@ -270,8 +270,15 @@ class Solution:
     def kinetic_energy(self) -> np.ndarray:
         return self.model.kinetic_energy(self.p)
 
-    def potential_energy(self) -> np.ndarray:
-        return self.model.potential_energy(self.q)
+    def potential_energy(self, element: str | None = None) -> np.ndarray:
+        """V at each node: of the whole model, or of the spring, torsion spring or field
+        ``element`` alone (e.g. the energy stored in one spring)."""
+        if element is None:
+            return self.model.potential_energy(self.q)
+        if not isinstance(self.model, Model):
+            raise ModelError("Solution.potential_energy(element) needs the compiled model: "
+                             "load the file with mbs.load_solution(path, model=...)")
+        return self.model.element_potential_energies(self.q, element)
 
     def energy(self) -> np.ndarray:
         """Total energy at each node."""

@@ -478,3 +478,41 @@ def test_spring_with_rest_length_between_coinciding_points_is_rejected():
     with pytest.raises(mbs.ModelError, match="coincide at the initial pose.*rest_length=0"):
         mbs.forces.Spring(system.ground, bob, stiffness=1.0, rest_length=0.5,
                           point_a=(0.0, 0.0, 0.0), name="stuck")
+
+
+def test_the_energy_of_each_element_along_a_run():
+    """A wheel on a hinge with a torsion spring, and a bob hung on a spring from its rim:
+    the energy of each element alone follows its hand formula along the run (1/2 k
+    (l - l0)^2 from the bob's distance to the attachment point, 1/2 k (theta - theta0)^2
+    from the joint angle, m g z for gravity), to round-off of the invariants (1e-12 of the
+    energy scale), and the elements' energies sum to the model's potential."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    wheel = system.add(mbs.RigidBody(3.0, (0.2, 0.2, 0.3), name="wheel"))
+    wheel.set_state(angular_velocity=(0.0, 0.0, 1.5))
+    hinge = system.add(mbs.joints.Revolute(system.ground, wheel, point=(0, 0, 0),
+                                           axis=(0, 0, 1), name="hinge"))
+    system.add(mbs.forces.TorsionSpring(hinge, stiffness=4.0, rest_angle=0.3, name="coil"))
+    bob = system.add(mbs.PointMass(0.5, name="bob"))
+    bob.set_state(position=(0.4, 0.0, -1.2))
+    system.add(mbs.forces.Spring(wheel, bob, stiffness=80.0, rest_length=1.0,
+                                 point_a=(0.4, 0.0, 0.0), name="rope"))
+    run = mbs.simulate(system.compile(), "em", h=0.01, t_end=1.0)
+    scale = np.abs(run.potential_energy()).max()
+
+    attachment = run.point("wheel", (0.4, 0.0, 0.0))[0]
+    length = np.linalg.norm(run.body("bob").position - attachment, axis=1)
+    np.testing.assert_allclose(run.potential_energy("rope"), 40.0 * (length - 1.0) ** 2,
+                               rtol=0, atol=1e-12 * scale)
+    angle = run.joint("hinge").position
+    np.testing.assert_allclose(run.potential_energy("coil"), 2.0 * (angle - 0.3) ** 2,
+                               rtol=0, atol=1e-12 * scale)
+    heights = np.array([run.body(name).position[:, 2] for name in ("wheel", "bob")])
+    np.testing.assert_allclose(run.potential_energy("gravity"),
+                               9.81 * np.array([3.0, 0.5]) @ heights, rtol=0,
+                               atol=1e-12 * scale)
+    np.testing.assert_allclose(sum(run.potential_energy(name)
+                                   for name in ("rope", "coil", "gravity")),
+                               run.potential_energy(), rtol=0, atol=1e-12 * scale)
+    with pytest.raises(mbs.UnknownNameError, match="no element 'hinge' with a potential; "
+                                                   "this model's: coil, gravity, rope"):
+        run.potential_energy("hinge")
