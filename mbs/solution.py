@@ -280,6 +280,14 @@ class Solution:
                              "load the file with mbs.load_solution(path, model=...)")
         return self.model.element_potential_energies(self.q, element)
 
+    def __repr__(self) -> str:
+        """One line: the solver, the step, the nodes and the model (the arrays are its
+        attributes)."""
+        stats = self.stats or {}
+        return (f"{type(self).__name__}(solver={stats.get('solver')!r}, h={stats.get('h')}, "
+                f"steps={self.t.size - 1}, t=[{self.t[0]:g}, {self.t[-1]:g}], "
+                f"model={self.model!r})")
+
     def energy(self) -> np.ndarray:
         """Total energy at each node."""
         return self.kinetic_energy() + self.potential_energy()

@@ -270,3 +270,13 @@ def test_nodes_at_finds_output_times(pendulum):
     nodes, coincide = solution.nodes_at([0.0, 0.3, 0.74, 1.0, 5.0])
     np.testing.assert_array_equal(nodes, [0, 3, 7, 10, 10])
     np.testing.assert_array_equal(coincide, [True, True, False, True, False])
+
+
+def test_a_solution_prints_as_one_line(top, tmp_path):
+    """repr(Solution) names the solver, the step, the nodes and the model instead of
+    printing every array."""
+    solution = mbs.simulate(top, "rattle", h=0.01, t_end=0.5)
+    assert repr(solution) == (f"Solution(solver='rattle', h=0.01, steps=50, t=[0, 0.5], "
+                              f"model={top!r})")
+    loaded = mbs.load_solution(mbs.save_solution(solution, tmp_path / "run.npz"))
+    assert repr(loaded).startswith("LoadedSolution(solver='rattle', h=0.01, steps=50, ")
