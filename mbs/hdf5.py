@@ -11,7 +11,8 @@ chunk fails to read instead of reading as other numbers)::
     /observables/linear_momentum, angular_momentum                          (N+1, 3)
     /observables/constraint_position, constraint_velocity                   (N+1,)
     /bodies/NAME/position, velocity                                         (N+1, 3)
-    /bodies/NAME/rotation (N+1, 3, 3; columns the directors), angular_velocity (rigid bodies)
+    /bodies/NAME/rotation (N+1, 3, 3; columns the directors), angular_velocity,
+                 angular_velocity_body (N+1, 3), quaternion (N+1, 4; w x y z)  (rigid bodies)
 
 with the solver, step size, model sizes and body names as attributes of the root. The NPZ
 format of :func:`mbs.io.save_solution` stays the exact round trip (it reloads as a
@@ -93,10 +94,13 @@ def save_hdf5(solution: Solution, path) -> Path:
         for body in model.bodies:
             trajectory = solution.body(body.name)
             group = bodies.create_group(body.name)
-            for name in ("position", "velocity", "rotation", "angular_velocity"):
+            for name in ("position", "velocity", "rotation", "angular_velocity",
+                         "angular_velocity_body"):
                 values = getattr(trajectory, name)
                 if values is not None:
                     _dataset(group, name, values)
+            if trajectory.rotation is not None:
+                _dataset(group, "quaternion", trajectory.quaternions())
     return path
 
 

@@ -41,6 +41,9 @@ def test_the_file_holds_the_solution_bit_for_bit(solution, tmp_path):
         body = solution.body("top")
         np.testing.assert_array_equal(data["bodies/top/rotation"][()], body.rotation)
         np.testing.assert_array_equal(data["bodies/top/position"][()], body.position)
+        np.testing.assert_array_equal(data["bodies/top/angular_velocity_body"][()],
+                                      body.angular_velocity_body)
+        np.testing.assert_array_equal(data["bodies/top/quaternion"][()], body.quaternions())
         assert data["q"].fletcher32 and data["q"].compression == "gzip"
 
 
