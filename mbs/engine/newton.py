@@ -79,7 +79,13 @@ class NewtonOptions:
         (its default ``on_failure="refine"``), which is cheaper and keeps the trajectory
         on its branch through singular positions of mechanisms.
     stagnation_level : float
-        Increments below this relative size that no longer halve count as converged.
+        With a fresh Jacobian, increments below this relative size (default 1e-10) that no
+        longer halve count as converged without a residual test: they stall at the
+        conditioning of the Newton matrix times round-off. Higher levels also catch the slow
+        (linear) contraction of the unknowns of a light body that the blocks' sizes hide
+        (a 1e-8 kg link between 1 kg links contracts by 0.52 per iteration at 4e-9), and
+        accept it unconverged; above this level a stalled iteration needs its residual at
+        round-off (``stall_level``).
     estimate_level : float
         When positive, the iteration also stops when the estimated relative error of the
         current iterate, theta / (1 - theta) times the last increment with theta the ratio of
@@ -123,7 +129,7 @@ class NewtonOptions:
 
     tolerance: float = 1e-12
     max_iterations: int = 12
-    stagnation_level: float = 1e-8
+    stagnation_level: float = 1e-10
     estimate_level: float = 0.0
     stall_level: float = 1.0
     simplified: bool | None = None
