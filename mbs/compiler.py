@@ -200,6 +200,8 @@ def _potential_groups(system: System, context: BuildContext, n: int, q0: np.ndar
                 data[key] = value
         if getattr(force, "reads_joint_angle", False):
             data["reads_angle_of"] = force.joint.name
+        if type(force).__name__ == "TorsionSpring":
+            data["joint"] = force.joint.name
         force_infos.append(ElementInfo(force.name, type(force).__name__,
                                        tuple(b.name for b in force.bodies_acted_on()),
                                        data=data))

@@ -758,28 +758,35 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
     (for rattle, whose kicks are explicit, also the stability limit 2).
 
     omega bounds the fastest oscillation of the springs on a spring's bodies (stiffness k at
-    the rest length, translations only): by Gershgorin's theorem applied to M^-1/2 K M^-1/2,
-    omega^2 <= max over bodies i of the sum over their springs of k / m_i + k / sqrt(m_i m_j)
-    (j the other moving body). That is sqrt(k / m) for one spring to the ground, the exact
-    sqrt(k / mu) for one spring between equal masses, and 2 sqrt(k / m) for a long chain,
-    its highest mode; springs one by one would miss that factor sqrt 2."""
+    the rest length): by Gershgorin's theorem applied to M^-1/2 K M^-1/2, omega^2 <= max over
+    bodies i of the sum over their springs of k / m_i + k / sqrt(m_i m_j) (j the other moving
+    body). That is sqrt(k / m) for one spring to the ground, the exact sqrt(k / mu) for one
+    spring between equal masses, and 2 sqrt(k / m) for a long chain, its highest mode;
+    springs one by one would miss that factor sqrt 2. Springs along lines act on the masses;
+    torsion springs on the moments of inertia about their joint's axis through the joint
+    point (:func:`_axis_inertias`), the exact sqrt(k / I) for a body hinged to the ground."""
     masses = {body.name: body.mass for body in model.bodies}
-    springs, rows = [], dict.fromkeys(masses, 0.0)
+    springs, rows = [], {}
     for force in model.forces:
-        if force.type not in ("Spring", "QuarticSpring"):
+        if force.type in ("Spring", "QuarticSpring"):
+            inertias = masses
+        elif force.type == "TorsionSpring":
+            inertias = _axis_inertias(model, force.data["joint"])
+        else:
             continue
         stiffness = float(force.data.get("stiffness", 0.0))
         if force.type == "QuarticSpring":  # V = k/2 (l^2 - L^2)^2: k 4 L^2 along the line
             stiffness *= 4.0 * float(force.data.get("length", 0.0)) ** 2
-        moving = [name for name in force.bodies if name in masses]
+        moving = [name for name in force.bodies if inertias.get(name, 0.0) > 0.0]
         if not moving or stiffness <= 0.0:
             continue
-        springs.append((force, moving))
+        kind = "rotation" if inertias is not masses else "translation"
+        springs.append((force, [(kind, name) for name in moving]))
         for name in moving:
-            rows[name] += stiffness / masses[name] + sum(
-                stiffness / math.sqrt(masses[name] * masses[other])
+            rows[kind, name] = rows.get((kind, name), 0.0) + stiffness / inertias[name] + sum(
+                stiffness / math.sqrt(inertias[name] * inertias[other])
                 for other in moving if other != name)
-    stiff = sorted(((max(math.sqrt(rows[name]) for name in moving), force)
+    stiff = sorted(((max(math.sqrt(rows[key]) for key in moving), force)
                     for force, moving in springs), key=lambda item: -item[0])
     stiff = [(omega, force) for omega, force in stiff if h * omega > STIFF_STEP_RATIO]
     if not stiff:
@@ -792,10 +799,29 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
     unstable = (" and beyond rattle's stability limit h omega = 2"
                 if solver.startswith("rattle") and h * omega > 2.0 else "")
     warnings.warn(f"simulate: {force.type} {force.name!r} oscillates at up to omega = "
-                  f"{omega:.3g} rad per time unit (sqrt(k/m) over the springs on its bodies; "
+                  f"{omega:.3g} rad per time unit (sqrt(k/m), or sqrt(k/I) for torsion, over "
+                  f"the springs on its bodies; "
                   f"period {2 * math.pi / omega:.3g}); h omega = {h * omega:.3g} is beyond the "
                   f"accuracy of every scheme{unstable}{others}: choose h <= {0.2 / omega:.2g} "
                   f"to resolve it, or a softer spring", RuntimeWarning, stacklevel=3)
+
+
+def _axis_inertias(model: Model, joint: str) -> dict[str, float]:
+    """The moments of inertia of a joint's rigid bodies about its axis through its point, at
+    the model's initial pose (the director rotation R gives the world inertia R J R^T;
+    Steiner's term m |a x (c - p)|^2 moves it to the axis)."""
+    info = next(element for element in model.joints if element.name == joint)
+    axis, point = np.asarray(info.data["axis"]), np.asarray(info.data["point"])
+    inertias = {}
+    for body in model.bodies:
+        if body.name not in info.bodies or body.inertia is None:
+            continue
+        coordinates = model.q0[body.coordinates]
+        rotation = coordinates[3:].reshape(3, 3).T  # columns the directors
+        arm = np.cross(axis, coordinates[:3] - point)
+        inertias[body.name] = float(axis @ rotation @ body.inertia @ rotation.T @ axis
+                                    + body.mass * arm @ arm)
+    return inertias
 
 
 #: The equations dropped as redundant are reported broken when they exceed this, and 100

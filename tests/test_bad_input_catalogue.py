@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 164 inputs: 73 of models (bodies, joints, forces, systems), 35 of run
+The catalogue holds 165 inputs: 74 of models (bodies, joints, forces, systems), 35 of run
 options (step size, interval, solver names and options, step counts, streaming), 36 of files
 (stream directories, model JSON, solution archives) and 20 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
 hold 205 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 164 others
-(205 with tests/test_bad_input.py) pass.
+get a foreign or misleading error; their reason names the function to fix, and the 165 others
+(206 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -163,6 +163,18 @@ def stiff_quartic() -> mbs.System:
     system = mbs.System()
     bob = system.add(bead())
     system.add(QuarticSpring(system.ground, bob, stiffness=1e8, length=0.5, name="hard"))
+    return system
+
+
+def stiff_torsion() -> mbs.System:
+    """A disc (I = 0.3 about its axis) 0.5 m from a hinge to the ground, on a torsion spring
+    of 94500: I about the hinge 0.3 + 3 0.5^2 = 1.05, omega = 300."""
+    system = mbs.System()
+    disc = system.add(mbs.RigidBody(3.0, (0.2, 0.2, 0.3), name="disc"))
+    disc.set_state(position=(0.5, 0.0, 0.0))
+    hinge = system.add(mbs.joints.Revolute(system.ground, disc, point=(0, 0, 0),
+                                           axis=(0, 0, 1)))
+    system.add(mbs.forces.TorsionSpring(hinge, stiffness=94500.0, name="coil"))
     return system
 
 
@@ -447,6 +459,9 @@ MODELS = [
                                                                      t_end=0.02),
         RuntimeWarning, r"Spring 'bumper' oscillates at up to omega = 2e\+03 rad per time unit.*"
                         r"h omega = 20 .*choose h <= 0.0001 to resolve it, or a softer spring"),
+    Bad("stiff-torsion-spring", lambda d: simulate_system(stiff_torsion(), h=0.01, t_end=0.02),
+        RuntimeWarning, r"TorsionSpring 'coil' oscillates at up to omega = 300 rad per time "
+                        r"unit.*h omega = 3 .*choose h <= 0.00067 to resolve it"),
     Bad("stiff-quartic-spring", lambda d: simulate_system(stiff_quartic(), h=0.01, t_end=0.02),
         RuntimeWarning, r"QuarticSpring 'hard' oscillates at up to omega = 1e\+04 "
                         r"rad per time unit.*choose h <= 2e-05 to resolve it, or a softer spring"),
