@@ -205,9 +205,11 @@ class Solution:
         Work of the applied forces (loads, dampers, actuators) in step n -> n+1 as the
         scheme computes it; None (or zeros) for conservative models. See :attr:`work`.
     stats : dict
-        "newton_iterations" (N,), "wall_time" (s, of the simulate call: for a resumed
-        run, of the steps after "resumed_at"), "solver", "h", "steps", and "completed"
-        (False if the run stopped early).
+        "newton_iterations" (N,: the iterations of the attempt that solved each step; a
+        step solved after a failed first attempt, counted in "guess_retries", or as
+        sub-steps, listed in "refined_steps", cost more), "wall_time" (s, of the simulate
+        call: for a resumed run, of the steps after "resumed_at"), "solver", "h", "steps",
+        and "completed" (False if the run stopped early).
     """
 
     model: Model
