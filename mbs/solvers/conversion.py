@@ -799,7 +799,11 @@ def _factor(matrix: np.ndarray, message: str) -> tuple:
     lu, piv, info = _getrf(matrix)
     if info != 0 or not np.isfinite(lu).all():
         raise NewtonConvergenceError(f"vi-conversion: {message}", np.inf, np.inf, 0,
-                                     "reduce the step size or check the constraints")
+                                     "reduce the step size or check the constraints; with "
+                                     "masses or moments of inertia many orders of magnitude "
+                                     "apart (a 1 mg part on a 1 t body) the scheme's matrices "
+                                     "are singular to round-off at every step size: use 'em' "
+                                     "or 'lobatto'")
     return lu, piv
 
 
