@@ -200,7 +200,7 @@ def _potential_groups(system: System, context: BuildContext, n: int, q0: np.ndar
                 data[key] = value
         if getattr(force, "reads_joint_angle", False):
             data["reads_angle_of"] = force.joint.name
-        if type(force).__name__ == "TorsionSpring":
+        if getattr(force, "joint", None) is not None:  # elements acting on a joint
             data["joint"] = force.joint.name
         force_infos.append(ElementInfo(force.name, type(force).__name__,
                                        tuple(b.name for b in force.bodies_acted_on()),

@@ -352,13 +352,15 @@ class Model:
     def element_potential_energies(self, Q: np.ndarray, name: str) -> np.ndarray:
         """V of the element (spring, torsion spring, field) ``name`` alone at each row of Q
         (K, n) -> (K,)."""
-        found = [(group, element) for group in self.potential_groups
-                 for element, owner in enumerate(group.names) if owner == name]
-        if not found:
+        owned = [(group, [element for element, owner in enumerate(group.names)
+                          if owner == name]) for group in self.potential_groups]
+        owned = [(group, elements) for group, elements in owned if elements]
+        if not owned:
             names = sorted({owner for group in self.potential_groups for owner in group.names})
             raise UnknownNameError(f"no element {name!r} with a potential; this model's: "
                                    f"{', '.join(names) or 'none'}")
-        return sum(group.element_energies(Q, element) for group, element in found)
+        return sum(group.element_energies(Q)[:, elements].sum(axis=1)
+                   for group, elements in owned)
 
     def potential_hessian(self, q: np.ndarray) -> sp.csr_matrix:
         """Hessian of V, sparse (n, n)."""

@@ -120,13 +120,17 @@ def _momentum_directions(solution, point) -> tuple[np.ndarray, np.ndarray]:
     return linear, np.eye(3) if vertical is None else vertical[None, :]
 
 
+def _vector_text(vector: np.ndarray) -> str:
+    return "(" + ", ".join(f"{v:.3g}" for v in vector + 0.0) + ")"
+
+
 def _directions_text(directions: np.ndarray) -> str:
     if len(directions) == 3:
         return "all components"
     if len(directions) == 1:
         axis = np.where(np.abs(directions[0]) < 1e-12, 0.0, directions[0])
         axis *= np.sign(axis[np.argmax(np.abs(axis))])  # a basis vector's sign is arbitrary
-        return "along (" + ", ".join(f"{v:.3g}" for v in axis + 0.0) + ")"
+        return "along " + _vector_text(axis)
     return f"{len(directions)} directions"
 
 
@@ -166,8 +170,7 @@ def plot_momentum(solutions, path=None, *, about=None, labels=None,
                  else np.asarray(about, dtype=float))
         linear_directions, angular_directions = _momentum_directions(sol, point)
         _momentum_panel(axes[0], sol.t, sol.angular_momentum(point), angular_directions,
-                        label, "J", "angular momentum about (" + ", ".join(
-                            f"{v:.3g}" for v in point + 0.0) + ")")
+                        label, "J", "angular momentum about " + _vector_text(point))
         _momentum_panel(axes[1], sol.t, sol.linear_momentum(), linear_directions, label,
                         "L", "linear momentum")
     for ax in axes:

@@ -80,18 +80,13 @@ class PotentialGroup:
 
     def energies(self, Q: np.ndarray) -> np.ndarray:
         """V of this group at each row of Q (K, n) -> (K,)."""
+        return self.element_energies(Q).sum(axis=1)
+
+    def element_energies(self, Q: np.ndarray) -> np.ndarray:
+        """V~ of each element at each row of Q (K, n) -> (K, n_elements)."""
         count = Q.shape[0]
         pi = self.table.values(Q).reshape(count * self.n_elements, self.n_invariants)
-        return self.term.energy(pi, self._tiled_params(count)).reshape(count, -1).sum(axis=1)
-
-    def element_energies(self, Q: np.ndarray, element: int) -> np.ndarray:
-        """V~ of element number ``element`` alone at each row of Q (K, n) -> (K,)."""
-        count = Q.shape[0]
-        pi = self.table.values(Q).reshape(count, self.n_elements, self.n_invariants)
-        params = {key: value if np.ndim(value) == 0 else
-                  np.repeat(np.asarray(value)[element:element + 1], count, axis=0)
-                  for key, value in self.params.items()}
-        return self.term.energy(pi[:, element], params).reshape(count)
+        return self.term.energy(pi, self._tiled_params(count)).reshape(count, -1)
 
     def gradients(self, Q: np.ndarray) -> np.ndarray:
         """grad V at each configuration of Q (K, n) -> (K, n), vectorised over K."""

@@ -769,9 +769,9 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
     springs, rows = [], {}
     for force in model.forces:
         if force.type in ("Spring", "QuarticSpring"):
-            inertias = masses
+            kind, inertias = "translation", masses
         elif force.type == "TorsionSpring":
-            inertias = _axis_inertias(model, force.data["joint"])
+            kind, inertias = "rotation", _axis_inertias(model, force.data["joint"])
         else:
             continue
         stiffness = float(force.data.get("stiffness", 0.0))
@@ -780,7 +780,6 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
         moving = [name for name in force.bodies if inertias.get(name, 0.0) > 0.0]
         if not moving or stiffness <= 0.0:
             continue
-        kind = "rotation" if inertias is not masses else "translation"
         springs.append((force, [(kind, name) for name in moving]))
         for name in moving:
             rows[kind, name] = rows.get((kind, name), 0.0) + stiffness / inertias[name] + sum(

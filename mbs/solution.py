@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.spatial.transform import Rotation
 
 from mbs.errors import ModelError, UnknownNameError
 from mbs.model import Model
@@ -50,8 +52,6 @@ class BodyTrajectory:
         if self.rotation is None:
             raise ModelError(f"{what}: {self.name!r} is a point mass, which has no "
                              f"orientation")
-        from scipy.spatial.transform import Rotation
-
         # the nearest rotation: directors are orthonormal to the scheme's accuracy only
         # (ggl-vi-a's nodes, sums of round-off)
         return Rotation.from_matrix(self.rotation)
@@ -72,8 +72,6 @@ class BodyTrajectory:
         along the run so that they do not jump by 2 pi. Near the sequence's singular pose
         (pitch +-90 degrees for "ZYX") the first and last angle are not unique: use
         :meth:`quaternions` or the rotation matrices there."""
-        import warnings
-
         with warnings.catch_warnings():  # gimbal lock: documented above
             warnings.simplefilter("ignore", UserWarning)
             angles = self._rotations("euler_angles").as_euler(sequence)
