@@ -204,10 +204,11 @@ class Solution:
         scheme computes it; None (or zeros) for conservative models. See :attr:`work`.
     stats : dict
         "newton_iterations" (N,: the iterations of the attempt that solved each step; a
-        step solved after a failed first attempt, counted in "guess_retries", or as
-        sub-steps, listed in "refined_steps", cost more), "wall_time" (s, of the simulate
-        call: for a resumed run, of the steps after "resumed_at"), "solver", "h", "steps",
-        and "completed" (False if the run stopped early).
+        step solved after a failed or rejected first attempt, counted in "guess_retries"
+        (see ``Solver.step``), or as sub-steps, listed in "refined_steps", cost more),
+        "wall_time" (s, of the simulate call: for a resumed run, of the steps after
+        "resumed_at"), "solver", "h", "steps", and "completed" (False if the run stopped
+        early).
     """
 
     model: Model

@@ -289,10 +289,26 @@ def test_a_drive_turning_far_in_one_step_keeps_its_prescribed_angle(scheme):
     assert np.abs(energy - energy[0]).max() < 1e-12 * energy[0]  # the rotor keeps its spin
 
 
+@pytest.mark.parametrize("scheme", ["em", "rattle"])
+def test_a_drive_turning_far_in_one_step_stays_on_its_branch_without_refinement(scheme):
+    """The step that converges half a turn away lies farther from its explicit guess than
+    the step moves, and is redone from the guess q + h M^-1 p: the run keeps the prescribed
+    angle with refinement off too."""
+    model, state = fast_rotor()
+    solution = mbs.simulate(model, scheme, h=0.25, t_end=2.0, initial_state=state,
+                            on_failure="raise")
+    offset = solution.drive("motor").position - 10.0 * solution.t
+    assert np.abs(np.angle(np.exp(1j * offset))).max() < 1e-12
+
+
 def test_a_drive_on_the_wrong_branch_is_reported_when_refinement_is_off():
+    """From the explicit guess such a step is redone from another guess (it lies farther from
+    the guess than the step moves); from the state itself (the "simple" guess) RATTLE
+    converges half a turn away in its first step, which is named."""
     model, state = fast_rotor()
     with pytest.raises(mbs.SolverError, match="'motor' converged half a turn away") as error:
-        mbs.simulate(model, "em", h=0.25, t_end=2.0, initial_state=state, on_failure="raise")
+        mbs.simulate(model, "rattle", h=0.25, t_end=2.0, initial_state=state,
+                     on_failure="raise", initial_guess="simple")
     assert error.value.solution.t.size >= 1
 
 

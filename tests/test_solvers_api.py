@@ -165,8 +165,9 @@ def test_vi_a_with_theta_above_half_warns_and_amplifies_normal_momentum(pendulum
         mbs.simulate(pendulum, solver, h=0.01, t_end=10.0, on_failure="raise")
     q, p = info.value.solution.q, info.value.solution.p
     normal = np.abs(np.einsum("ij,ij->i", q, p))
-    first, last = 20, 50  # after the start-up, before the blow-up breaks the linear regime
-    rate = (normal[last] / normal[first]) ** (1.0 / (last - first))
+    # the growth factor of most steps between the start-up and the blow-up (where Newton
+    # needs many iterations and some steps are redone from another guess)
+    rate = np.median(normal[21:51] / normal[20:50])
     assert rate == pytest.approx(theta / (1.0 - theta), rel=0.03)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

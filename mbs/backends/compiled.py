@@ -41,6 +41,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.engine.defects import COEFFICIENT_TABLE
+from mbs.engine.guess import FAR_ROOT_FLOOR, FAR_ROOT_ITERATIONS
 from mbs.engine.newton import estimated_error as _estimated_error_python
 from mbs.engine.newton import stale_iterate_exact as _stale_iterate_exact_python
 
@@ -61,8 +62,11 @@ else:  # pragma: no cover - the solvers never call the kernels without numba
     _jit_dots = _jit
 
 #: Outcome codes of the kernel; PAUSED: one iteration done, the caller adds the terms
-#: evaluated in Python at the new iterate and calls again (see :meth:`CompiledSystem.solve`).
-CONVERGED, RESIDUAL_NOT_FINITE, SINGULAR, INCREMENT_NOT_FINITE, NOT_CONVERGED, PAUSED = range(6)
+#: evaluated in Python at the new iterate and calls again (see :meth:`CompiledSystem.solve`);
+#: FAR_FROM_GUESS: converged farther from the explicit guess than the step moves
+#: (:func:`mbs.engine.guess.far_from_guess`), left to the caller to redo.
+(CONVERGED, RESIDUAL_NOT_FINITE, SINGULAR, INCREMENT_NOT_FINITE, NOT_CONVERGED, PAUSED,
+ FAR_FROM_GUESS) = range(7)
 
 _compile_seconds: float | None = None
 
@@ -537,6 +541,21 @@ def _step_buffers(n, n_x, n_eq):
 
 
 @_jit
+def _far_from_guess(x, guess, q0, floor, multipliers, iterations):
+    """:func:`mbs.engine.guess.far_from_guess` of the q1 block of the unknowns ``x``."""
+    if iterations <= FAR_ROOT_ITERATIONS:
+        return False
+    error = 0.0
+    motion = 0.0
+    predicted = 0.0
+    for j in range(q0.shape[0]):
+        error = max(error, abs(x[j] - guess[j]))
+        motion = max(motion, abs(x[j] - q0[j]))
+        predicted = max(predicted, abs(guess[j] - q0[j]))
+    return error > floor and np.any(multipliers != 0.0) and error > min(motion, predicted)
+
+
+@_jit
 def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, iterations_out,
                first, count, inverse_mass, h, guess_mode, force_scale, length_scale, lam_guess,
                gam_guess, warm_gamma, velocity_from_data, velocity_from_unknowns, m, equations,
@@ -580,6 +599,8 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     lam_before = lam_before_guess.copy()
     gam_before = gam_before_guess.copy()
     predicted = np.empty(n)
+    start = np.empty(n)  # the corrected guess of q1, which Newton overwrites
+    far_floor = FAR_ROOT_FLOOR * length_scale
     momentum = np.empty(n)
     blend = np.empty(n)
     correction = np.empty(n)
@@ -636,6 +657,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
         if correcting:
             _correct_guess(x, data, defects, defect_count, oldest, correction_order, lag,
                            defect_sum, coefficients)
+        start[:] = x[:n]
         largest_q = length_scale
         largest_p = h * force_scale
         for j in range(n):
@@ -654,6 +676,9 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
             for j in range(n_x):
                 x[j] -= shift_step[j]
         total_factorizations += factorizations
+        if code == CONVERGED and guess_mode == 2 and _far_from_guess(
+                x, start, q0, far_floor, lam_guess_k, iterations):
+            code = FAR_FROM_GUESS
         if code != CONVERGED:
             _unroll_defects(defects, oldest)
             return (k - first, code, norm, increment, iterations, total_factorizations,

@@ -243,6 +243,11 @@ def _failure(code: int, norm: float, increment: float, iterations: int) -> tuple
     if code == compiled.SINGULAR:
         return ("singular Newton matrix", norm, np.inf, iterations,
                 "singular configuration or redundant constraints; check model.redundancies")
+    if code == compiled.FAR_FROM_GUESS:
+        return (f"Newton converged farther from the explicit guess than the step moves "
+                f"(after {iterations} iterations): possibly another root of the step "
+                f"equations", norm, increment, iterations,
+                "the step is redone from the advanced guess")
     if code == compiled.INCREMENT_NOT_FINITE:
         return ("Newton increment is not finite", norm, np.inf, iterations,
                 "singular Newton matrix: singular configuration, redundant constraints, or a "

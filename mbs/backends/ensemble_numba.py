@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from mbs.backends.compiled import (  # the pivoted per-member fallback
+from mbs.backends.compiled import (  # the pivoted per-member fallback; the far-root test
+    _far_from_guess,
     _lu_factor,
     _lu_solve,
 )
@@ -36,9 +37,11 @@ from mbs.backends.ensemble_rows import (
     _v_sub_mul2_run,
     _v_sub_mul_run,
 )
+from mbs.engine.guess import FAR_ROOT_FLOOR
 
-#: Member status codes of :func:`run_lanes`.
-CONVERGED, SINGULAR, NOT_FINITE, NOT_CONVERGED = 0, 1, 2, 3
+#: Member status codes of :func:`run_lanes`; FAR_FROM_GUESS: a step converged farther from
+#: its guess than it moves (:func:`mbs.engine.guess.far_from_guess`).
+CONVERGED, SINGULAR, NOT_FINITE, NOT_CONVERGED, FAR_FROM_GUESS = 0, 1, 2, 3, 4
 
 
 # -- members in SIMD lanes ---------------------------------------------------------------------
@@ -353,6 +356,9 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
     _v_fill(v, size, 1.0)
     u = 2 * n  # the unknowns x are rows u .. u + size - 1 of w
     raw = np.zeros((size, lanes))
+    start = np.zeros((n, lanes))     # the guess of q1 (Newton overwrites w)
+    solution, start_lane, state = np.zeros(n), np.zeros(n), np.zeros(n)
+    far_floor = FAR_ROOT_FLOOR * length_scale
     res = np.zeros((size, lanes))
     rhs = np.zeros((size, lanes))
     uv = np.zeros((max(overrides[0].size - 1, 1), lanes))
@@ -398,6 +404,8 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
         if correction_order >= 0:
             _lanes_correct_guess(w, n, size, defects, defect_count, correction_order, lag,
                                  coefficients, corrected)
+        for i in range(n):
+            _v_copy(start, i, w, u + i)
         for lane in range(lanes):
             active[lane] = alive[lane]
             fresh[lane] = True
@@ -425,6 +433,8 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
                     status[k], previous[lane], done[lane] = CONVERGED, np.inf, 0
                     for j in range(size):
                         w[u + j, lane] = raw[j, lane]
+                    for i in range(n):
+                        start[i, lane] = raw[i, lane]
                     retries[k] += 1
                     retry = True
             if not retry:
@@ -435,6 +445,13 @@ def _lanes_block(first, lanes, n, pivot_threshold, q_out, p_out, scales, limits,
             k = first + lane
             if done[lane] == 0:
                 status[k] = NOT_CONVERGED
+                alive[lane] = False
+                continue
+            for i in range(n):
+                solution[i], start_lane[i], state[i] = w[u + i, lane], start[i, lane], v[i, lane]
+            if _far_from_guess(solution, start_lane, state, far_floor,
+                               v[2 * n:2 * n + (size - 2 * n) // 2, lane], done[lane]):
+                status[k] = FAR_FROM_GUESS  # its single run redoes the step (see mbs.ensemble)
                 alive[lane] = False
                 continue
             iterations[k, s] = done[lane]
@@ -496,7 +513,9 @@ def run_lanes(lanes, n, pivot_threshold, q_out, p_out, scales, limits, correctio
     factorised with partial pivoting, or the whole matrix if the leading pivots fail
     (``fallbacks[k]`` counts those factorisations). A member whose iteration from the
     corrected guess fails starts once more from the predictor's own guess (``retries[k]``
-    counts those steps)."""
+    counts those steps); one whose step converges farther from its guess than the step
+    moves stops with FAR_FROM_GUESS (a possible far root, which its single run redoes from
+    the "advanced" guess)."""
     if lanes != LANES:
         raise ValueError("run_lanes: lanes must be LANES (the width of the row operations)")
     count = q_out.shape[0]

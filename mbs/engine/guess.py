@@ -19,6 +19,10 @@ Two parts, each owned by the solver run:
   models with a potential linear in q it is one quadratic map of (q, p, lambda, gamma)
   (:func:`~mbs.backends.polynomial.explicit_predictor_map`), built once per model, scheme
   and h.
+
+A converged step is checked against its "explicit" guess (:func:`far_from_guess`): a solution
+farther from the guess than the state moves in the step is taken as a possible far root and
+the step is redone from the "advanced" guess (``Solver.step``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,44 @@ if TYPE_CHECKING:
 
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
 _max = np.maximum.reduce
+
+#: Guess errors below this fraction of the model's length scale (about sqrt of round-off) are
+#: never taken for a far root: Newton from so close a start converges to the nearest solution.
+FAR_ROOT_FLOOR = 1.5e-8
+
+#: Steps that Newton solves in at most this many iterations are not checked for a far root:
+#: the second increment, about the square of the first (the guess's relative error), passed
+#: the 1e-12 tolerance, so the guess was within about 1e-6 of the solution.
+FAR_ROOT_ITERATIONS = 2
+
+
+def far_from_guess(solution: np.ndarray, guess: np.ndarray, state: np.ndarray,
+                   floor: float, multipliers: np.ndarray, iterations: int) -> bool:
+    """Whether Newton, started from the "explicit" ``guess`` of q^{n+1} made with the
+    ``multipliers`` lambda, converged in ``iterations`` to a ``solution`` farther from the
+    guess than the step moves: farther than the state q^n (``state``) is from the solution or
+    from the guess (max-norms), and farther than ``floor`` (see also
+    :data:`FAR_ROOT_ITERATIONS`).
+
+    The explicit prediction applies the previous step's constraint forces to every body. On a
+    light body carrying the constraint forces of heavy ones (a 1 kg link holding a 1e6 kg
+    one) their change over one step moves it by more than the step does, so Newton starts
+    far away, wanders, and may settle on another root of the step equations: the far
+    intersection of the constraint manifold with the step's direction, such as the light
+    body turned half a revolution about its joint. The near root is the one Newton finds from
+    the "advanced" guess q^n + h M^-1 p^n, whose error is O(h^2) of the body's own
+    acceleration. The check needs a guess that applies constraint forces: the first step's,
+    from zero multipliers, is off by the whole constraint acceleration, which is larger than
+    the step's motion wherever the constraints hold the bodies nearly still (a pendulum
+    released next to its lowest point).
+    """
+    if iterations <= FAR_ROOT_ITERATIONS:  # the common case
+        return False
+    error = _max(np.abs(solution - guess))
+    if error <= floor:
+        return False
+    return bool(multipliers.any() and error > min(_max(np.abs(solution - state)),
+                                                  _max(np.abs(guess - state))))
 
 
 class WarmStart:

@@ -12,7 +12,7 @@ from mbs.backends.polynomial import QuadraticSystemBuilder, explicit_predictor_m
 from mbs.engine.cache import model_cache
 from mbs.engine.defects import MAX_CORRECTION_DEGREE
 from mbs.engine.equations import EquationLayout, ModelEquations
-from mbs.engine.guess import ExplicitPredictor, WarmStart
+from mbs.engine.guess import FAR_ROOT_FLOOR, ExplicitPredictor, WarmStart, far_from_guess
 from mbs.engine.newton import (
     SIMPLIFIED_NEWTON_ABOVE,
     NewtonConvergenceError,
@@ -251,11 +251,24 @@ class Solver:
 
         Row k of ``q``, ``p`` holds the state at step k; rows k + 1 (and row k of the other
         arrays) are written. Returns the number of steps done: fewer than ``count`` when a
-        step fails, which is then left to :meth:`step` (errors, refinement).
+        step fails, which is then left to :meth:`step` (errors, refinement, retries). The
+        steps that :meth:`step` would start from the "advanced" guess after a retry start
+        from it here too.
         """
-        done, factorizations = self._compiled.run_block(
-            q, p, velocities, multipliers, velocity_multipliers, enforced, iterations, first,
-            count)
+        arrays = (q, p, velocities, multipliers, velocity_multipliers, enforced, iterations)
+        advanced = min(count, self._advanced_steps)
+        if advanced:
+            own, self.initial_guess = self.initial_guess, "advanced"
+            try:
+                done, factorizations = self._compiled.run_block(*arrays, first, advanced)
+            finally:
+                self.initial_guess = own
+            self._newton_state.factorizations += factorizations
+            self._advanced_steps -= done
+            if done < advanced or done == count:
+                return done
+            return done + self.run_compiled(*arrays, first + done, count - done)
+        done, factorizations = self._compiled.run_block(*arrays, first, count)
         self._newton_state.factorizations += factorizations
         return done
 
@@ -507,32 +520,35 @@ class Solver:
 
         With the "explicit" predictor a step whose Newton iteration fails is retried once from
         the "advanced" guess: at very large steps the extrapolated momentum can start Newton
-        outside its region of convergence, where the "advanced" guess still converges. The
-        explicit prediction is also an explicit integrator, unstable where h times the
-        model's fastest frequency (long chains under high tension) passes its limit; then it
-        fails at every step. On models solved by simplified Newton (large ones), where a failed
-        iteration costs several sparse factorisations, the k-th retry therefore makes the next
-        min(2^k, 64) - 1 steps start from the "advanced" guess directly (falling back to the
-        "explicit" one where that fails): failed attempts then cost a few per cent of the run
-        at most."""
+        outside its region of convergence, where the "advanced" guess still converges. So is a
+        step whose solution lies farther from the explicit guess than the step moves (see
+        :func:`~mbs.engine.guess.far_from_guess`): the explicit prediction, which applies the
+        previous constraint forces, is then worse than standing still (light bodies holding
+        heavy ones), and Newton may have wandered to another root. The explicit prediction is
+        also an explicit integrator, unstable where h times the model's fastest frequency
+        (long chains under high tension) passes its limit; then it fails at every step. The
+        k-th retry therefore makes the next min(2^k, 64) - 1 steps start from the "advanced"
+        guess directly (falling back to the "explicit" one where that fails): failed attempts
+        then cost a few per cent of the run at most."""
         self._time = t
         if self.initial_guess != "explicit":
             return self._step(t, q, p)
         if self._advanced_steps > 0:
-            self._advanced_steps -= 1
+            # the count changes once the step is done: a step that fails on an error in user
+            # code leaves the state that a checkpoint of the run so far holds as it was
             try:
-                return self._step_from("advanced", t, q, p)
+                result, remaining = self._step_from("advanced", t, q, p), self._advanced_steps - 1
             except NewtonConvergenceError:
-                self._advanced_steps = 0
-                return self._step(t, q, p)
+                result, remaining = self._step(t, q, p), 0
+            self._advanced_steps = remaining
+            return result
         try:
             return self._step(t, q, p)
         except NewtonConvergenceError:
             pass
-        self.guess_retries += 1
         result = self._step_from("advanced", t, q, p)
-        if self._simplified:
-            self._advanced_steps = 2 ** min(self.guess_retries, ADVANCED_BACKOFF) - 1
+        self.guess_retries += 1  # once the step is done, as above
+        self._advanced_steps = 2 ** min(self.guess_retries, ADVANCED_BACKOFF) - 1
         return result
 
     def _step_from(self, guess: str, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
@@ -598,6 +614,7 @@ class Solver:
         data = np.concatenate((q0, p0))
         explicit = self.initial_guess == "explicit"
         guess = self._warm.corrected(x0, data, explicit)
+        start = guess[:q0.size].copy() if explicit else None  # Newton overwrites the guess
         system = self._polynomial
         if (system is not None and system.dense and not self._simplified
                 and self._compiled is None):
@@ -615,6 +632,14 @@ class Solver:
             x, iterations, residual = self._solve_system(
                 evaluate, guess, self._blocks, list(self._scales(q0, p0)),
                 residual_from=self._first_constraint_row(x0.size))
+        if start is not None and far_from_guess(x[:q0.size], start, q0,
+                                                FAR_ROOT_FLOOR * self.model.length_scale,
+                                                self._warm.multipliers()[0], iterations):
+            raise NewtonConvergenceError(
+                f"Newton converged {_max(np.abs(x[:q0.size] - start)):.3e} away from the "
+                f"explicit guess, farther than the step moves: possibly another root of the "
+                f"step equations", 0.0, 0.0, iterations,
+                "the step is redone from the advanced guess")
         self._warm.remember(x, x0, explicit)
         return x, iterations, residual
 
