@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -258,11 +260,8 @@ class Solver:
         arrays = (q, p, velocities, multipliers, velocity_multipliers, enforced, iterations)
         advanced = min(count, self._advanced_steps)
         if advanced:
-            own, self.initial_guess = self.initial_guess, "advanced"
-            try:
+            with self._guess_from("advanced"):
                 done, factorizations = self._compiled.run_block(*arrays, first, advanced)
-            finally:
-                self.initial_guess = own
             self._newton_state.factorizations += factorizations
             self._advanced_steps -= done
             if done < advanced or done == count:
@@ -553,9 +552,15 @@ class Solver:
 
     def _step_from(self, guess: str, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
         """A step from the ``guess`` predictor instead of the solver's own."""
+        with self._guess_from(guess):
+            return self._step(t, q, p)
+
+    @contextmanager
+    def _guess_from(self, guess: str) -> Iterator[None]:
+        """Steps inside start from the ``guess`` predictor instead of the solver's own."""
         own, self.initial_guess = self.initial_guess, guess
         try:
-            return self._step(t, q, p)
+            yield
         finally:
             self.initial_guess = own
 
