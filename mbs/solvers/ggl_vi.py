@@ -250,8 +250,9 @@ class GGLVI(Solver):
 
     @property
     def _multiplier_lag(self) -> int:
-        # variant A's lambda^n, gamma^n alternate from step to step
-        return 2 if self.variant == "A" else 1
+        # the multipliers of the theta methods A and B alternate from step to step (B at
+        # theta = 1: lambda^n between 0 and twice the static constraint force)
+        return 1 if self.variant == "S" else 2
 
     @property
     def _new_momentum_weight(self) -> float:
@@ -297,11 +298,20 @@ class GGLVI(Solver):
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
         """x0 of variants S and B, (q1, p1, v, lambda, gamma): v follows the predicted
-        momenta as in (55c) / (82c); variant A as EM."""
+        momenta as in (55c) / (82c), for B with the impulse h ((1 - theta) vartheta -
+        theta (1 - vartheta)) G^T lambda of (82c) (G(q^{n+1}) taken at q^n), which the
+        position update carries on to q1; variant A as EM."""
         if self.variant == "A":
             return super()._initial_guess(q0, p0)
         lam, gam = self._warm.multipliers()
         q1, p1 = self._predictor.state(q0, p0, lam, gam, self.initial_guess)
         weight = self._new_momentum_weight
-        return np.concatenate([q1, p1, self._minv @ ((1.0 - weight) * p0 + weight * p1),
-                               lam, gam])
+        velocity = self._minv @ ((1.0 - weight) * p0 + weight * p1)
+        if self.variant == "B" and self.initial_guess == "explicit":
+            theta, vartheta = self.theta, self.vartheta
+            weight = self.h * ((1.0 - theta) * vartheta - theta * (1.0 - vartheta))
+            impulse = self._minv @ (weight * self.model.constraint_jacobian_transpose_product(
+                q0, lam, self._time))
+            velocity += impulse
+            q1 = q1 + self.h * impulse
+        return np.concatenate([q1, p1, velocity, lam, gam])
