@@ -62,3 +62,27 @@ def test_simplified_newton_keeps_the_energy_at_roundoff(chain, backend):
     energy = solution.energy()
     scale = np.max(solution.kinetic_energy())
     assert np.max(np.abs(energy - energy[0])) <= 2e-13 * scale
+
+
+@pytest.mark.parametrize("backend", ["auto", "compiled"])
+def test_a_step_simplified_newton_cannot_solve_is_solved_by_exact_newton(backend):
+    """The flyball governor (n = 72: simplified Newton by default) at its recommended step:
+    its spindle, light about its axis, carries the motor's torque to the arms, and a
+    Jacobian kept from an earlier iterate contracts too slowly from the explicit guess to
+    converge in 12 iterations at about a third of the steps of the spin-up. Such a step is
+    solved at full size by exact Newton from the same guess, not cut into sub-steps, and the
+    run equals the exact-Newton run to round-off (both converge each step to the 1e-12
+    tolerance)."""
+    if backend == "compiled":
+        pytest.importorskip("numba")
+    import flyball_governor
+
+    model = flyball_governor.build().compile()
+    solver = EnergyMomentum(backend=backend)
+    run = mbs.simulate(model, solver, h=0.01, t_end=0.6)
+    exact = mbs.simulate(model, EnergyMomentum(newton=NewtonOptions(simplified=False)),
+                         h=0.01, t_end=0.6)
+    assert solver.uses_simplified_newton
+    assert run.stats["refined_steps"] == [] and exact.stats["refined_steps"] == []
+    np.testing.assert_allclose(run.q, exact.q, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(run.p, exact.p, rtol=0, atol=1e-12 * np.abs(exact.p).max())

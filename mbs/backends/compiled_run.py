@@ -118,10 +118,11 @@ class CompiledRun:
         return tuple(result)
 
     def solve(self, data: np.ndarray, guess: np.ndarray, blocks: list[slice],
-              scales: list[float], residual_from: int) -> tuple[np.ndarray, int, np.ndarray]:
-        """Newton on the step from ``data`` = (q0, p0) in the kernel (any scheme's tensor
-        form): (x, iterations, R(x) with its rows from ``residual_from`` at x); raises
-        NewtonConvergenceError when it fails."""
+              scales: list[float], residual_from: int, simplified: bool
+              ) -> tuple[np.ndarray, int, np.ndarray]:
+        """Newton (``simplified`` or exact) on the step from ``data`` = (q0, p0) in the
+        kernel (any scheme's tensor form): (x, iterations, R(x) with its rows from
+        ``residual_from`` at x); raises NewtonConvergenceError when it fails."""
         if self._work is None:
             self._work = self.system.workspace()
             self._residual = np.empty(self.system.equations.constant.shape[0])
@@ -129,7 +130,8 @@ class CompiledRun:
                     np.array([b.stop for b in blocks], dtype=np.int64))
         x = np.array(guess, dtype=float)
         code, iterations, norm, increment, factorizations = self.system.solve(
-            data, x, segments, np.asarray(scales, dtype=float), self.limits(),
+            data, x, segments, np.asarray(scales, dtype=float),
+            self.limits()._replace(simplified=simplified),
             residual_from, self._work, self._residual, self.solver._bound_terms)
         self.solver._newton_state.factorizations += factorizations
         if code != _compiled().CONVERGED:

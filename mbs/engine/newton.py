@@ -111,7 +111,9 @@ class NewtonOptions:
         dominates (:data:`SIMPLIFIED_NEWTON_ABOVE`). Its iterates converge linearly, so
         once an increment passes ``tolerance`` the iteration goes on until the estimated
         error is at round-off (:func:`stale_iterate_exact`): the energy-momentum scheme then
-        conserves energy to round-off on large models too. A run resumed from a stream
+        conserves energy to round-off on large models too. A step whose simplified iteration
+        does not converge is solved again from its guess with exact Newton before it counts
+        as failed (``Solver._solve_system``). A run resumed from a stream
         then reproduces the streamed run (the Jacobian is rebuilt at every flush), not a run
         without streaming, bitwise.
     contraction : float

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -444,15 +445,34 @@ class Solver:
                       scales: list[float], residual_from: int | None = 0
                       ) -> tuple[np.ndarray, int, np.ndarray | None]:
         """Newton on the current step system from ``guess`` with convergence judged on
-        ``blocks``: the dense tensor form's own loop where it applies, else
-        :func:`~mbs.engine.newton.newton` on ``evaluate``. Returns (x, iterations, R(x)),
-        where rows before ``residual_from`` may be left unevaluated (None: R is not
-        evaluated)."""
+        ``blocks``: the compiled kernel, the dense tensor form's own loop where it applies,
+        else :func:`~mbs.engine.newton.newton` on ``evaluate``. Returns (x, iterations,
+        R(x)), where rows before ``residual_from`` may be left unevaluated (None: R is not
+        evaluated).
+
+        A simplified Newton iteration that does not converge is repeated from the guess with
+        exact Newton: a Jacobian kept from an earlier iterate contracts slowly from a far
+        guess (light bodies that carry large constraint forces), where exact Newton still
+        converges quadratically."""
+        try:
+            return self._newton(evaluate, guess, blocks, scales, residual_from, self._simplified)
+        except NewtonConvergenceError as failure:
+            if not self._simplified or not math.isfinite(failure.increment_norm):
+                raise
+            spent = failure.iterations
+        x, iterations, residual = self._newton(evaluate, guess, blocks, scales, residual_from,
+                                               False)
+        return x, spent + iterations, residual
+
+    def _newton(self, evaluate, guess: np.ndarray, blocks: list[slice], scales: list[float],
+                residual_from: int | None, simplified: bool
+                ) -> tuple[np.ndarray, int, np.ndarray | None]:
+        """One Newton solve of :meth:`_solve_system`, simplified or exact."""
         if self._compiled is not None:
             return self._compiled.solve(self._step_data, guess, blocks, scales,
-                                        residual_from or 0)
+                                        residual_from or 0, simplified)
         system = self._polynomial
-        if system is not None and system.dense and not self._simplified:
+        if system is not None and system.dense and not simplified:
             starts, floors, lead = _segments(blocks, scales)
             sizes = np.array([b.stop - b.start for b in blocks if b.stop > b.start],
                              dtype=np.intp)
@@ -461,7 +481,7 @@ class Solver:
             self._newton_state.factorizations += factorizations
             return x, iterations, residual
         x, iterations, _ = newton(evaluate, guess, blocks, scales, self.newton,
-                                  self._newton_state, self._simplified, self._identity_block())
+                                  self._newton_state, simplified, self._identity_block())
         if residual_from is None:
             return x, iterations, None
         return x, iterations, evaluate(x, False, first_row=residual_from)[0]
