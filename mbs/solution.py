@@ -403,7 +403,8 @@ class Solution:
         position, the torque sum_i d_i x f_i of its parts f_i on the directors d_i. Second
         order in h for the second-order schemes and their compositions, and also for
         lobatto and hbvm (their multipliers are second order); first for ggl-vi-s and
-        ggl-vi-b; not available for vi-conversion, whose multipliers are no step forces.
+        ggl-vi-b (ggl-vi-b at theta = 1: second order as the force at the step's end
+        t_{n+1}); not available for vi-conversion, whose multipliers are no step forces.
         Where redundant constraint equations were removed (``model.redundancies``), the
         joints that keep theirs carry the removed equations' share: such reactions are not
         unique.
