@@ -239,7 +239,7 @@ class HBVM(Solver):
     newton: NewtonOptions = field(default_factory=_default_options)
 
     properties = SchemeProperties(
-        name="hbvm", order_q="2 proven, 2s observed", order_p="2 (2s if lambda const.)",
+        name="hbvm", order_q="2s observed (2 proven)", order_p="2 (2s if lambda const.)",
         symplectic=False,
         energy="exact if H polynomial of degree <= 2k/s, else O(h^{2k})",
         momentum="not guaranteed",
