@@ -175,6 +175,31 @@ def test_vi_a_with_theta_above_half_warns_and_amplifies_normal_momentum(pendulum
     assert np.abs(np.einsum("ij,ij->i", stable.q, stable.p)).max() < 1e-2
 
 
+@pytest.mark.parametrize("vartheta", [0.55, 0.6])
+@pytest.mark.parametrize("theta", [1.0, 0.5])
+def test_vi_b_with_vartheta_above_half_warns_and_amplifies_normal_momentum(pendulum, theta,
+                                                                           vartheta):
+    """(82c) with (82b) reads M v^{n+1} = p^n - h (1 - vartheta) G^T lambda^n + O(h) for any
+    theta, so G v^{n+1} = 0 maps the normal momentum f_n = q^n . p^n of the pendulum to
+    f_{n+1} ~ -vartheta/(1 - vartheta) f_n: the measured growth per step matches that
+    factor. At vartheta = 1/2 the factor is -1: f_n alternates with the size of one step's
+    constraint impulse, h (g + v^2) for m = l = 1."""
+    with pytest.warns(UserWarning, match="unstable"):
+        solver = GGLVI(variant="B", theta=theta, vartheta=vartheta,
+                       newton=NewtonOptions(max_iterations=25))
+    with pytest.raises(mbs.SolverError) as info:
+        mbs.simulate(pendulum, solver, h=0.01, t_end=10.0, on_failure="raise")
+    q, p = info.value.solution.q, info.value.solution.p
+    normal = np.abs(np.einsum("ij,ij->i", q, p))
+    rate = np.median(normal[21:41] / normal[20:40])
+    assert rate == pytest.approx(vartheta / (1.0 - vartheta), rel=0.03)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stable = mbs.simulate(pendulum, GGLVI(variant="B", theta=theta), h=0.01, t_end=10.0)
+    impulse = 0.01 * (9.81 + np.abs(stable.p).max() ** 2)
+    assert np.abs(np.einsum("ij,ij->i", stable.q, stable.p)).max() < impulse
+
+
 def test_vi_a_with_theta_below_half_warns_and_drifts_off_the_manifold(pendulum):
     with pytest.warns(UserWarning, match="unstable"):
         solver = GGLVI(variant="A", theta=0.3)

@@ -66,6 +66,9 @@ class GGLVI(Solver):
         Variant B only: in (0, 1), default 1/2. The paper allows vartheta = 1, but then
         lambda^n drops out of M v^{n+1} (its coefficient is h (1 - vartheta) G(q^n)^T once
         p^{n+1} is eliminated) and the step equations are singular, so it is rejected.
+        Values above 1/2 are accepted but warned about: G v^{n+1} = 0 (82e) then multiplies
+        the momentum component normal to the constraints by -vartheta/(1 - vartheta) each
+        step, for any theta and h (at 1/2 it alternates in sign, below it decays).
 
     Notes
     -----
@@ -113,6 +116,16 @@ class GGLVI(Solver):
             if not 0.0 <= self.theta <= 1.0:
                 raise ModelError(f"GGLVI variant B: theta must lie in [0, 1], got "
                                  f"{self.theta}")
+            if self.vartheta > 0.5 and self.vartheta < 1.0:
+                # with (82b), (82c) reads M v^{n+1} = p^n - h (1 - vartheta) G^T lambda^n +
+                # O(h) terms for any theta, so G v^{n+1} = 0 (82e) maps the normal momentum
+                # f_n = G M^-1 p^n to f_{n+1} = -vartheta/(1 - vartheta) f_n (exactly for
+                # linear constraints; at vartheta = 1/2 it alternates in sign)
+                warnings.warn(
+                    f"GGLVI variant B with vartheta = {self.vartheta} > 1/2 amplifies the "
+                    f"momentum normal to the constraints (G M^-1 p^n) by vartheta/(1 - "
+                    f"vartheta) = {self.vartheta / (1 - self.vartheta):.3g} per step, at any "
+                    f"step size, and is unstable; use vartheta <= 1/2", stacklevel=3)
             if not 0.0 < self.vartheta < 1.0:
                 # Eliminating p^{n+1} from (82b,c) leaves lambda^n in the velocity update
                 # only through h (1 - vartheta) G(q^n)^T lambda^n: at vartheta = 1 nothing
