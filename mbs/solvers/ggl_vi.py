@@ -322,8 +322,8 @@ class GGLVI(Solver):
         velocity = self._minv @ ((1.0 - weight) * p0 + weight * p1)
         if self.variant == "B" and self.initial_guess == "explicit":
             theta, vartheta = self.theta, self.vartheta
-            weight = self.h * ((1.0 - theta) * vartheta - theta * (1.0 - vartheta))
-            impulse = self._minv @ (weight * self.model.constraint_jacobian_transpose_product(
+            share = self.h * ((1.0 - theta) * vartheta - theta * (1.0 - vartheta))
+            impulse = self._minv @ (share * self.model.constraint_jacobian_transpose_product(
                 q0, lam, self._time))
             velocity += impulse
             q1 = q1 + self.h * impulse
