@@ -61,11 +61,12 @@ class GGLVI(Solver):
         component normal to the constraints, G M^-1 p^n, by -theta/(1 - theta). Both
         factors hold exactly for linear constraints and do not depend on h, so smaller steps
         do not help: the deviation grows geometrically until Newton fails. Variant B: theta
-        in [0, 1], default 1 (scheme (83)). Ignored by variant S.
+        in [0, 1], default 1 (scheme (83)). Variant S has no theta (an error if given).
     vartheta : float or None
-        Variant B only: in (0, 1), default 1/2. The paper allows vartheta = 1, but then
-        lambda^n drops out of M v^{n+1} (its coefficient is h (1 - vartheta) G(q^n)^T once
-        p^{n+1} is eliminated) and the step equations are singular, so it is rejected.
+        Variant B only (an error for the others): in (0, 1), default 1/2. The paper allows
+        vartheta = 1, but then lambda^n drops out of M v^{n+1} (its coefficient is
+        h (1 - vartheta) G(q^n)^T once p^{n+1} is eliminated) and the step equations are
+        singular, so it is rejected.
         Values above 1/2 are accepted but warned about: G v^{n+1} = 0 (82e) then multiplies
         the momentum component normal to the constraints by -vartheta/(1 - vartheta) each
         step, for any theta and h (at 1/2 it alternates in sign, below it decays).
@@ -89,6 +90,14 @@ class GGLVI(Solver):
         if variant not in _PROPERTIES:
             raise ModelError(f"GGLVI: variant must be 'S', 'A' or 'B', got {self.variant!r}")
         self.variant = variant
+        misplaced = [name for name, allowed in (("theta", "AB"), ("vartheta", "B"))
+                     if getattr(self, name) is not None and variant not in allowed]
+        if misplaced:
+            raise ModelError(f"GGLVI variant {variant}: {' and '.join(misplaced)} "
+                             f"{'do' if len(misplaced) > 1 else 'does'} not apply (theta: "
+                             f"variants A and B, vartheta: variant B); leave "
+                             f"{'them' if len(misplaced) > 1 else 'it'} out or choose another "
+                             f"variant")
         if variant == "A":
             self.theta = 0.5 if self.theta is None else float(self.theta)
             if not 0.0 < self.theta < 1.0:
