@@ -455,7 +455,7 @@ def _read_solution(archive, header: dict, model: Model | None, path: Path) -> So
         for part, array in parts.items():
             _shape(array, (steps if part == "effort" else rows,), f"drives.{name}.{part}",
                    path)
-        trajectories[name] = DriveTrajectory(name, str(kind), **parts)
+        trajectories[name] = DriveTrajectory(name, str(kind), **parts, t=data["t"])
         stored_model.drives[name] = (str(joint), str(kind))
     solution = LoadedSolution(model=stored_model, stats=stats, solver_properties=props, **data)
     solution._drives = trajectories

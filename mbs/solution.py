@@ -39,6 +39,8 @@ class BodyTrajectory:
         From v = M^-1 p at the nodes.
     angular_velocity, angular_velocity_body : (N+1, 3) or None
         omega = 1/2 sum_i d_i x d_i' (world) and R^T omega (body frame).
+    t : (N+1,)
+        The node times the arrays belong to.
     """
 
     name: str
@@ -47,6 +49,7 @@ class BodyTrajectory:
     rotation: np.ndarray | None = None
     angular_velocity: np.ndarray | None = None
     angular_velocity_body: np.ndarray | None = None
+    t: np.ndarray = field(kw_only=True)
 
     def _rotations(self, what: str):
         if self.rotation is None:
@@ -91,12 +94,15 @@ class JointTrajectory:
         continuous over turns) or displacement along it (m).
     rate : (N+1,)
         Its rate from v = M^-1 p at the nodes.
+    t : (N+1,)
+        The node times.
     """
 
     name: str
     kind: str
     position: np.ndarray
     rate: np.ndarray
+    t: np.ndarray = field(kw_only=True)
 
 
 @dataclass
@@ -120,6 +126,8 @@ class DriveTrajectory:
         Cumulative sum of effort_n (position_{n+1} - position_n), 0 at the start: a
         second-order estimate of the drive's work (``Solution.work`` holds the scheme's own,
         exact for "em").
+    t : (N+1,)
+        The node times (of position, rate and work; effort_n belongs to [t_n, t_{n+1}]).
     """
 
     name: str
@@ -128,6 +136,7 @@ class DriveTrajectory:
     rate: np.ndarray
     effort: np.ndarray
     work: np.ndarray
+    t: np.ndarray = field(kw_only=True)
 
 
 @dataclass
@@ -334,7 +343,7 @@ class Solution:
                            for q, v in zip(self.q, velocities)])
         kind = kind or next(iter(self.model.joint_coordinates[name]))
         position = np.unwrap(values[:, 0]) if kind == "angle" else values[:, 0]
-        return JointTrajectory(name, kind, position, values[:, 1])
+        return JointTrajectory(name, kind, position, values[:, 1], t=self.t)
 
     def drive(self, name: str) -> DriveTrajectory:
         """The driven coordinate of drive ``name``, the reaction the drive exerts and its
@@ -346,7 +355,8 @@ class Solution:
         coordinate = self.joint(joint, kind)
         effort = -self._step_multipliers(self.model.constraint_rows[name][:1])[:, 0]
         work = np.concatenate([[0.0], np.cumsum(effort * np.diff(coordinate.position))])
-        return DriveTrajectory(name, kind, coordinate.position, coordinate.rate, effort, work)
+        return DriveTrajectory(name, kind, coordinate.position, coordinate.rate, effort, work,
+                               t=self.t)
 
     def _step_multipliers(self, rows: np.ndarray) -> np.ndarray:
         """The multipliers of ``rows`` as the mean constraint force of each step, (N, rows):
@@ -440,14 +450,14 @@ class Solution:
         coords = self.q[:, info.coordinates]
         rates = self.velocities[:, info.coordinates]
         if info.kind == "point":
-            return BodyTrajectory(name, coords.copy(), rates.copy())
+            return BodyTrajectory(name, coords.copy(), rates.copy(), t=self.t)
         directors = coords[:, 3:].reshape(-1, 3, 3)  # [step, i, component]
         director_rates = rates[:, 3:].reshape(-1, 3, 3)
         rotation = np.transpose(directors, (0, 2, 1))
         omega = 0.5 * np.cross(directors, director_rates).sum(axis=1)
         omega_body = np.einsum("nji,nj->ni", rotation, omega)
         return BodyTrajectory(name, coords[:, :3].copy(), rates[:, :3].copy(), rotation,
-                              omega, omega_body)
+                              omega, omega_body, t=self.t)
 
     def point(self, body: str, at) -> tuple[np.ndarray, np.ndarray]:
         """Position and velocity, (N+1, 3) each, of the point of ``body`` that was at ``at``

@@ -146,6 +146,23 @@ def test_prismatic_drive_prescribes_the_displacement():
     np.testing.assert_allclose(drive.effort, expected, rtol=0, atol=1e-3 * 2.0 * 9.81)
 
 
+def test_trajectories_carry_their_node_times(tmp_path):
+    """Started at t = 0.5: each trajectory's own t are the nodes t_start + k h, so a driven
+    coordinate is compared with its prescription without rebuilding the time grid, also
+    after a save and load."""
+    model, _ = disc(lambda t: 0.5 * t**2, lambda t: t)
+    with pytest.warns(UserWarning, match="projected"):  # onto the drive's angle at t = 0.5
+        state = model.initial_state(t=0.5, project=True)
+    solution = mbs.simulate(model, "em", h=0.01, t_end=1.0, t_start=0.5, initial_state=state)
+    nodes = 0.5 + 0.01 * np.arange(51)
+    loaded = mbs.load_solution(mbs.save_solution(solution, tmp_path / "run"))
+    for drive in (solution.drive("spin"), loaded.drive("spin")):
+        np.testing.assert_allclose(drive.t, nodes, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(drive.position, 0.5 * drive.t**2, atol=1e-12)
+    for trajectory in (solution.joint("hinge"), solution.body("disc")):
+        np.testing.assert_allclose(trajectory.t, nodes, rtol=0, atol=1e-14)
+
+
 def pushed_slider(scheme: str, options: dict, h: float) -> tuple[np.ndarray, np.ndarray]:
     """A block on a rail driven along x = sin(3t) against a load and a joint damper: the
     drive's force is m x'' - F + c x' (returned at the step midpoints with the effort)."""
