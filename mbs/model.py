@@ -288,6 +288,23 @@ class Model:
         its axis (0 at the initial pose, in (-pi, pi]) for revolute and cylindrical joints,
         the displacement along it for prismatic ones (``kind="displacement"`` for the
         slide of a cylindrical joint); ``row`` (n,) gives rate = row . v."""
+        term = self._joint_coordinate_term(name, kind)
+        index = term.local.indices
+        position, local_row = term.coordinate(q[index])
+        row = np.zeros(self.n)
+        row[index] = local_row
+        return position, float(row @ v), row
+
+    def joint_coordinate_path(self, name: str, q: np.ndarray, v: np.ndarray,
+                              kind: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, rates), each (k,), of :meth:`joint_coordinate` at the k states of
+        ``q`` and ``v`` (k, n), in one evaluation."""
+        term = self._joint_coordinate_term(name, kind)
+        index = term.local.indices
+        positions, rows = term.batch_coordinate(term.data, q[:, index])
+        return positions, np.einsum("ki,ki->k", rows, v[:, index])
+
+    def _joint_coordinate_term(self, name: str, kind: str | None):
         coordinates = self.joint_coordinates.get(name)
         if coordinates is None:
             with_axis = ", ".join(self.joint_coordinates) or "none"
@@ -300,12 +317,7 @@ class Model:
         if kind not in coordinates:
             raise ModelError(f"joint {name!r} has no {kind!r} coordinate; it has "
                              f"{', '.join(coordinates)}")
-        term = coordinates[kind]
-        index = term.local.indices
-        position, local_row = term.coordinate(q[index])
-        row = np.zeros(self.n)
-        row[index] = local_row
-        return position, float(row @ v), row
+        return coordinates[kind]
 
     def apply_inverse_mass(self, p: np.ndarray) -> np.ndarray:
         """M^-1 p (blockwise constant inverse)."""

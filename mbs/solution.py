@@ -338,12 +338,11 @@ class Solution:
     def joint(self, name: str, kind: str | None = None) -> JointTrajectory:
         """Angle (revolute, cylindrical) or displacement (prismatic; ``kind="displacement"``
         for a cylindrical joint's slide) of joint ``name`` and its rate at the nodes."""
-        velocities = self.velocities
-        values = np.array([self.model.joint_coordinate(name, q, v, kind)[:2]
-                           for q, v in zip(self.q, velocities)])
+        position, rate = self.model.joint_coordinate_path(name, self.q, self.velocities, kind)
         kind = kind or next(iter(self.model.joint_coordinates[name]))
-        position = np.unwrap(values[:, 0]) if kind == "angle" else values[:, 0]
-        return JointTrajectory(name, kind, position, values[:, 1], t=self.t)
+        if kind == "angle":
+            position = np.unwrap(position)
+        return JointTrajectory(name, kind, position, rate, t=self.t)
 
     def drive(self, name: str) -> DriveTrajectory:
         """The driven coordinate of drive ``name``, the reaction the drive exerts and its

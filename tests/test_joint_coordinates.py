@@ -63,6 +63,22 @@ def test_prismatic_displacement_and_its_row():
         lambda x: np.array([model.joint_coordinate("guide", x, v)[0]]), q)[0], atol=1e-8)
 
 
+def test_joint_coordinates_along_a_run_equal_those_of_each_state():
+    """The batched evaluation (Solution.joint) against the single-state one, whose row is
+    checked by finite differences above; rates are the same dot products summed in another
+    order, equal to round-off of their terms (~10 rad/s here)."""
+    model = compiled(slider_crank())
+    solution = mbs.simulate(model, "em", h=2e-3, t_end=0.2)
+    velocities = solution.velocities
+    for name, kinds in model.joint_coordinates.items():
+        for kind in kinds:
+            positions, rates = model.joint_coordinate_path(name, solution.q, velocities, kind)
+            single = np.array([model.joint_coordinate(name, q, v, kind)[:2]
+                               for q, v in zip(solution.q, velocities)])
+            np.testing.assert_array_equal(positions, single[:, 0])
+            np.testing.assert_allclose(rates, single[:, 1], rtol=0, atol=1e-13)
+
+
 def test_initial_joint_rates_are_met_exactly_on_a_closed_loop():
     system = slider_crank()
     system["crank"].set_state(angular_velocity=(0.0, 0.0, 10.0))  # rod and slider at rest
