@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tokenize
 import zipfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,8 +29,10 @@ SMALL_MEMBER = 16 * 2**20
 MAX_JSON_DEPTH = 64
 #: What zipfile and numpy raise on damaged archives: a flipped bit in a header can name an
 #: unsupported compression method or an encrypted member (NotImplementedError and
-#: RuntimeError), a truncated member ends early (EOFError).
-_ARCHIVE_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, RuntimeError)
+#: RuntimeError), a truncated member ends early (EOFError), a damaged deflate stream fails in
+#: zlib, and a damaged array header fails numpy's parse of it (tokenize, SyntaxError).
+_ARCHIVE_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, RuntimeError,
+                   zlib.error, tokenize.TokenError, SyntaxError)
 
 
 def load_json(text: str, source) -> object:

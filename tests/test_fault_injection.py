@@ -691,6 +691,25 @@ def test_corrupted_solution_files_give_mbs_errors_or_working_solutions(tmp_path_
     assert CASES["solutions"] - before >= SOLUTION_EXAMPLES
 
 
+def test_every_bit_flip_of_a_solution_file_gives_an_mbs_error_or_a_working_solution(
+        tmp_path):
+    """One flipped bit at each of 400 evenly spaced bytes (compressed members included,
+    whose damage surfaces in zlib, and array headers, in numpy's parser of them)."""
+    path, _, _ = saved_solution(str(tmp_path))
+    raw = path.read_bytes()
+    damaged = tmp_path / "damaged.npz"
+    errors = 0
+    for position in np.linspace(0, len(raw) - 1, 400).astype(int):
+        flipped = bytearray(raw)
+        flipped[position] ^= 0x10
+        damaged.write_bytes(bytes(flipped))
+        loaded, error = outcome(mbs.load_solution, damaged)
+        if error is None:
+            _, error = outcome(use_solution, loaded)
+        errors += error is not None
+    assert errors > 0  # the flips reached the data
+
+
 # -- failures around the steps: refinement, read-back, checkpoints, the final check ---------
 def test_a_stream_directory_removed_mid_run_still_hands_over_the_steps(tmp_path):
     path = tmp_path / "run"
