@@ -42,7 +42,13 @@ from mbs.liegroup.model import LieGroupModel
 from mbs.model import BodyInfo, ElementInfo, Model
 from mbs.safe_files import load_json, open_archive
 from mbs.solution import DriveTrajectory, Solution, vertical_axis
-from mbs.streaming import load_stream, model_digest, stream_directory
+from mbs.streaming import (
+    load_stream,
+    model_differences,
+    model_digest,
+    model_digest_parts,
+    stream_directory,
+)
 
 FORMAT = "mbs-solution"
 VERSION = 1
@@ -259,6 +265,7 @@ def save_solution(solution: Solution, path) -> Path:
             "constraint_rows": _encode(dict(getattr(model, "constraint_rows", {}))),
             "drives": {name: list(value) for name, value in drives.items()},
             "digest": model_digest(model) if isinstance(model, Model) else None,
+            "digest_parts": model_digest_parts(model) if isinstance(model, Model) else None,
         },
     }
     arrays["header"] = np.array(json.dumps(header))
@@ -284,7 +291,8 @@ def _check_model(model, header_model: dict, path) -> None:
                 problems.append(f"coordinates of {info.name!r} differ")
     stored_digest = header_model.get("digest")
     if not problems and stored_digest is not None and stored_digest != model_digest(model):
-        problems.append("its masses, gravity, forces or joints differ")
+        problems.append(f"its {model_differences(model, header_model.get('digest_parts'))} "
+                        f"differ")
     if problems:
         raise ModelError(f"{path}: the given model does not match the saved one: "
                          + "; ".join(problems))

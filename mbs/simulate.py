@@ -43,7 +43,9 @@ from mbs.solvers.base import StepResult
 from mbs.streaming import (
     StreamWriter,
     drive_rules,
+    model_differences,
     model_digest,
+    model_digest_parts,
     read_last_state,
     read_solver_state,
     read_stream,
@@ -196,6 +198,7 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
             output, {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n,
                      "m": model.m, "solver_options": options_digest,
                      "model_digest": model_digest(model),
+                     "model_parts": model_digest_parts(model),
                      "solver_properties": asdict(solver.properties),
                      **drive_rules(solver)}, q0, p0)
     with single_threaded_blas():
@@ -238,9 +241,9 @@ def _check_resume(manifest: dict, model: Model, solver: Solver, options: dict, h
                              f"with other values of {', '.join(changed)}; resume with the "
                              f"options of the run that wrote it")
     if "model_digest" in manifest and manifest["model_digest"] != model_digest(model):
-        raise ModelError("simulate(resume=...): the model differs from the one the stream "
-                         "was written for (masses, gravity, forces or joints); resume with "
-                         "the model of the run that wrote it")
+        raise ModelError(f"simulate(resume=...): the model differs from the one the stream "
+                         f"was written for ({model_differences(model, manifest.get('model_parts'))}"
+                         f"); resume with the model of the run that wrote it")
 
 
 @dataclass

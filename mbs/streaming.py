@@ -18,12 +18,15 @@ are packed into the single file ``<name>`` when the run completes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
 import re
 import shutil
+import types
+from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
@@ -484,38 +487,108 @@ def solver_options_digest(solver) -> dict:
 
 
 def model_digest(model) -> str:
-    """A digest of the model's parameters: mass matrix, gravity, the quadratic tables and
-    numeric parameters of its potentials and constraints, and the kinds of its elements, so
-    that a stream is resumed with the model it was written for. No user function is called
-    (they may be costly or have effects), so their parameters are not in it."""
-    digest = hashlib.sha256()
+    """A digest of the model's parameters (see :func:`model_digest_parts`), so that a stream
+    is resumed, and a saved solution loaded, with the model it was written for."""
+    return _digests(model)[0]
+
+
+def model_digest_parts(model) -> dict[str, str]:
+    """Digests of the parts of a model: "masses" (the mass matrix), "gravity",
+    "constraints" (their quadratic table), "potentials" (tables and numeric parameters),
+    "applied forces" (loads, dampers and actuators: their coordinates, geometry, constants
+    and damping coefficients) and "elements" (the kinds of bodies, joints and forces). No user
+    function is called (they may be costly or have effects), so what a function computes is
+    not in them; whether a value is a function or a constant is."""
+    return _digests(model)[1]
+
+
+def model_differences(model, stored_parts) -> str:
+    """The parts of ``model`` whose digests differ from ``stored_parts`` (as written by
+    :func:`model_digest_parts`), for error messages; a generic list when none are stored."""
+    if not isinstance(stored_parts, dict):
+        return "masses, gravity, forces or joints"
+    parts = model_digest_parts(model)
+    differing = [name for name in parts if stored_parts.get(name) != parts[name]]
+    return ", ".join(differing) or "masses, gravity, forces or joints"
+
+
+def _digests(model) -> tuple[str, dict[str, str]]:
+    """(digest of the whole model, digests of its parts); the whole is that of the parts'
+    bytes in sequence (the applied forces only where the model has some)."""
+    whole = hashlib.sha256()
+    parts: dict = {}
+    current = [None]
+
+    def part(name: str) -> None:
+        current[0] = parts[name] = hashlib.sha256()
+
+    def update(data: bytes) -> None:
+        whole.update(data)
+        current[0].update(data)
 
     def add(*arrays) -> None:
         for array in arrays:
-            digest.update(np.ascontiguousarray(np.asarray(array, dtype=float)).tobytes())
+            update(np.ascontiguousarray(np.asarray(array, dtype=float)).tobytes())
 
     def add_table(table) -> None:
         if table is not None:
             add(table.quad_row, table.quad_i, table.quad_j, table.quad_coef, table.lin_row,
                 table.lin_i, table.lin_coef, table.constant)
 
+    part("masses")
     mass = model.mass_matrix.tocsr()
     add(mass.indptr, mass.indices, mass.data)
+    part("gravity")
     add(np.zeros(3) if model.gravity is None else model.gravity)
+    part("constraints")
     add_table(model.quadratic_constraint_table)
+    part("potentials")
     for group in model.potential_groups:
-        digest.update(type(group.term).__name__.encode() + type(group).__name__.encode())
-        digest.update(getattr(group.term, "__name__", "").encode())
+        update(type(group.term).__name__.encode() + type(group).__name__.encode())
+        update(getattr(group.term, "__name__", "").encode())
         add_table(group.table)
         for key in sorted(group.params):
             value = group.params[key]
             if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-                digest.update(key.encode())
+                update(key.encode())
                 add(value)
+    part("elements")
     # kinds, not names: unnamed elements are numbered per process
     for info in (*model.bodies, *model.joints, *model.forces):
-        digest.update(f"{type(info).__name__}:{getattr(info, 'kind', '')};".encode())
-    return digest.hexdigest()[:32]
+        update(f"{type(info).__name__}:{getattr(info, 'kind', '')};".encode())
+    part("applied forces")
+    applied = getattr(model, "applied_forces", None)
+    for term in applied.terms if applied is not None else ():
+        update(type(term).__name__.encode())
+        _add_parameters(vars(term), update, add)
+    return whole.hexdigest()[:32], {name: h.hexdigest()[:32] for name, h in parts.items()}
+
+
+def _add_parameters(attributes: dict, update: Callable, add: Callable, depth: int = 0) -> None:
+    """Feed the numeric parameters among an applied term's ``attributes`` to the digest: its
+    arrays, numbers and constant values, one level into the objects holding them (its
+    coordinates, its law, a load's value); a user function counts by its presence only."""
+    for key in sorted(attributes):
+        value = attributes[key]
+        if key == "name" or key.startswith("_"):
+            continue  # names are numbered per process; caches
+        if isinstance(value, (bool, int, float, np.ndarray)) and (
+                not isinstance(value, np.ndarray) or value.dtype.kind in "biuf"):
+            update(key.encode())
+            add(np.asarray(value, dtype=float).ravel())
+        elif isinstance(value, (tuple, list)):
+            _add_parameters({f"{key}.{k}": item for k, item in enumerate(value)}, update, add,
+                            depth)
+        elif isinstance(value, dict):
+            _add_parameters({f"{key}.{k}": item for k, item in value.items()}, update, add,
+                            depth)
+        elif isinstance(value, (types.FunctionType, types.MethodType, functools.partial)):
+            update(f"{key}:function".encode())
+        elif hasattr(value, "__dict__") and depth < 2:
+            update(f"{key}:{type(value).__name__}".encode())
+            _add_parameters(vars(value), update, add, depth + 1)
+        elif value is not None:
+            update(f"{key}:{type(value).__name__}".encode())
 
 
 def load_stream(path: str | os.PathLike, model):
@@ -541,8 +614,8 @@ def load_stream(path: str | os.PathLike, model):
                          f"model n = {model.n}, m = {model.m}")
     if "model_digest" in manifest and manifest["model_digest"] != model_digest(model):
         raise ModelError(f"{path}: the model differs from the one the stream was written for "
-                         f"(masses, gravity, forces or joints); give the model of the run "
-                         f"that wrote it")
+                         f"({model_differences(model, manifest.get('model_parts'))}); give "
+                         f"the model of the run that wrote it")
     steps = data["q"].shape[0] - 1
     times = float(manifest["t_start"]) + float(manifest["h"]) * np.arange(steps + 1)
     return Solution(

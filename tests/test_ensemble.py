@@ -156,6 +156,36 @@ def test_simulate_many_serial_and_through_a_process_pool(top):
         np.testing.assert_array_equal(a.q, b.q)
 
 
+def test_models_with_every_built_in_force_element_pickle_and_run_in_a_process_pool():
+    """Dampers (two-point, on joints, of springs) and constant joint torques and forces are
+    built-in elements: their models travel to worker processes and run there as here."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    arm = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.4, ly=0.05, lz=0.05,
+                                              name="arm"))
+    arm.set_state(position=(0.2, 0.0, 0.0), angular_velocity=(0.0, 0.0, 1.0),
+                  velocity=(0.0, 0.2, 0.0))
+    bob = system.add(mbs.PointMass(mass=0.5, name="bob"))
+    bob.set_state(position=(0.4, 0.0, -0.3))
+    hinge = system.add(mbs.joints.Revolute(system.ground, arm, point=(0, 0, 0),
+                                           axis=(0, 0, 1), name="hinge"))
+    slider = system.add(mbs.RigidBody.from_shape("box", mass=0.3, lx=0.1, ly=0.1, lz=0.1,
+                                                 name="slider"))
+    slider.set_state(position=(0.0, 0.5, 0.0))
+    rail = system.add(mbs.joints.Prismatic(system.ground, slider, point=(0, 0.5, 0),
+                                           axis=(1, 0, 0), name="rail"))
+    system.add(mbs.forces.Spring(arm, bob, stiffness=50.0, rest_length=0.25, damping=0.2,
+                                 point_a=(0.2, 0.0, 0.0)))
+    system.add(mbs.forces.Damper(arm, bob, 0.1, point_a=(0.2, 0.0, 0.0)))
+    system.add(mbs.forces.JointDamper(hinge, 0.05))
+    system.add(mbs.forces.JointTorque(hinge, 0.3))
+    system.add(mbs.forces.JointForce(rail, 0.2))
+    model = system.compile()
+    runs = [(model, {"solver": "em", "h": 0.005, "t_end": 0.05})]
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        parallel = mbs.simulate_many(runs, executor=pool)[0]
+    np.testing.assert_array_equal(parallel.q, mbs.simulate(model, "em", h=0.005, t_end=0.05).q)
+
+
 def test_simulate_many_keeps_the_runs_around_a_failing_one(top):
     """A run that fails (RATTLE allowed one Newton iteration) does not lose the others:
     the error comes after every run, names the failed one and lists every outcome."""

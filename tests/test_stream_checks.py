@@ -67,6 +67,35 @@ def test_resume_refuses_another_model_and_accepts_the_same_one_rebuilt(tmp_path)
     np.testing.assert_array_equal(resumed.q, whole.q)
 
 
+def damped_pushed_disc(damping: float = 0.3, torque: float = 1.0) -> mbs.Model:
+    system = mbs.System()
+    disc = system.add(mbs.RigidBody.from_shape("cylinder", mass=3.0, radius=0.4, length=0.1,
+                                               name="disc"))
+    hinge = system.add(mbs.joints.Revolute(system.ground, disc, point=(0, 0, 0),
+                                           axis=(0, 0, 1), name="hinge"))
+    system.add(mbs.forces.JointDamper(hinge, damping))
+    system.add(mbs.forces.JointTorque(hinge, torque))
+    return system.compile()
+
+
+@pytest.mark.parametrize("other", [{"damping": 5.0}, {"torque": 20.0}])
+def test_another_damper_or_load_is_refused_naming_the_applied_forces(tmp_path, other):
+    """Loads, dampers and actuators do work on the run: a stream continued, or a file read,
+    with other ones would give another motion or other work under the run's name."""
+    stream, saved = str(tmp_path / "run"), tmp_path / "run.npz"
+    run = mbs.simulate(damped_pushed_disc(), "em", h=0.01, t_end=0.1, output=stream)
+    mbs.save_solution(run, saved)
+    changed = damped_pushed_disc(**other)
+    with pytest.raises(ModelError, match=r"model differs .*\(applied forces\)"):
+        mbs.simulate(changed, "em", h=0.01, t_end=0.2, resume=stream)
+    for path in (stream, saved):
+        with pytest.raises(ModelError, match="applied forces"):
+            mbs.load_solution(path, changed)
+    resumed = mbs.simulate(damped_pushed_disc(), "em", h=0.01, t_end=0.2, resume=stream)
+    whole = mbs.simulate(damped_pushed_disc(), "em", h=0.01, t_end=0.2)
+    np.testing.assert_array_equal(resumed.q, whole.q)
+
+
 def driven_disc() -> mbs.Model:
     """A disc turned by a drive against a joint damper: its energy changes only by work."""
     system = mbs.System()

@@ -516,16 +516,27 @@ class EffortGroup:
         return value, d_q, rate_slope[:, None, None] * outer
 
 
-def _damping_law(damping: float):
-    def law(t, s, rate, jacobian, bodies=None):
-        return -damping * rate, 0.0, -damping
-    law.damping = damping  # lets EffortGroup evaluate many dampers at once
-    return law
+class _DampingLaw:
+    """tau = -c s' (a class, not a closure, so that models pickle for process pools); its
+    ``damping`` lets EffortGroup evaluate many dampers at once."""
+
+    def __init__(self, damping: float):
+        self.damping = damping
+
+    def __call__(self, t, s, rate, jacobian, bodies=None):
+        return -self.damping * rate, 0.0, -self.damping
 
 
-def _user_law(value: _Value):
-    """tau(t, s, s'[, bodies]) with its slopes in s and s' by central differences."""
-    def law(t, s, rate, jacobian, bodies=None):
+class _UserLaw:
+    """tau(t, s, s'[, bodies]) of a user's value with its slopes in s and s' by central
+    differences (a class, not a closure, so that models pickle for process pools)."""
+
+    def __init__(self, value: _Value):
+        self.value = value
+        self.reads_bodies = value.arguments == 4
+
+    def __call__(self, t, s, rate, jacobian, bodies=None):
+        value = self.value
         effort = value(t, s, rate, bodies)
         if not jacobian or not value.uses_state:
             return effort, 0.0, 0.0
@@ -536,8 +547,6 @@ def _user_law(value: _Value):
             minus = value(t, s - step * ds, rate - step * dr)
             slopes.append((plus - minus) / (2.0 * step))
         return effort, slopes[0], slopes[1]
-    law.reads_bodies = value.arguments == 4
-    return law
 
 
 def _affine(pair) -> tuple[np.ndarray, np.ndarray]:
@@ -586,7 +595,7 @@ def two_point_damper(name: str, context, body_a: Body, body_b: Body, point_a, po
     (:class:`mbs.forces.Damper`, ``Spring(damping=...)``)."""
     local = LocalCoordinates(_coordinates(context, body_a, body_b))
     relative = (context.point(body_b, point_b) - context.point(body_a, point_a))
-    return _DistanceTerm(name, local, local.affine(relative), _damping_law(damping))
+    return _DistanceTerm(name, local, local.affine(relative), _DampingLaw(damping))
 
 
 def joint_damper_term(joint, context, damping: float, name: str) -> AppliedTerm:
@@ -594,7 +603,7 @@ def joint_damper_term(joint, context, damping: float, name: str) -> AppliedTerm:
     (revolute, cylindrical) or along it (prismatic): :class:`JointDamper`, ``damping=`` of
     joints and torsion springs."""
     coordinate = "displacement" if type(joint).__name__ == "Prismatic" else "angle"
-    return joint_effort_term(joint, context, _damping_law(damping), name, coordinate)
+    return joint_effort_term(joint, context, _DampingLaw(damping), name, coordinate)
 
 
 def _coordinates(context, *bodies: Body) -> np.ndarray:
@@ -762,7 +771,7 @@ class _JointActuator(_JointEffort):
         setattr(self, self.what, _Value(value, 1, self.what, self.owner, self.state_names))
 
     def applied_terms(self, context):
-        law = _user_law(getattr(self, self.what))
+        law = _UserLaw(getattr(self, self.what))
         return [joint_effort_term(self.joint, context, law, self.name, self.coordinate)]
 
     @property
