@@ -34,7 +34,7 @@ from mbs.engine.newton import NewtonOptions
 from mbs.errors import ModelError, SolverError
 from mbs.liegroup.model import LieGroupModel
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
-from mbs.simulate import simulate
+from mbs.simulate import simulate, step_count
 from mbs.solvers import Solver, make_solver
 from mbs.validation import as_scalar
 
@@ -76,7 +76,7 @@ class EnsembleSolution:
 
 
 def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
-                      solver: str | Solver = "em", tolerance: float | None = None,
+                      solver: str | Solver | None = None, tolerance: float | None = None,
                       max_iterations: int | None = None, backend: str = "auto",
                       predictor_correction: int | None = 6, **solver_options
                       ) -> EnsembleSolution:
@@ -100,8 +100,9 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
         Consistent initial states (check them with ``model.is_consistent``).
     h, t_end : float
         Step size and end time (start at 0).
-    solver : str or Solver
-        "em" (default) or any scheme :func:`mbs.simulate` accepts; ``**solver_options`` as
+    solver : str, Solver or None
+        Any scheme :func:`mbs.simulate` accepts; None (default): "em", or "vrkmk" for a
+        Lie-group model; ``**solver_options`` as
         there, plus ``on_failure`` and ``max_refinements`` of :func:`mbs.simulate`.
     tolerance, max_iterations
         Newton stopping rule, as :class:`mbs.solvers.NewtonOptions` (relative increment of q
@@ -140,9 +141,10 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     if isinstance(model, LieGroupModel):
         # Lie-group members run one by one; their states are the director model's
         q0, p0 = _initial_arrays(model.director_model, initial_states)
-        solver = "vrkmk" if solver == "em" else solver
+        solver = "vrkmk" if solver is None else solver
         return _member_by_member(model, q0, p0, h, t_end, solver, _with_newton(
             solver, solver_options, tolerance, max_iterations))
+    solver = "em" if solver is None else solver
     q0, p0 = _initial_arrays(model, initial_states)
     if backend not in ("auto", "numba", "numpy", "compiled"):
         raise ModelError(f"simulate_ensemble: backend must be 'auto', 'numba' or 'numpy', "
@@ -160,7 +162,7 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
             solver_options.setdefault("backend", "compiled")
         return _member_by_member(model, q0, p0, h, t_end, solver, _with_newton(
             solver, solver_options, tolerance, max_iterations))
-    steps = max(1, int(round(t_end / h)))
+    steps = step_count(h, 0.0, t_end, "simulate_ensemble")
     count, n = q0.shape
     if predictor_correction is not None and (
             isinstance(predictor_correction, bool)
@@ -370,9 +372,9 @@ def _initial_arrays(model: Model, initial_states) -> tuple[np.ndarray, np.ndarra
     except (TypeError, ValueError, IndexError) as exc:
         raise ModelError(f"simulate_ensemble: initial_states must be (Q0, P0) of shape (K, "
                          f"{model.n}) or an array (K, 2, {model.n})") from exc
-    if q0.ndim != 2 or q0.shape != p0.shape or q0.shape[1] != model.n:
-        raise ModelError(f"simulate_ensemble: initial states must have shape (K, {model.n}), "
-                         f"got {q0.shape} and {p0.shape}")
+    if q0.ndim != 2 or q0.shape != p0.shape or q0.shape[1] != model.n or not len(q0):
+        raise ModelError(f"simulate_ensemble: initial states must have shape (K, {model.n}) "
+                         f"with K >= 1 members, got {q0.shape} and {p0.shape}")
     if not (np.all(np.isfinite(q0)) and np.all(np.isfinite(p0))):
         raise ModelError("simulate_ensemble: initial states must be finite")
     unsure = np.flatnonzero(~_clearly_consistent(model, q0, p0))

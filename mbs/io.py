@@ -621,7 +621,7 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
     constraints and every body's position. The rows are every ``every``-th node and the last
     one (the end state is always written).
     """
-    if every < 1:
+    if isinstance(every, bool) or not isinstance(every, int | np.integer) or every < 1:
         raise ModelError(f"every must be a positive integer, got {every!r}")
     if columns is None:
         columns = list(OBSERVABLES) + [f"position:{b.name}" for b in solution.model.bodies]

@@ -149,7 +149,10 @@ def system_to_dict(system: System) -> dict:
 
 def save_system(system: System, path: str | os.PathLike) -> None:
     """Write ``system`` to a JSON file."""
-    Path(path).write_text(json.dumps(system_to_dict(system), indent=1))
+    path = Path(path)
+    if path.is_dir():
+        raise ModelError(f"save_system: {path} is a directory; give a file name")
+    path.write_text(json.dumps(system_to_dict(system), indent=1))
 
 
 def system_from_dict(data: dict, source: str = "model description") -> System:

@@ -153,6 +153,9 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
     if output is not None and resume is not None:
         raise ModelError("simulate: give output= for a new stream or resume= for an existing "
                          "one, not both")
+    if resume is not None and (initial_state is not None or project):
+        raise ModelError("simulate: resume= continues the stream from its last flushed state; "
+                         "leave out initial_state= and project= (or start a new run)")
     ratio = (t_end - t_start) / h
     streamed = output is not None or resume is not None
     # the states of every step (or of a flush window when streaming) are kept in memory:
@@ -164,15 +167,7 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
                          f"{memory / 2**30:.3g} GiB for the states; shorten the run, enlarge h, "
                          f"stream it (output=) with a smaller flush_every, or split it into "
                          f"runs continued from each other's last state (initial_state=)")
-    steps = int(round(ratio))
-    if steps < 1:
-        raise ModelError(f"simulate: h = {h} gives round((t_end - t_start) / h) = 0 steps on "
-                         f"[{t_start}, {t_end}]; give h <= t_end - t_start = "
-                         f"{t_end - t_start}")
-    if abs(steps * h - (t_end - t_start)) > 1e-9 * max(1.0, t_end - t_start):
-        warnings.warn(f"simulate: h = {h} does not divide the interval; {steps} "
-                      f"step{'s' if steps > 1 else ''} end{'s' if steps == 1 else ''} at "
-                      f"t = {t_start + steps * h}", stacklevel=2)
+    steps = step_count(h, t_start, t_end, "simulate")
     solver = make_solver(solver, **solver_options)
     # before the solver starts: starting may settle options left open (e.g. hbvm's iteration)
     options_digest = solver_options_digest(solver) if streamed else None
@@ -188,6 +183,11 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         if initial_state is None:
             q0, p0 = model.initial_state(project=project, t=t_start)
         else:
+            length = len(initial_state) if hasattr(initial_state, "__len__") else None
+            if length != 2:
+                raise ModelError(f"simulate: initial_state must be a pair (q0, p0) of arrays "
+                                 f"of shape ({model.n},), got a {type(initial_state).__name__}"
+                                 + ("" if length is None else f" of {length} items"))
             q0, p0 = (np.asarray(a, dtype=float).copy() for a in initial_state)
             if q0.shape != (model.n,) or p0.shape != (model.n,):
                 raise ModelError(f"simulate: initial_state arrays must have shape "
@@ -203,6 +203,21 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
                      **drive_rules(solver)}, q0, p0)
     with single_threaded_blas():
         return run.execute(writer, flush_every, progress)
+
+
+def step_count(h: float, t_start: float, t_end: float, caller: str) -> int:
+    """round((t_end - t_start) / h): an error when that is no step, a warning when the steps
+    do not end at t_end."""
+    steps = int(round((t_end - t_start) / h))
+    if steps < 1:
+        raise ModelError(f"{caller}: h = {h} gives round((t_end - t_start) / h) = 0 steps on "
+                         f"[{t_start}, {t_end}]; give h <= t_end - t_start = "
+                         f"{t_end - t_start}")
+    if abs(steps * h - (t_end - t_start)) > 1e-9 * max(1.0, t_end - t_start):
+        warnings.warn(f"{caller}: h = {h} does not divide the interval; {steps} "
+                      f"step{'s' if steps > 1 else ''} end{'s' if steps == 1 else ''} at "
+                      f"t = {t_start + steps * h}", stacklevel=3)
+    return steps
 
 
 def _given_state(model: Model, q0: np.ndarray, p0: np.ndarray, project: bool,

@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 165 inputs: 74 of models (bodies, joints, forces, systems), 35 of run
-options (step size, interval, solver names and options, step counts, streaming), 36 of files
+The catalogue holds 172 inputs: 74 of models (bodies, joints, forces, systems), 41 of run
+options (step size, interval, solver names and options, step counts, streaming), 37 of files
 (stream directories, model JSON, solution archives) and 20 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 205 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 165 others
-(206 with tests/test_bad_input.py) pass.
+hold 212 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 172 others
+(213 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -543,6 +543,27 @@ OPTIONS = [
            r"'rattle'"),
     Bad("resume-with-another-step-size", lambda d: resume(stream(d), h=0.02, t_end=1.0),
         E, r"simulate\(resume=...\): the stream was written with h = 0.01, this call has 0.02"),
+    Bad("resume-from-a-given-initial-state", lambda d: mbs.simulate(
+        pendulum(), "em", h=0.01, t_end=0.1, resume=str(stream(d)),
+        initial_state=pendulum().initial_state()),
+        E, r"resume= continues the stream from its last flushed state; leave out "
+           r"initial_state="),
+    Bad("initial-state-of-three-arrays", lambda d: run(
+        initial_state=(*pendulum().initial_state(), np.zeros(3))),
+        E, r"initial_state must be a pair \(q0, p0\) of arrays of shape \(3,\), got a tuple "
+           r"of 3 items"),
+    Bad("ensemble-of-no-members", lambda d: mbs.simulate_ensemble(
+        pendulum(), (np.zeros((0, 3)), np.zeros((0, 3))), h=0.01, t_end=0.1),
+        E, r"initial states must have shape \(K, 3\) with K >= 1 members, got \(0, 3\)"),
+    Bad("ensemble-ending-before-its-first-step", lambda d: mbs.simulate_ensemble(
+        pendulum(), np.stack([pendulum().initial_state()] * 2), h=0.01, t_end=0.004),
+        E, r"simulate_ensemble: h = 0.01 gives round\(\(t_end - t_start\) / h\) = 0 steps"),
+    Bad("ensemble-steps-not-ending-at-t-end", lambda d: mbs.simulate_ensemble(
+        pendulum(), np.stack([pendulum().initial_state()] * 2), h=0.01, t_end=0.0504),
+        UserWarning, r"simulate_ensemble: h = 0.01 does not divide the interval; 5 steps end "
+                     r"at t = 0.05"),
+    Bad("csv-every-fraction", lambda d: mbs.io.save_csv(run(), d / "run.csv", every=2.5),
+        E, r"every must be a positive integer, got 2.5"),
 ]
 
 FILES = [
@@ -623,6 +644,8 @@ FILES = [
         E, r"no such model file: .*none.json"),
     Bad("model-file-not-json", lambda d: mbs.load_system(model_file(d, "{bodies: []}")),
         E, r"model.json: not valid JSON"),
+    Bad("save-a-model-onto-a-directory", lambda d: mbs.save_system(pendulum_system(), d),
+        E, r"save_system: .* is a directory; give a file name"),
     Bad("save-a-load-function", lambda d: mbs.save_system(loaded(force=lambda t: (0, 0, 0)),
                                                           d / "model.json"),
         E, r"Load 'push': its force is a Python function and cannot be saved to JSON"),
