@@ -42,6 +42,7 @@ from mbs.solvers import Solver, make_solver
 from mbs.solvers.base import StepResult
 from mbs.streaming import (
     StreamWriter,
+    check_chunks,
     drive_rules,
     model_differences,
     model_digest,
@@ -177,6 +178,7 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
                stream=str(output if output is not None else resume) if streamed else None)
     if resume is not None:
         _check_resume(read_last_state(resume)[3], model, solver, options_digest, h, t_start)
+        check_chunks(resume)
         run.load(resume)
         writer = StreamWriter(resume, {}, run.q[0], run.p[0], resume=True)
     else:

@@ -280,6 +280,23 @@ def read_last_state(path: str | os.PathLike) -> tuple[int, np.ndarray, np.ndarra
     return manifest["steps_done"], q, p, manifest
 
 
+def check_chunks(path: str | os.PathLike) -> None:
+    """Check every chunk of a stream directory against its checksum in the manifest, without
+    loading it (a packed stream is checked whole when it is read): a stream about to be
+    continued must read back at its end, so a damaged chunk is an error before the run, not
+    after it."""
+    path = Path(path)
+    if path.suffix == ".npz" and path.is_file():
+        return
+    directory = stream_directory(path) if not path.is_dir() else path
+    for chunk in _chunk_records(directory, _read_manifest(directory)):
+        file = directory / chunk["file"]
+        if "sha256" in chunk and sha256(file) != chunk["sha256"]:
+            raise ModelError(f"{file}: its contents do not match the checksum in the "
+                             f"manifest (damaged or replaced); the stream cannot be continued: "
+                             f"start a new run")
+
+
 def read_solver_state(path: str | os.PathLike, manifest: dict) -> dict:
     """The solver's state after the last flushed step (see :meth:`mbs.solvers.Solver.
     checkpoint`): from the manifest (version 1), the checkpoint file it names, or the

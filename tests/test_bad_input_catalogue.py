@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 172 inputs: 74 of models (bodies, joints, forces, systems), 41 of run
-options (step size, interval, solver names and options, step counts, streaming), 37 of files
+The catalogue holds 173 inputs: 74 of models (bodies, joints, forces, systems), 41 of run
+options (step size, interval, solver names and options, step counts, streaming), 38 of files
 (stream directories, model JSON, solution archives) and 20 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 212 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 172 others
-(213 with tests/test_bad_input.py) pass.
+hold 213 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 173 others
+(214 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -191,6 +191,15 @@ def edited_stream(directory: Path, **fields) -> Path:
     manifest = json.loads((path / "manifest.json").read_text())
     manifest.update(fields)
     (path / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+def with_damaged_first_chunk(directory: Path) -> Path:
+    path = stream(directory)
+    chunk = path / "chunk_000001.npz"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    chunk.write_bytes(bytes(data))
     return path
 
 
@@ -644,6 +653,10 @@ FILES = [
         E, r"no such model file: .*none.json"),
     Bad("model-file-not-json", lambda d: mbs.load_system(model_file(d, "{bodies: []}")),
         E, r"model.json: not valid JSON"),
+    Bad("resume-a-stream-with-a-damaged-earlier-chunk", lambda d: resume(
+        with_damaged_first_chunk(d)),
+        E, r"chunk_000001.npz: its contents do not match the checksum in the manifest "
+           r"\(damaged or replaced\); the stream cannot be continued"),
     Bad("save-a-model-onto-a-directory", lambda d: mbs.save_system(pendulum_system(), d),
         E, r"save_system: .* is a directory; give a file name"),
     Bad("save-a-load-function", lambda d: mbs.save_system(loaded(force=lambda t: (0, 0, 0)),
