@@ -170,6 +170,8 @@ class LoadedSolution(Solution):
     source: str = ""
     _residuals: dict | None = None
     _conserved_directions: tuple = (None, None)
+    #: (momentum_reference_point, angular directions conserved about it) as saved
+    _reference: tuple = (np.zeros(3), None)
     _drives: dict | None = None
 
     def drive(self, name: str) -> DriveTrajectory:
@@ -193,11 +195,20 @@ class LoadedSolution(Solution):
 
     def conserved_directions(self, about=(0.0, 0.0, 0.0)
                              ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """As stored when saving (about the origin; the check needs the force and
-        constraint code): (None, None) about another point or for files written without."""
-        if np.any(np.asarray(about, dtype=float) != 0.0):
+        """As stored when saving (the check needs the force and constraint code): about the
+        origin and about :meth:`momentum_reference_point`; (None, None) about another point
+        or for files written without."""
+        about = np.asarray(about, dtype=float)
+        if np.array_equal(about, self._reference[0]) and self._reference[1] is not None:
+            return self._conserved_directions[0], self._reference[1]
+        if np.any(about != 0.0):
             return None, None
         return self._conserved_directions
+
+    def _summary_point(self) -> tuple[np.ndarray, tuple | None]:
+        """The reference point stored when saving (the origin in files written without)."""
+        point = self._reference[0]
+        return point, self.conserved_directions(point)
 
 
 # -- save ---------------------------------------------------------------------------------
@@ -239,6 +250,12 @@ def save_solution(solution: Solution, path) -> Path:
     for key, value in zip(("linear", "angular"), solution.conserved_directions()):
         if value is not None:
             arrays[f"conserved_directions.{key}"] = np.asarray(value, dtype=float)
+    point, directions = solution._summary_point()
+    if directions is not None and np.any(point != 0.0):
+        # the pivot (or anchor) of the conservation summary, with what is conserved about it
+        arrays["momentum_reference_point"] = np.asarray(point, dtype=float)
+        arrays["conserved_directions.angular_about_reference"] = np.asarray(directions[1],
+                                                                            dtype=float)
     drives = getattr(model, "drives", {})
     for name in drives:
         trajectory = solution.drive(name)
@@ -472,6 +489,12 @@ def _read_solution(archive, header: dict, model: Model | None, path: Path) -> So
     solution._conserved_directions = tuple(
         _conserved_directions(archive, key, vertical_axis(gravity), path)
         for key in ("linear", "angular"))
+    if "momentum_reference_point" in archive.files:
+        point = _finite(_numbers(archive, "momentum_reference_point", path),
+                        "momentum_reference_point", path)
+        _shape(point, (3,), "momentum_reference_point", path)
+        solution._reference = (point, _conserved_directions(
+            archive, "angular_about_reference", None, path))
     return solution
 
 
