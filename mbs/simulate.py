@@ -406,19 +406,27 @@ class _Run:
     def execute(self, writer: StreamWriter | None, flush_every: int,
                 progress: bool | None) -> Solution:
         bar = progress_bar(self.steps, self.solver.name, progress, self.done)
-        batch = getattr(self.solver, "batch_capable", False) and writer is None
+        batch = getattr(self.solver, "batch_capable", False)
         try:
             k = self.done
             while k < self.steps:
                 if batch and self.substeps == 1:
-                    # compiled backend: a block of steps per call; a step that fails in the
-                    # kernel is redone below by step(), which raises or refines as usual
+                    # compiled backend: a block of steps per call (ending at the next flush
+                    # of a stream); a step that fails in the kernel is redone below by
+                    # step(), which raises or refines as usual
                     count = min(_BATCH_STEPS, self.steps - k)
+                    if writer is not None:
+                        count = min(count, flush_every - self.done % flush_every)
                     done = self.solver.run_compiled(
                         self.q, self.p, self.velocities, self.lam, self.gam, self.enforced,
-                        self.iterations, k, count)
+                        self.iterations, k - self.base, count)
                     k += done
                     self.done = k
+                    if writer is not None and done:
+                        self._append(writer, k - done, k)
+                        if self.done % flush_every == 0:
+                            writer.flush(self._checkpoint())
+                            self.rotate()
                     if bar is not None:
                         bar.update(done)
                     if done == count:

@@ -6,11 +6,13 @@ scheme, composed ones included."""
 
 from __future__ import annotations
 
+import heavy_top
 import numpy as np
 import pytest
 from mechanisms import rod_pendulum
 
 import mbs
+from mbs.backends import compiled
 from mbs.errors import ModelError
 from mbs.streaming import load_stream
 
@@ -123,3 +125,27 @@ def test_files_keep_the_work_and_reactions_of_drives(tmp_path, scheme):
         np.testing.assert_array_equal(loaded.work, run.work)
         np.testing.assert_array_equal(loaded.energy_balance(), run.energy_balance())
         np.testing.assert_array_equal(loaded.drive("motor").effort, run.drive("motor").effort)
+
+
+@pytest.mark.skipif(not compiled.available(), reason="numba not installed")
+@pytest.mark.parametrize("scheme", ["em", "ggl-vi-a"])
+def test_compiled_blocks_stream_and_resume_as_the_run_in_memory(tmp_path, scheme):
+    """The compiled backend advances blocks of steps also when streaming (each ending at a
+    flush, here every 37 steps): the stream, its resumed continuation and the stream read
+    back repeat the in-memory run bitwise, multipliers and iteration counts included."""
+    model = heavy_top.build().compile()
+    options = {"h": 0.002, "backend": "compiled"}
+    whole = mbs.simulate(model, scheme, t_end=1.0, **options)
+    streamed = mbs.simulate(model, scheme, t_end=1.0, output=str(tmp_path / "all"),
+                            flush_every=37, **options)
+    mbs.simulate(model, scheme, t_end=0.5, output=str(tmp_path / "half"), flush_every=37,
+                 **options)
+    resumed = mbs.simulate(model, scheme, t_end=1.0, resume=str(tmp_path / "half"),
+                           flush_every=37, **options)
+    read = mbs.load_solution(tmp_path / "half", model)
+    for run in (streamed, resumed, read):
+        for name in ("q", "p", "multipliers", "velocity_multipliers", "enforced_residuals"):
+            np.testing.assert_array_equal(getattr(run, name), getattr(whole, name))
+        np.testing.assert_array_equal(run.stats["newton_iterations"],
+                                      whole.stats["newton_iterations"])
+
