@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from mbs.errors import MbsError, ModelError, SimulationInterrupted, SolverError
+from mbs.safe_files import check_writable
 
 #: File types of the outputs, checked before simulating so that a wrong suffix does not cost
 #: the run. Animations: those of :mod:`mbs.viz.writers` (not imported from there because
@@ -298,6 +299,12 @@ def _check_output_types(args) -> None:
     for flag, path, allowed, described in checks:
         if path and allowed is not None and Path(path).suffix.lower() not in allowed:
             raise UsageError(f"{flag} {path}: cannot write this file type; use {described}")
+    for flag, path, _, _ in checks:
+        if path:
+            try:
+                check_writable(Path(path), "the output")
+            except ModelError as exc:
+                raise UsageError(f"{flag} {path}: {exc}") from None
     if args.time is not None and not args.snapshot:
         raise UsageError("--time is the time of --snapshot; give --snapshot PATH with it")
 

@@ -142,3 +142,23 @@ def read_lines(path: Path, count: int, limit: int = 4096) -> list[str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelError(f"{path}: cannot be read as text ({exc})") from None
     return lines
+
+
+def check_writable(path: Path, what: str) -> None:
+    """A ModelError now, before the work that produces ``what`` is done, when ``path`` cannot
+    be written (a directory, a read-only or missing location); leaves no file behind."""
+    path = Path(path)
+    if path.is_dir():
+        raise ModelError(f"cannot write {what} to {str(path)!r}: it is a directory; give a "
+                         f"file name")
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise ModelError(f"cannot write {what} to {str(path)!r} ({exc.strerror or exc}); "
+                         f"choose a writable location") from None
+    if not existed:
+        path.unlink()
+

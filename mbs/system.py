@@ -217,8 +217,8 @@ class System:
         """Bodies, joints, coordinates, constraints, degrees of freedom, redundant
         constraints, floating bodies and kinematic loops; printed and returned."""
         model = self.compile() if model is None else model
-        lines = [f"System with {len(self.bodies)} bodies, {len(self.joints)} joints, "
-                 f"{len(self.forces)} forces"]
+        lines = [f"System with {_count(self.bodies, 'body', 'bodies')}, "
+                 f"{_count(self.joints, 'joint')}, {_count(self.forces, 'force')}"]
         for body in self.bodies:
             info = model.body(body.name)
             lines.append(f"  body  {body.name:<16} {type(body).__name__:<10} m = "
@@ -228,7 +228,7 @@ class System:
         for joint in self.joints + self.user_constraints:
             names = " - ".join(b.name for b in joint.bodies)
             lines.append(f"  joint {joint.name:<16} {type(joint).__name__:<12} {names}  "
-                         f"({rows[joint.name].size} equations)")
+                         f"({_count(rows[joint.name], 'equation')})")
         for force in self.forces:
             names = ", ".join(b.name for b in force.bodies_acted_on())
             lines.append(f"  force {force.name:<16} {type(force).__name__:<14} on {names}")
@@ -260,4 +260,9 @@ class System:
     def __repr__(self) -> str:
         return (f"System(bodies={len(self.bodies)}, joints={len(self.joints)}, "
                 f"forces={len(self.forces)})")
+
+
+def _count(items, singular: str, plural: str | None = None) -> str:
+    """'1 body', '2 bodies': the number of ``items`` with the noun in its number."""
+    return f"{len(items)} {singular if len(items) == 1 else plural or singular + 's'}"
 

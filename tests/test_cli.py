@@ -260,6 +260,18 @@ def test_output_file_types_are_checked_before_simulating(tmp_path, capsys, flag,
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("flag, name", [("--animate", "movie.gif"), ("--save", "run.npz"),
+                                        ("--plot", "energy.png"), ("--csv", "run.csv")])
+def test_unwritable_outputs_are_refused_before_simulating(tmp_path, capsys, flag, name):
+    (tmp_path / "plainfile").write_text("not a directory")
+    code = main(["run", "pendulum-3d", "--t-end", "0.05", "--h", "0.01", flag,
+                 str(tmp_path / "plainfile" / name), "--quiet", "--progress", "off"])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "steps =" not in captured.out  # nothing was simulated
+    assert flag in captured.err and "choose a writable location" in captured.err
+
+
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--time", "3", "--snapshot", "still.png"], "outside the run"),
     (["--time", "0.02"], "--snapshot"),

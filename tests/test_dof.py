@@ -112,6 +112,7 @@ def test_summary_without_redundancy():
     assert "kinematic loops: 0" in text
     assert "floating bodies (not jointed to ground): none" in text
     assert "degrees of freedom = 2" in text
+    assert text.startswith("System with 2 bodies, 2 joints, 1 force\n")
 
 
 def test_kinematic_loops_and_floating_bodies():

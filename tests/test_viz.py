@@ -208,6 +208,26 @@ def test_explicit_visuals_and_bad_options(top_solution, tmp_path):
                                                               "radius": 0.1}}})
     with pytest.raises(mbs.ModelError, match="opacity"):
         viz.Visual(opacity=1.5)
+    with pytest.raises(mbs.ModelError, match="visual for body 'top': Visual: color "
+                                             "'notacolour' is not a colour"):
+        viz.snapshot(top_solution, resolution=(64, 48), visuals={"top": "notacolour"})
+
+
+def test_unplayable_gif_rates_and_unwritable_paths_fail_before_any_rendering(
+        tmp_path, top_solution):
+    """A scene option only the rendering would reject (``bogus``) shows that the output is
+    refused first; nothing is left behind."""
+    with pytest.raises(mbs.ModelError, match="fps = 60 is too high for a GIF"):
+        viz.animate(top_solution, tmp_path / "fast.gif", fps=60, frames=2, bogus=True)
+    (tmp_path / "taken.gif").mkdir()
+    (tmp_path / "plainfile").write_text("not a directory")
+    for path, match in ((tmp_path / "taken.gif", "it is a directory; give a file name"),
+                        (tmp_path / "plainfile" / "top.mp4", "choose a writable location"),
+                        (tmp_path / "plainfile" / "top.gif", "choose a writable location")):
+        with pytest.raises(mbs.ModelError, match=f"cannot write an animation to .*{match}"):
+            viz.animate(top_solution, path, frames=2, bogus=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plainfile", "taken.gif"]
+    assert not any((tmp_path / "taken.gif").iterdir())
 
 
 def test_follow_camera_tracks_the_body(top_solution):

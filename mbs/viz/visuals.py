@@ -103,6 +103,13 @@ class Visual:
             raise ModelError(f"Visual: scale must be a positive number, got {self.scale!r}")
         if not 0.0 <= self.opacity <= 1.0:
             raise ModelError(f"Visual: opacity must lie in [0, 1], got {self.opacity!r}")
+        if self.color is not None:
+            try:
+                import_pyvista().Color(self.color)
+            except ValueError:
+                raise ModelError(f"Visual: color {self.color!r} is not a colour; give a name "
+                                 f"('steelblue'), a hex string ('#4682b4') or an RGB "
+                                 f"triple") from None
         if self.shape is None:
             return
         kind = self.shape.get("kind") if isinstance(self.shape, dict) else None
@@ -242,11 +249,9 @@ def _coerce_visual(value, name: str) -> Visual:
         return value
     if value is False:
         return Visual(visible=False)
-    if isinstance(value, str):
-        return Visual(color=value)
-    if isinstance(value, dict):
+    if isinstance(value, str | dict):
         try:
-            return Visual(**value)
+            return Visual(color=value) if isinstance(value, str) else Visual(**value)
         except (TypeError, ModelError) as exc:
             raise ModelError(f"visual for body {name!r}: {exc}") from exc
     raise ModelError(f"visual for body {name!r} must be a Visual, dict, colour or False, got "

@@ -7,11 +7,15 @@ from pathlib import Path
 import numpy as np
 
 from mbs.errors import ModelError
+from mbs.safe_files import check_writable
 
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm")
 GIF_SUFFIXES = (".gif",)
 #: The longest a GIF frame can show, s (its delay is a 16-bit count of 10 ms).
 MAX_GIF_DELAY = 655.35
+#: The shortest GIF frame delay viewers honour, s: browsers and most viewers show frames with
+#: a delay of 10 ms or less for 100 ms.
+MIN_GIF_DELAY = 0.02
 
 
 def _imageio():
@@ -66,6 +70,11 @@ class GifWriter:
         if 1.0 / fps > MAX_GIF_DELAY:
             raise ModelError(f"fps = {fps:g} is too low for a GIF, whose frames show for at "
                              f"most {MAX_GIF_DELAY:g} s; raise fps or write a video")
+        if 1.0 / fps < MIN_GIF_DELAY:
+            raise ModelError(f"fps = {fps:g} is too high for a GIF: viewers show frames of "
+                             f"less than {MIN_GIF_DELAY * 1e3:g} ms for 100 ms, so it would "
+                             f"play slowly; use fps <= {1.0 / MIN_GIF_DELAY:g} or write a "
+                             f"video (.mp4)")
         self._image = Image
         self._path = path
         self._fps = fps
@@ -90,12 +99,11 @@ def open_writer(path, fps: float, quality: int = 7):
     """A writer for ``path`` chosen by its suffix (.mp4/.mov/.mkv/.avi/.webm or .gif)."""
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix in GIF_SUFFIXES:
-        writer = GifWriter(path, fps)
-    elif suffix in VIDEO_SUFFIXES:
-        writer = VideoWriter(path, fps, quality)
-    else:
+    if suffix not in GIF_SUFFIXES + VIDEO_SUFFIXES:
         raise ModelError(f"cannot write an animation to {str(path)!r}: use one of "
                          f"{VIDEO_SUFFIXES + GIF_SUFFIXES} (or mbs.viz.snapshot for .png)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return writer
+    check_writable(path, "an animation")
+    if suffix in GIF_SUFFIXES:
+        return GifWriter(path, fps)
+    return VideoWriter(path, fps, quality)
+
