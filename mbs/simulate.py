@@ -350,6 +350,8 @@ class _Run:
                 "velocity_multipliers": self.gam[:rows], "enforced_residuals":
                 self.enforced[:rows], "step_work": self.work[:rows],
                 "newton_iterations": self.iterations[:rows]}
+        if self.window is None:  # the run's own arrays: no other run or window reuses them
+            return 0, held
         if self.base == 0:
             return 0, {name: array.copy() for name, array in held.items()}
         row_bytes = 8 * (3 * self.model.n + 2 * self.model.m + 4)
