@@ -315,7 +315,9 @@ class _Run:
         done, q, p, manifest = read_last_state(path)
         if done > self.steps:
             raise ModelError(f"simulate(resume=...): the stream already holds {done} steps, "
-                             f"more than the {self.steps} up to t_end")
+                             f"up to t = {self.t_start + done * self.h:.6g}, more than the "
+                             f"{self.steps} up to t_end = "
+                             f"{self.t_start + self.steps * self.h:.6g}; give a later t_end")
         self.q[0], self.p[0] = q, p
         self.base = self.done = self.resumed_at = done
         self.solver.start(self.model, q, p, self.h)

@@ -585,8 +585,8 @@ FILES = [
     Bad("resume-of-a-missing-stream", lambda d: resume(d / "never"),
         E, r"never is not an mbs output stream \(no manifest.json\)"),
     Bad("resume-beyond-the-end", lambda d: resume(stream(d), t_end=0.03),
-        E, r"simulate\(resume=...\): the stream already holds 6 steps, more than the 3 up to "
-           r"t_end"),
+        E, r"simulate\(resume=...\): the stream already holds 6 steps, up to t = 0.06, more "
+           r"than the 3 up to t_end = 0.03; give a later t_end"),
     Bad("resume-with-another-step-size-before-the-end", lambda d: resume(stream(d), h=0.02),
         E, r"simulate\(resume=...\): the stream was written with h = 0.01, this call has 0.02"),
     Bad("manifest-version-99", lambda d: read_stream(edited_stream(d, version=99)),
