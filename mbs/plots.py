@@ -74,7 +74,7 @@ def plot_energy(solutions, path=None, *, components: bool = False, labels=None,
     work of loads, dampers, motors and drives (zero for conservative models).
 
     ``components=True`` adds a panel with the kinetic, potential and total energy (and the
-    work, when forces do work).
+    work, when forces do work) of every solution.
     """
     solutions = _as_list(solutions)
     fig, axes = _figure(2 if components else 1)
@@ -87,15 +87,18 @@ def plot_energy(solutions, path=None, *, components: bool = False, labels=None,
     ax.legend(loc="best", fontsize="small")
     ax.set_title(title or "energy error")
     if components:
-        sol = solutions[0]
-        kinetic, potential = sol.kinetic_energy(), sol.potential_energy()
-        axes[1].plot(sol.t, kinetic, label="kinetic T")
-        axes[1].plot(sol.t, potential, label="potential V")
-        axes[1].plot(sol.t, kinetic + potential, "k", label="total E")
-        if getattr(sol.model, "non_conservative", False):
-            axes[1].plot(sol.t, kinetic[0] + potential[0] + sol.work, "k--",
-                         label="E0 + work W")
-        axes[1].set_ylabel("energy")
+        for i, sol in enumerate(solutions):
+            prefix = f"{_label(sol, labels, i)}: " if len(solutions) > 1 else ""
+            total = {"color": "k"} if len(solutions) == 1 else {}
+            kinetic, potential = sol.kinetic_energy(), sol.potential_energy()
+            axes[1].plot(sol.t, kinetic, label=f"{prefix}kinetic T")
+            axes[1].plot(sol.t, potential, label=f"{prefix}potential V")
+            line = axes[1].plot(sol.t, kinetic + potential, label=f"{prefix}total E",
+                                **total)[0]
+            if getattr(sol.model, "non_conservative", False):
+                axes[1].plot(sol.t, kinetic[0] + potential[0] + sol.work, "--",
+                             color=line.get_color(), label=f"{prefix}E0 + work W")
+        axes[1].set_ylabel("energy [J]")
         axes[1].legend(loc="best", fontsize="small")
     axes[-1].set_xlabel("t [s]")
     _save(fig, path)

@@ -39,6 +39,10 @@ def test_overlay_and_pdf(tmp_path, pendulum_runs):
     assert (tmp_path / "energy.pdf").read_bytes()[:4] == b"%PDF"
     labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
     assert labels == ["em, h = 0.02", "ggl-vi-a, h = 0.02"]
+    # the components panel draws every run: its totals are the runs' energies
+    totals = {line.get_label(): line.get_ydata() for line in figure.axes[1].get_lines()}
+    for run, label in zip(pendulum_runs, labels):
+        np.testing.assert_array_equal(totals[f"{label}: total E"], run.energy())
     figure = plots.plot_constraints(pendulum_runs, tmp_path / "c.png")
     titles = [ax.get_title() for ax in figure.axes]
     for run, title in zip(pendulum_runs, titles):
