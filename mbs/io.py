@@ -47,6 +47,7 @@ from mbs.streaming import (
     model_differences,
     model_digest,
     model_digest_parts,
+    model_matches,
     stream_directory,
 )
 
@@ -307,7 +308,8 @@ def _check_model(model, header_model: dict, path) -> None:
             if (info.coordinates.start, info.coordinates.stop) != (stored.start, stored.stop):
                 problems.append(f"coordinates of {info.name!r} differ")
     stored_digest = header_model.get("digest")
-    if not problems and stored_digest is not None and stored_digest != model_digest(model):
+    if not problems and stored_digest is not None and not model_matches(
+            model, stored_digest, header_model.get("digest_parts")):
         problems.append(f"its {model_differences(model, header_model.get('digest_parts'))} "
                         f"differ")
     if problems:

@@ -47,6 +47,7 @@ from mbs.streaming import (
     model_differences,
     model_digest,
     model_digest_parts,
+    model_matches,
     read_last_state,
     read_solver_state,
     read_stream,
@@ -257,7 +258,8 @@ def _check_resume(manifest: dict, model: Model, solver: Solver, options: dict, h
             raise ModelError(f"simulate(resume=...): the stream was written by {solver.name} "
                              f"with other values of {', '.join(changed)}; resume with the "
                              f"options of the run that wrote it")
-    if "model_digest" in manifest and manifest["model_digest"] != model_digest(model):
+    if "model_digest" in manifest and not model_matches(model, manifest["model_digest"],
+                                                        manifest.get("model_parts")):
         raise ModelError(f"simulate(resume=...): the model differs from the one the stream "
                          f"was written for ({model_differences(model, manifest.get('model_parts'))}"
                          f"); resume with the model of the run that wrote it")

@@ -509,6 +509,14 @@ def model_digest(model) -> str:
     return _digests(model)[0]
 
 
+def model_matches(model, digest: str, parts) -> bool:
+    """Whether ``model`` has the stored ``digest``; files written without digests of the
+    parts (``parts`` None) predate the applied forces in the digest and are compared without
+    them."""
+    whole, _, without_forces = _digests(model)
+    return digest == (whole if isinstance(parts, dict) else without_forces)
+
+
 def model_digest_parts(model) -> dict[str, str]:
     """Digests of the parts of a model: "masses" (the mass matrix), "gravity",
     "constraints" (their quadratic table), "potentials" (tables and numeric parameters),
@@ -529,9 +537,10 @@ def model_differences(model, stored_parts) -> str:
     return ", ".join(differing) or "masses, gravity, forces or joints"
 
 
-def _digests(model) -> tuple[str, dict[str, str]]:
-    """(digest of the whole model, digests of its parts); the whole is that of the parts'
-    bytes in sequence (the applied forces only where the model has some)."""
+def _digests(model) -> tuple[str, dict[str, str], str]:
+    """(digest of the whole model, digests of its parts, digest of the whole without the
+    applied forces); the whole is that of the parts' bytes in sequence (the applied forces
+    only where the model has some)."""
     whole = hashlib.sha256()
     parts: dict = {}
     current = [None]
@@ -573,12 +582,14 @@ def _digests(model) -> tuple[str, dict[str, str]]:
     # kinds, not names: unnamed elements are numbered per process
     for info in (*model.bodies, *model.joints, *model.forces):
         update(f"{type(info).__name__}:{getattr(info, 'kind', '')};".encode())
+    without_forces = whole.copy().hexdigest()[:32]
     part("applied forces")
     applied = getattr(model, "applied_forces", None)
     for term in applied.terms if applied is not None else ():
         update(type(term).__name__.encode())
         _add_parameters(vars(term), update, add)
-    return whole.hexdigest()[:32], {name: h.hexdigest()[:32] for name, h in parts.items()}
+    return (whole.hexdigest()[:32], {name: h.hexdigest()[:32] for name, h in parts.items()},
+            without_forces)
 
 
 def _add_parameters(attributes: dict, update: Callable, add: Callable, depth: int = 0) -> None:
@@ -629,7 +640,8 @@ def load_stream(path: str | os.PathLike, model):
     if manifest["n"] != model.n or manifest["m"] != model.m:
         raise ModelError(f"{path}: stream has n = {manifest['n']}, m = {manifest['m']}, the "
                          f"model n = {model.n}, m = {model.m}")
-    if "model_digest" in manifest and manifest["model_digest"] != model_digest(model):
+    if "model_digest" in manifest and not model_matches(model, manifest["model_digest"],
+                                                        manifest.get("model_parts")):
         raise ModelError(f"{path}: the model differs from the one the stream was written for "
                          f"({model_differences(model, manifest.get('model_parts'))}); give "
                          f"the model of the run that wrote it")
