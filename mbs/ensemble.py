@@ -102,8 +102,8 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
         Step size and end time (start at 0).
     solver : str, Solver or None
         Any scheme :func:`mbs.simulate` accepts; None (default): "em", or "vrkmk" for a
-        Lie-group model; ``**solver_options`` as
-        there, plus ``on_failure`` and ``max_refinements`` of :func:`mbs.simulate`.
+        Lie-group model; ``**solver_options`` as there, plus ``on_failure`` and
+        ``max_refinements`` of :func:`mbs.simulate`.
     tolerance, max_iterations
         Newton stopping rule, as :class:`mbs.solvers.NewtonOptions` (relative increment of q
         and p of every member). The batched kernel's defaults are 1e-12 and 25; members run

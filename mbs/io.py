@@ -251,11 +251,12 @@ def save_solution(solution: Solution, path) -> Path:
     for key, value in zip(("linear", "angular"), solution.conserved_directions()):
         if value is not None:
             arrays[f"conserved_directions.{key}"] = np.asarray(value, dtype=float)
-    point, directions = solution._summary_point()
-    if directions is not None and np.any(point != 0.0):
+    point = solution.momentum_reference_point()
+    angular = solution.conserved_directions(point)[1] if np.any(point != 0.0) else None
+    if angular is not None:
         # the pivot (or anchor) of the conservation summary, with what is conserved about it
         arrays["momentum_reference_point"] = np.asarray(point, dtype=float)
-        arrays["conserved_directions.angular_about_reference"] = np.asarray(directions[1],
+        arrays["conserved_directions.angular_about_reference"] = np.asarray(angular,
                                                                             dtype=float)
     drives = getattr(model, "drives", {})
     for name in drives:
