@@ -157,8 +157,11 @@ def compile_system(system: System) -> Model:
     g, gv = model.initial_residuals()
     if not model.is_consistent(model._q0, model._p0):
         worst = model._worst_constraints(model._q0, model._p0, 0.0)
-        warnings.warn(f"initial state is inconsistent with the constraints (max |g| = {g:.3e}, "
-                      f"max |G v| = {gv:.3e}{worst}); model.initial_state(project=True) "
+        timed = (" at t = 0 (a run from another t_start is checked at its start)"
+                 if model.is_rheonomic else "")
+        warnings.warn(f"initial state is inconsistent with the constraints{timed} (max |g| = "
+                      f"{g:.3e}, max |G v| = {gv:.3e}{worst}); "
+                      f"model.initial_state(project=True{', t=t_start' if timed else ''}) "
                       f"projects it", stacklevel=3)
     return model
 

@@ -335,3 +335,30 @@ def test_an_unknown_joint_name_is_reported_as_unknown():
     with pytest.raises(mbs.UnknownNameError, match="no joint 'axel'; joints with an axis "
                                                    "coordinate: axle"):
         solution.joint("axel")
+
+
+def test_a_drive_without_a_rate_differences_its_position_exactly_late_in_a_run():
+    """The rate by differences of f(t) = 0.5 sin 2t + 0.3 t - f(50) errs by round-off of |f|
+    over the step plus step^4 |f^(5)| / 30 (5e-15), not by an amount growing with t: the
+    exact state at t_start = 50 is consistent (tolerance 1e-10), and the nodes follow f'."""
+    t_start = 50.0
+
+    def position(t):
+        return 0.5 * np.sin(2.0 * t) + 0.3 * t - (0.5 * np.sin(2.0 * t_start) + 0.3 * t_start)
+
+    def rate(t):
+        return np.cos(2.0 * t) + 0.3
+
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    link = system.add(mbs.RigidBody.from_shape("box", mass=1.5, lx=0.8, ly=0.05, lz=0.05,
+                                               name="link"))
+    omega, arm = np.array([0.0, rate(t_start), 0.0]), np.array([0.4, 0.0, 0.0])
+    link.set_state(position=arm, velocity=np.cross(omega, arm), angular_velocity=omega)
+    hinge = system.add(mbs.joints.Revolute(system.ground, link, point=(0, 0, 0),
+                                           axis=(0, 1, 0), name="hinge"))
+    system.add(Drive(hinge, position, name="motor"))
+    with pytest.warns(UserWarning, match=r"inconsistent .* at t = 0 .*t=t_start\)"):
+        model = system.compile()
+    solution = mbs.simulate(model, "em", h=0.01, t_start=t_start, t_end=t_start + 0.5)
+    drive = solution.drive("motor")
+    np.testing.assert_allclose(drive.rate, rate(drive.t), rtol=0, atol=1e-10)
