@@ -156,7 +156,10 @@ class ForceTrajectory:
         Cumulative work, 0 at the start, applied as the energy-momentum scheme applies it:
         Q(t_n + h/2, (q_n + q_{n+1}) / 2, (q_{n+1} - q_n) / h) . (q_{n+1} - q_n) per step.
         For "em" the works of all elements sum to ``Solution.work`` to round-off; for the
-        other schemes it is a second-order estimate.
+        other schemes, and for compositions of "em", it is a second-order estimate, whose
+        error at a given h can exceed the scheme's own (a torque's work on coarse steps
+        especially: the midpoint rule above gives tau 2 tan(dtheta / 2) per step, not
+        tau dtheta); ``Solution.work`` holds the scheme's own.
     """
 
     name: str
