@@ -97,6 +97,47 @@ def test_pendulum_released_from_rest_runs_20_s_at_both_steps(pendulum, scheme):
     assert errors[0] / max(errors[1], 1e-12) >= 10.0 ** (order - 0.3)
 
 
+@pytest.mark.parametrize("stages", [3, 4])
+def test_lobatto_on_model_evaluated_equations_starts_from_rest_at_small_steps(pendulum, stages):
+    """At rest the stage velocities vary on the scale h |M^-1 grad V| only, and the
+    multipliers carry round-off of eps / h^2 (index 3), so Newton's increments stall above
+    the tolerance while every residual is at round-off. The constraint rows g(q_k + h
+    sum_j a_ij V_j) sum terms of the size of the positions; measured against their small
+    derivatives in V (h G) alone they looked unconverged and the step failed. The scheme
+    is of order 2 s - 2 at h = 1.25e-4: its error over 0.05 s is far below 1e-10, so what
+    remains is accumulated round-off (a few hundred steps of 1e-16)."""
+    solution = mbs.simulate(pendulum, "lobatto", stages=stages, backend="assembled",
+                            h=1.25e-4, t_end=0.05)
+    assert not solution.stats["refined_steps"]
+    x = solution.body("bob").position
+    swing = np.arctan2(x[:, 0], -x[:, 2])
+    assert np.abs(swing - exact_swing(solution.t)).max() <= 1e-10
+
+
+def test_a_driven_hinge_passes_its_rate_zero_with_lobatto_at_small_steps():
+    """A link driven at f(t) = 0.5 sin 3t stops at t = pi/6; the drive is a rheonomic
+    constraint, so the equations are model-evaluated. The run through that point completes
+    without refinement and the link follows the drive to round-off."""
+    system = mbs.System(gravity=(0.0, 0.0, -GRAVITY))
+    link = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.5, ly=0.04, lz=0.04,
+                                               name="link"))
+    link.set_state(position=(0.25, 0.0, 0.0))
+    hinge = system.add(mbs.joints.Revolute(system.ground, link, point=(0.0, 0.0, 0.0),
+                                           axis=(0.0, 1.0, 0.0), name="hinge"))
+    system.add(mbs.joints.Drive(hinge, lambda t: 0.5 * np.sin(3.0 * t),
+                                rate=lambda t: 1.5 * np.cos(3.0 * t), name="motor"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # compile checks the drive at t = 0
+        model = system.compile()
+        start = model.initial_state(project=True, t=0.51)
+    for stages in (3, 4):
+        solution = mbs.simulate(model, "lobatto", stages=stages, h=2.5e-4, t_start=0.51,
+                                t_end=0.54, initial_state=start)
+        assert not solution.stats["refined_steps"]
+        angle = solution.joint("hinge").position
+        assert np.abs(angle - 0.5 * np.sin(3.0 * solution.t)).max() <= 1e-13
+
+
 # -- a chain of parallelogram four-bars through singular positions ---------------------------
 def reduced_angle(count: int, t: np.ndarray, omega0: float) -> np.ndarray:
     """Crank angle of the chain from its exact 1-DOF reduction (all cranks turn alike, the

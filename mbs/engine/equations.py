@@ -450,6 +450,7 @@ class ModelSystem:
     def start(self, data: np.ndarray, time: float = 0.0) -> None:
         """Fold the step data ``d`` (and the step's start time) into the constant part
         and the maps."""
+        self._data = data
         self._constant_step = self.constant + self.linear_data @ data
         self._points_step = self._points_data @ data
         self._time = time
@@ -502,6 +503,36 @@ class ModelSystem:
             matrix = _stack(parts, self.n_equations, self.n_unknowns, False) + \
                 self._linear_jacobian
         return residual, matrix
+
+
+    def term_sizes(self, x: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """Per row, the size of the terms that the residual sums at ``x``:
+        sum_j |dR_i/dz_j| |z_j| over the step data and the unknowns z (``size``: the natural
+        size of the unknowns), plus the size of the constant and applied-force terms.
+
+        Round-off in R_i is a small multiple of this (the stall test
+        :func:`~mbs.engine.newton.residual_at_roundoff`). The step data count: a stage
+        scheme's constraint row g(q_k + h sum_j a_ij V_j) sums terms of the size of the
+        positions, while its derivative in the stage velocities is only of the size h G."""
+        data = np.abs(self._data)
+        point_sizes = abs(self._points_data) @ data + abs(self._points_unknowns) @ size
+        stacked = self._points_step + self._points_unknowns @ x
+        points = {key: stacked[rows] for key, rows in self._slices.items()}
+        magnitude = (np.abs(self.constant) + abs(self.linear_data) @ data
+                     + abs(self.linear_unknowns) @ size)
+        at_time: dict[float, _Evaluations] = {}
+        for kind, start, _, arguments, scale, time in self._terms:
+            model_at = at_time.get(time)
+            if model_at is None:
+                model_at = at_time[time] = _Evaluations(self.model, points, self._time + time)
+            for index, derivative in _TERMS[kind][1].items():
+                block = abs(derivative(model_at, *arguments)) @ point_sizes[
+                    self._slices[arguments[index]]]
+                magnitude[start:start + block.shape[0]] += abs(scale) * block
+        if self._extra is not None:
+            r_extra, j_extra = self._extra(x, True)
+            magnitude += np.abs(r_extra) + abs(j_extra) @ size
+        return magnitude
 
 
 class _Evaluations:

@@ -102,9 +102,11 @@ class NewtonOptions:
         are tiny and the forces cancel: the increments of p are round-off of the force terms
         but large against |p|. When the relative increment is below this level (default 1:
         any stalled iteration) and no longer halves, the residual is compared with the size
-        of the terms it is made of, row by row (|R_i| against (|J| |x|)_i, a measure of the
-        terms of row i): at :data:`ROUNDOFF_RESIDUAL` or below the iterate is accepted, since
-        no further iteration can improve it.
+        of the terms it is made of, row by row (|R_i| against sum_j |dR_i/dz_j| |z_j| over
+        the unknowns and, for model-evaluated equations, the step data: a stage scheme's
+        constraint rows at rest sum terms of the size of the positions): at
+        :data:`ROUNDOFF_RESIDUAL` or below the iterate is accepted, since no further
+        iteration can improve it.
     simplified : bool or None
         Reuse the factorised Jacobian across iterations and steps (see module doc). None
         (default) chooses it for models with more than 48 coordinates, where factorisation
@@ -651,13 +653,18 @@ class Factorization:
 ROUNDOFF_RESIDUAL = 256.0 * np.finfo(float).eps
 
 
-def residual_at_roundoff(residual: np.ndarray, jacobian, size: np.ndarray) -> bool:
-    """Whether every row of ``residual`` is at round-off: within what a change of the
-    unknowns by round-off of their natural ``size`` can explain, |R_i| <=
-    :data:`ROUNDOFF_RESIDUAL` (|J| size)_i (see ``NewtonOptions.stall_level``)."""
+def residual_at_roundoff(residual: np.ndarray, jacobian, size: np.ndarray,
+                         term_sizes: np.ndarray | None = None) -> bool:
+    """Whether every row of ``residual`` is at round-off: |R_i| <= :data:`ROUNDOFF_RESIDUAL`
+    times the size of the terms row i sums (see ``NewtonOptions.stall_level``). Those sizes
+    are ``term_sizes`` when the system measures them (``ModelSystem.term_sizes``), else
+    (|J| size)_i: what a change of the unknowns by round-off of their natural ``size`` can
+    explain."""
     if not residual.size:
         return True
-    magnitude = abs(jacobian) @ size if sp.issparse(jacobian) else np.abs(jacobian) @ size
+    magnitude = (term_sizes if term_sizes is not None
+                 else abs(jacobian) @ size if sp.issparse(jacobian)
+                 else np.abs(jacobian) @ size)
     return bool(np.all(np.abs(residual) <= ROUNDOFF_RESIDUAL * magnitude))
 
 
@@ -806,7 +813,8 @@ class NewtonState:
 def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
            blocks: list[slice], scales: list[float], options: NewtonOptions,
            state: NewtonState | None = None, simplified: bool = False,
-           identity_block: tuple[slice, slice, float] | None = None
+           identity_block: tuple[slice, slice, float] | None = None,
+           term_sizes: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
            ) -> tuple[np.ndarray, int, float]:
     """Solve R(x) = 0 from ``x0``.
 
@@ -824,6 +832,10 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
         Keeps the factorisation between calls when ``simplified``.
     identity_block : (rows, cols, alpha), optional
         A block of the Jacobian known to be alpha I (see :class:`Factorization`).
+    term_sizes : callable, optional
+        ``term_sizes(x, size)``: per row, the size of the terms R sums at x, given the
+        natural size of the unknowns (``ModelSystem.term_sizes``); the stall test compares
+        the residual with it. Default: (|DR| size), which misses terms of the step data.
 
     Returns
     -------
@@ -872,8 +884,8 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
                                                                       segment_starts))).max())
                      if floors.size else 0.0)
         if converged(increment, previous, fresh, options,
-                     lambda x=x: residual_at_roundoff(
-                         *system(x), natural_size(x, segment_starts, floors, lead)),
+                     lambda x=x: _stalled_at_roundoff(system, term_sizes, x, natural_size(
+                         x, segment_starts, floors, lead)),
                      stale=simplified and not fresh):
             state.factorization = factorization if simplified else None
             return x, iteration, float(np.abs(residual).max()) if residual.size else 0.0
@@ -891,3 +903,10 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
         f"Newton did not converge in {options.max_iterations} iterations (last relative "
         f"increment {increment:.3e}, residual {residual_norm:.3e})", residual_norm, increment,
         options.max_iterations, "reduce the step size or raise max_iterations")
+
+
+def _stalled_at_roundoff(system: Callable, term_sizes: Callable | None, x: np.ndarray,
+                         size: np.ndarray) -> bool:
+    """:func:`residual_at_roundoff` of ``system`` at ``x``, with its own term sizes if given."""
+    return residual_at_roundoff(*system(x), size,
+                                None if term_sizes is None else term_sizes(x, size))

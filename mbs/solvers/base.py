@@ -480,8 +480,11 @@ class Solver:
                 guess.copy(), (starts, sizes, lead), floors, self.newton)
             self._newton_state.factorizations += factorizations
             return x, iterations, residual
+        # the model-evaluated system measures the terms of its rows, step data included
         x, iterations, _ = newton(evaluate, guess, blocks, scales, self.newton,
-                                  self._newton_state, simplified, self._identity_block())
+                                  self._newton_state, simplified, self._identity_block(),
+                                  getattr(getattr(evaluate, "__self__", None), "term_sizes",
+                                          None))
         if residual_from is None:
             return x, iterations, None
         return x, iterations, evaluate(x, False, first_row=residual_from)[0]
