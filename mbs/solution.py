@@ -117,9 +117,8 @@ class DriveTrajectory:
         The torque (force) the drive exerts on body_b about (along) the axis in step
         n -> n+1: minus the drive's multiplier of the step (its time in
         ``solver_properties.multiplier_times``), or minus the mean of the multipliers at the
-        step's two ends for rattle and lobatto. The multipliers of ggl-vi-a, ggl-vi-b and
-        hbvm alternate from step to step about the reaction (by O(h), or for ggl-vi-b at
-        theta = 1 by the applied force along the drive); their effort is the centred
+        step's two ends for rattle and lobatto. The multipliers of ggl-vi-a and hbvm
+        alternate from step to step about the reaction (by O(h)); their effort is the centred
         average (e_{n-1} + 2 e_n + e_{n+1}) / 4, which removes the alternation and changes a
         smooth effort by O(h^2). ``Solution.multipliers`` keeps the raw values.
     work : (N+1,)
@@ -260,8 +259,8 @@ class Solution:
         """dq/dt at the nodes, M^-1 p, (N+1, n).
 
         Body velocities and joint rates are read from these. Schemes that do not enforce the
-        velocity constraints at the step ends (ggl-vi-s/-a/-b: the solver table's "enforced
-        at step ends" column) leave M^-1 p off the constraint manifold by O(h) or O(h^2)
+        velocity constraints at the step ends (ggl-vi-s and ggl-vi-a: the solver table's
+        "enforced at step ends" column) leave M^-1 p off the constraint manifold by O(h^2)
         (``constraint_residuals()["velocity"]``), and these velocities are that accurate."""
         return (self.model.inverse_mass_matrix @ self.p.T).T
 
@@ -415,8 +414,7 @@ class Solution:
         position, the torque sum_i d_i x f_i of its parts f_i on the directors d_i. Second
         order in h for the second-order schemes and their compositions, and also for
         lobatto and hbvm (their multipliers are second order); first for ggl-vi-s and
-        ggl-vi-b (ggl-vi-b at theta = 1: second order as the force at the step's end
-        t_{n+1}); not available for vi-conversion, whose multipliers are no step forces.
+        ggl-vi-b; not available for vi-conversion, whose multipliers are no step forces.
         Where redundant constraint equations were removed (``model.redundancies``), the
         joints that keep theirs carry the removed equations' share: such reactions are not
         unique.

@@ -85,34 +85,44 @@ def vi_s_residual(model, h, q0, p0, x):
 
 
 def vi_b_residual(model, h, q0, p0, x, theta=1.0, vartheta=0.5):
-    """Seed 003, (82a-e); x = (q1, p1, v^{n+1}, lambda^n, gamma^n)."""
+    """Seed 003, (82a-e) with the node momentum on the velocity constraints:
+    p^{n+1} = p1 + G(q1)^T mu with G(q1) M^-1 p1 = 0; x = (q1, p1, v^{n+1}, lambda^n,
+    lambda^n + mu / h, gamma^n). Rows (82a-c), (82e), (82d), then G(q1) M^-1 p1."""
     n, m = model.n, model.m
     q1, p1, v = x[:n], x[n:2 * n], x[2 * n:3 * n]
-    lam, gam = x[3 * n:3 * n + m], x[3 * n + m:]
-    mass = dense(model.mass_matrix)
+    lam, force, gam = x[3 * n:3 * n + m], x[3 * n + m:3 * n + 2 * m], x[3 * n + 2 * m:]
+    mass, inverse = dense(model.mass_matrix), dense(model.inverse_mass_matrix)
     q_th = (1.0 - theta) * q0 + theta * q1
     jacobian_0, jacobian_1 = (dense(model.constraint_jacobian(q)) for q in (q0, q1))
     jacobian_th = dense(model.constraint_jacobian(q_th))
     trapezoidal = (1.0 - vartheta) * jacobian_0 + vartheta * jacobian_1
     velocity_force = h * (theta * (1.0 - vartheta) * jacobian_0
                           - (1.0 - theta) * vartheta * jacobian_1)
+    p_next = p1 + jacobian_1.T @ (h * (force - lam))  # p^{n+1} of (82)
     return np.concatenate([
         mass @ (q1 - q0) / h - mass @ v - jacobian_th.T @ gam,
-        (p1 - p0) / h + model.potential_gradient(q_th) + trapezoidal.T @ lam
+        (p_next - p0) / h + model.potential_gradient(q_th) + trapezoidal.T @ lam
         + dense(model.constraint_hessian_product(q_th, gam)) @ v,
-        mass @ v - theta * p0 - (1.0 - theta) * p1 + velocity_force.T @ lam,
+        mass @ v - theta * p0 - (1.0 - theta) * p_next + velocity_force.T @ lam,
+        jacobian_th @ v,
         model.constraints(q1),
-        jacobian_th @ v])
+        jacobian_1 @ (inverse @ p1)])
 
 
 SCHEMES = {"em": em_residual, "ggl-vi-a": vi_a_residual, "ggl-vi-s": vi_s_residual,
            "ggl-vi-b": vi_b_residual}
+#: Scheme options besides the defaults: (name in make_solver, options, residual)
+VARIANTS = {name: (name, {}, residual) for name, residual in SCHEMES.items()}
+VARIANTS["ggl-vi-b theta=0.4 vartheta=0.3"] = (
+    "ggl-vi-b", {"theta": 0.4, "vartheta": 0.3},
+    lambda *args: vi_b_residual(*args, theta=0.4, vartheta=0.3))
 MODELS = {"spring_mechanism": spring_mechanism, "user_constraint": modified_pendulum}
 
 
 @pytest.mark.parametrize("model_name", sorted(MODELS))
-@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+@pytest.mark.parametrize("scheme", sorted(VARIANTS))
 def test_equations_match_the_paper(model_name, scheme):
+    scheme, options, residual_of = VARIANTS[scheme]
     model = MODELS[model_name]()
     rng = np.random.default_rng(3)
     h = 0.01
@@ -122,17 +132,17 @@ def test_equations_match_the_paper(model_name, scheme):
     if model.quadratic_constraint_table is not None:
         backends.append("polynomial")
     for backend in backends:
-        solver = make_solver(scheme, backend=backend)
+        solver = make_solver(scheme, backend=backend, **options)
         solver.start(model, model.q0, model.p0, h)
         assert solver.active_backend == backend
         system, x0 = solver.newton_system(q0, p0)
         x = x0 + 0.05 * rng.standard_normal(x0.size)
-        expected = SCHEMES[scheme](model, h, q0, p0, x)
+        expected = residual_of(model, h, q0, p0, x)
         residual, jacobian = system(x)
         np.testing.assert_allclose(residual, expected, rtol=0,
                                    atol=1e-12 * max(1.0, np.abs(expected).max()))
         if backend == "assembled":
-            numeric = finite_difference(lambda y: SCHEMES[scheme](model, h, q0, p0, y), x)
+            numeric = finite_difference(lambda y: residual_of(model, h, q0, p0, y), x)
             # Exact for quadratic constraints and gradient potentials: central differences
             # with step 1e-6 are then off by ~1e-10 relative (round-off / step). Where the
             # scheme's documented approximations enter -- 1/2 Hess V(q_mid) for the discrete

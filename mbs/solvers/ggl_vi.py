@@ -7,7 +7,9 @@ enforced:
 * variant "S" (55): g(q^{n+1}) = 0 and G(q_bar) M^-1 p^{n+1} = 0 with q_bar = q^n + h v^n;
 * variant "A" (79): g(q^{n+theta}) = 0 and G(q^{n+theta}) v^{n+1} = 0 only (both are violated
   at the step ends by design);
-* variant "B" (82): g(q^{n+1}) = 0 and G(q^{n+theta}) v^{n+1} = 0.
+* variant "B" (82): g(q^{n+1}) = 0 and G(q^{n+theta}) v^{n+1} = 0; its node momentum
+  p^{n+1} is taken on the velocity constraints by an impulse -G(q^{n+1})^T mu, which leaves
+  the motion as it is (see :meth:`GGLVI._equations_trapezoidal`).
 
 Here q^{n+theta} = (1 - theta) q^n + theta q^{n+1} and p^{n+1-theta} = theta p^n +
 (1 - theta) p^{n+1}.
@@ -31,7 +33,8 @@ _VARIANTS = {
     "S": ("1", "g(q^{n+1}); G(q_bar) M^-1 p^{n+1} at q_bar = q^n + h v^n",
           "lambda^n, gamma^{n+1}", "(55)"),
     "A": ("2", "none: g and G v hold at q^{n+theta} only", "lambda^n, gamma^n", "(79)"),
-    "B": ("1", "g(q^{n+1}); G v^{n+1} at q^{n+theta}", "lambda^n, gamma^n", "(82)"),
+    "B": ("1", "g(q^{n+1}); G M^-1 p^{n+1} at q^{n+1}; G v^{n+1} at q^{n+theta}",
+          "lambda^n + mu/h (mean force of the step), gamma^n", "(82)"),
 }
 _PROPERTIES = {
     variant: SchemeProperties(
@@ -51,7 +54,8 @@ class GGLVI(Solver):
     ----------
     variant : {"S", "A", "B"}
         "S" first-order scheme (55); "A" theta-method with intermediate constraint
-        evaluation (79); "B" theta-method with trapezoidal constraint evaluation (82).
+        evaluation (79); "B" theta-method with trapezoidal constraint evaluation (82), with
+        its node momenta on the velocity constraints.
     theta : float or None
         Variant A: theta in (0, 1) as the paper allows, default 1/2 (second order). Any
         other theta is accepted but warned about, because the scheme is then unstable: for
@@ -67,9 +71,9 @@ class GGLVI(Solver):
         vartheta = 1, but then lambda^n drops out of M v^{n+1} (its coefficient is
         h (1 - vartheta) G(q^n)^T once p^{n+1} is eliminated) and the step equations are
         singular, so it is rejected.
-        Values above 1/2 are accepted but warned about: G v^{n+1} = 0 (82e) then multiplies
-        the momentum component normal to the constraints by -vartheta/(1 - vartheta) each
-        step, for any theta and h (at 1/2 it alternates in sign, below it decays).
+        Within (0, 1) it does not change the motion: with the node momenta on the velocity
+        constraints only (1 - vartheta) lambda^n enters the step equations (see
+        :meth:`_equations_trapezoidal`).
 
     Notes
     -----
@@ -125,16 +129,6 @@ class GGLVI(Solver):
             if not 0.0 <= self.theta <= 1.0:
                 raise ModelError(f"GGLVI variant B: theta must lie in [0, 1], got "
                                  f"{self.theta}")
-            if self.vartheta > 0.5 and self.vartheta < 1.0:
-                # with (82b), (82c) reads M v^{n+1} = p^n - h (1 - vartheta) G^T lambda^n +
-                # O(h) terms for any theta, so G v^{n+1} = 0 (82e) maps the normal momentum
-                # f_n = G M^-1 p^n to f_{n+1} = -vartheta/(1 - vartheta) f_n (exactly for
-                # linear constraints; at vartheta = 1/2 it alternates in sign)
-                warnings.warn(
-                    f"GGLVI variant B with vartheta = {self.vartheta} > 1/2 amplifies the "
-                    f"momentum normal to the constraints (G M^-1 p^n) by vartheta/(1 - "
-                    f"vartheta) = {self.vartheta / (1 - self.vartheta):.3g} per step, at any "
-                    f"step size, and is unstable; use vartheta <= 1/2", stacklevel=3)
             if not 0.0 < self.vartheta < 1.0:
                 # Eliminating p^{n+1} from (82b,c) leaves lambda^n in the velocity update
                 # only through h (1 - vartheta) G(q^n)^T lambda^n: at vartheta = 1 nothing
@@ -172,11 +166,16 @@ class GGLVI(Solver):
         model, h, n, m, theta = self.model, self.h, self.model.n, self.model.m, self.theta
         mass, inverse = model.mass_matrix, model.inverse_mass_matrix
         data = {"q0": n, "p0": n}
-        if self.variant != "A":
+        if self.variant == "S":
             builder = layout(data, {"q1": n, "p1": n, "v": n, "lam": m, "gam": m})
             q0, p0, q1, p1, v, lam, gam = builder.variables("q0", "p0", "q1", "p1", "v",
                                                             "lam", "gam")
-            return self._equations_with_velocity(builder, q0, p0, q1, p1, v, lam, gam)
+            return self._equations_first_order(builder, q0, p0, q1, p1, v, lam, gam)
+        if self.variant == "B":
+            builder = layout(data, {"q1": n, "p1": n, "v": n, "lam": m, "force": m,
+                                    "gam": m})
+            return self._equations_trapezoidal(builder, *builder.variables(
+                "q0", "p0", "q1", "p1", "v", "lam", "force", "gam"))
         if shifted:
             builder = layout(data, {"y": n, "z": n, "lam": m, "gam": m})
             q0, p0, y, z, lam, gam = builder.variables("q0", "p0", "y", "z", "lam", "gam")
@@ -212,41 +211,68 @@ class GGLVI(Solver):
         h = self.h
         builder.add_applied_force("b", point, (q1 - q0) * (1.0 / h), fraction * h, -1.0, h)
 
-    def _equations_with_velocity(self, builder, q0, p0, q1, p1, v, lam, gam):
-        """(55a-e) (variant S) or (82a-e) (variant B) with the velocity v as an unknown."""
+    def _equations_first_order(self, builder, q0, p0, q1, p1, v, lam, gam):
+        """(55a-e), with the velocity v as an unknown."""
         model, h, n, m = self.model, self.h, self.model.n, self.model.m
         mass = model.mass_matrix
         for name, size in (("a", n), ("b", n), ("c", n), ("d", m), ("e", m)):
             builder.equation(name, size)
         builder.add_linear("a", (q1 - q0).mapped(mass / h) - v.mapped(mass))
         builder.add_linear("b", (p1 - p0) * (1.0 / h))
-        if self.variant == "S":
-            q_bar = q0 + v * h
-            w = p1.mapped(model.inverse_mass_matrix)
-            builder.add_jacobian_transpose_product("a", q_bar, gam, -1.0, h)    # (55a)
-            builder.add_potential_gradient("b", q0)                              # (55b)
-            self._add_applied_force(builder, q0, q0, q1, 0.0)
-            builder.add_jacobian_transpose_product("b", q0, lam)
-            builder.add_hessian_product("b", q_bar, gam, w, 1.0, h)
-            builder.add_linear("c", v.mapped(mass) - p1)                         # (55c)
-            builder.add_hessian_product("c", q_bar, gam, w, -h, h)
-            builder.add_constraints("d", q1, h)                                  # (55d)
-            builder.add_jacobian_product("e", q_bar, w, 1.0, h)                  # (55e)
-            return builder
+        q_bar = q0 + v * h
+        w = p1.mapped(model.inverse_mass_matrix)
+        builder.add_jacobian_transpose_product("a", q_bar, gam, -1.0, h)    # (55a)
+        builder.add_potential_gradient("b", q0)                              # (55b)
+        self._add_applied_force(builder, q0, q0, q1, 0.0)
+        builder.add_jacobian_transpose_product("b", q0, lam)
+        builder.add_hessian_product("b", q_bar, gam, w, 1.0, h)
+        builder.add_linear("c", v.mapped(mass) - p1)                         # (55c)
+        builder.add_hessian_product("c", q_bar, gam, w, -h, h)
+        builder.add_constraints("d", q1, h)                                  # (55d)
+        builder.add_jacobian_product("e", q_bar, w, 1.0, h)                  # (55e)
+        return builder
+
+    def _equations_trapezoidal(self, builder, q0, p0, q1, p1, v, lam, force, gam):
+        """(82a-e) with the node momentum on the velocity constraints.
+
+        (82) fixes q^{n+1} and v^{n+1} but not the component of p^{n+1} normal to the
+        constraints: adding G(q^n)^T mu to p^n changes lambda^n and that component of p^{n+1}
+        only. Left alone, that component carries h times the applied force normal to the
+        constraints, which in director coordinates is the force over a director inertia
+        (M^-1 p off by hundreds of times the true velocity under a torsion spring), and for
+        vartheta > 1/2 it grows without bound. So p1 is the momentum of (82b) less an
+        impulse G(q^{n+1})^T mu with G(q^{n+1}) M^-1 p1 + dg/dt = 0: the same motion, with
+        velocities M^-1 p1 consistent with the constraints (a symplectic map of the
+        constrained phase space, momentum maps of symmetries of the constraints unchanged).
+        Its multiplier is taken as ``force`` = lambda^n + mu / h, the mean constraint force of
+        the step: in (82b) the momentum changes by -h [(1 - vartheta) G(q^n)^T lambda^n +
+        G(q^{n+1})^T (force - (1 - vartheta) lambda^n)], and (82c) takes p^{n+1} + G^T mu.
+        The rows end with g(q^{n+1}) and G(q^{n+1}) M^-1 p1, the constraints at the step end.
+        """
+        model, h, n, m = self.model, self.h, self.model.n, self.model.m
         theta, vartheta = self.theta, self.vartheta
+        mass = model.mass_matrix
+        for name, size in (("a", n), ("b", n), ("c", n), ("e", m), ("d", m), ("f", m)):
+            builder.equation(name, size)
         q_th, at = q0 * (1.0 - theta) + q1 * theta, theta * h
+        builder.add_linear("a", (q1 - q0).mapped(mass / h) - v.mapped(mass))
         builder.add_jacobian_transpose_product("a", q_th, gam, -1.0, at)        # (82a)
-        builder.add_potential_gradient("b", q_th)                                # (82b)
+        builder.add_linear("b", (p1 - p0) * (1.0 / h))                           # (82b)
+        builder.add_potential_gradient("b", q_th)
         self._add_applied_force(builder, q_th, q0, q1, theta)
         builder.add_jacobian_transpose_product("b", q0, lam, 1.0 - vartheta)
-        builder.add_jacobian_transpose_product("b", q1, lam, vartheta, h)
+        builder.add_jacobian_transpose_product("b", q1, lam, -(1.0 - vartheta), h)
+        builder.add_jacobian_transpose_product("b", q1, force, 1.0, h)
         builder.add_hessian_product("b", q_th, gam, v, 1.0, at)
         builder.add_linear("c", v.mapped(mass) - p0 * theta - p1 * (1.0 - theta))  # (82c)
         builder.add_jacobian_transpose_product("c", q0, lam, h * theta * (1.0 - vartheta))
-        builder.add_jacobian_transpose_product("c", q1, lam,
-                                               -h * (1.0 - theta) * vartheta, h)
-        builder.add_constraints("d", q1, h)                                      # (82d)
+        if theta != 1.0:
+            builder.add_jacobian_transpose_product(
+                "c", q1, lam, h * (1.0 - theta) * (1.0 - vartheta), h)
+            builder.add_jacobian_transpose_product("c", q1, force, -h * (1.0 - theta), h)
         builder.add_jacobian_product("e", q_th, v, 1.0, at)                      # (82e)
+        builder.add_constraints("d", q1, h)                                      # (82d)
+        builder.add_jacobian_product("f", q1, p1.mapped(model.inverse_mass_matrix), 1.0, h)
         return builder
 
     def _build_polynomial(self):
@@ -265,16 +291,15 @@ class GGLVI(Solver):
 
     @property
     def drive_effort(self) -> str:
-        # A and B enforce the constraints at q^{n+theta} or on v^{n+1} only: lambda^n then
-        # carries a mode alternating from step to step (of the size of the applied force
-        # along the constraint for B at theta = 1)
-        return "multiplier" if self.variant == "S" else "centred"
+        # A enforces the constraints at q^{n+theta} only: lambda^n then carries a mode
+        # alternating from step to step. B would too through the momentum component normal
+        # to the constraints, which its steps project out (see _step)
+        return "centred" if self.variant == "A" else "multiplier"
 
     @property
     def _multiplier_lag(self) -> int:
-        # the multipliers of the theta methods A and B alternate from step to step (B at
-        # theta = 1: lambda^n between 0 and twice the static constraint force)
-        return 1 if self.variant == "S" else 2
+        # the multipliers of variant A alternate from step to step
+        return 2 if self.variant == "A" else 2
 
     @property
     def _new_momentum_weight(self) -> float:
@@ -304,6 +329,7 @@ class GGLVI(Solver):
 
     def start(self, model, q0: np.ndarray, p0: np.ndarray, h: float) -> None:
         super().start(model, q0, p0, h)
+        self._turning_multipliers = np.zeros(model.m)
         if self.theta is not None:
             # v^{n+1} = theta M^-1 p^n + (1 - theta) M^-1 p^{n+1} (79c), factors folded in
             self._theta_minv = self.theta * self._minv
@@ -319,21 +345,43 @@ class GGLVI(Solver):
         return self._theta_minv.dot(p0) + self._rest_minv.dot(x[n:2 * n])
 
     def _initial_guess(self, q0: np.ndarray, p0: np.ndarray) -> np.ndarray:
-        """x0 of variants S and B, (q1, p1, v, lambda, gamma): v follows the predicted
-        momenta as in (55c) / (82c), for B with the impulse h ((1 - theta) vartheta -
-        theta (1 - vartheta)) G^T lambda of (82c) (G(q^{n+1}) taken at q^n), which the
-        position update carries on to q1; variant A as EM."""
+        """x0 of variant S, (q1, p1, v, lambda, gamma), and of variant B, (q1, p1, v,
+        lambda, force, gamma): the predicted state with the last step's multipliers; v
+        follows the predicted momenta as in (55c) / (82c), for B (where lambda^n, which
+        only turns v^{n+1} onto the constraints, starts at zero) with the impulse
+        -h (1 - theta) G^T force of (82c) (G(q^{n+1}) taken at q^n), which the position
+        update carries on to q1; variant A as EM."""
         if self.variant == "A":
             return super()._initial_guess(q0, p0)
         lam, gam = self._warm.multipliers()
         q1, p1 = self._predictor.state(q0, p0, lam, gam, self.initial_guess)
         weight = self._new_momentum_weight
         velocity = self._minv @ ((1.0 - weight) * p0 + weight * p1)
-        if self.variant == "B" and self.initial_guess == "explicit":
-            theta, vartheta = self.theta, self.vartheta
-            share = self.h * ((1.0 - theta) * vartheta - theta * (1.0 - vartheta))
-            impulse = self._minv @ (share * self.model.constraint_jacobian_transpose_product(
-                q0, lam, self._time))
+        if self.variant == "S":
+            return np.concatenate([q1, p1, velocity, lam, gam])
+        turning = self._turning_multipliers
+        if self.initial_guess == "explicit":
+            impulse = self._minv @ (-self.h * self.model.constraint_jacobian_transpose_product(
+                q0, (1.0 - self.vartheta) * turning - (1.0 - self.theta) * lam, self._time))
             velocity += impulse
             q1 = q1 + self.h * impulse
-        return np.concatenate([q1, p1, velocity, lam, gam])
+        return np.concatenate([q1, p1, velocity, turning, lam, gam])
+
+    def _solve(self, evaluate, x0: np.ndarray, q0: np.ndarray, p0: np.ndarray):
+        x, iterations, residual = super()._solve(evaluate, x0, q0, p0)
+        if self.variant == "B":  # lambda^n, the next step's guess (see _initial_guess)
+            n, m = self.model.n, self.model.m
+            self._turning_multipliers = x[3 * n:3 * n + m].copy()
+        return x, iterations, residual
+
+    def checkpoint(self) -> dict:
+        state = super().checkpoint()
+        if self.variant == "B":
+            state["turning_multipliers"] = self._turning_multipliers.copy()
+        return state
+
+    def restore(self, state: dict) -> None:
+        super().restore(state)
+        if self.variant == "B" and "turning_multipliers" in state:
+            self._turning_multipliers = np.asarray(state["turning_multipliers"],
+                                                   dtype=float).copy()
