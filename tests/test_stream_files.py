@@ -218,7 +218,7 @@ def test_a_ten_billion_step_stream_runs_in_bounded_memory(tmp_path):
     assert float(peak) < 200.0
 
 
-@pytest.mark.parametrize("solver, options", [("em", {}), ("ggl-vi-a", {}),
+@pytest.mark.parametrize("solver, options", [("em", {}), ("ggl-vi-a", {}), ("ggl-vi-b", {}),
                                              ("lobatto", {"stages": 3}), ("rattle", {}),
                                              ("hbvm", {"iteration": "newton"})])
 def test_streamed_and_resumed_runs_repeat_the_in_memory_run_on_the_sparse_path(
