@@ -80,8 +80,7 @@ def test_fitted_prediction_cuts_the_newton_iterations_of_a_spinning_top(backend)
 @pytest.mark.parametrize("name", ["double_pendulum", "four_bar", "heavy_top"])
 def test_the_explicit_guess_of_ggl_vi_b_saves_iterations(name, theta):
     """Variant B's explicit guess applies the multiplier impulse of its velocity equation
-    (82c) and the multipliers of two steps back (lambda^n alternates from step to step; at
-    theta = 1 between 0 and twice the static constraint force): its error is then O(h^2)
+    (82c) with the last step's multipliers: its error is then O(h^2)
     smaller than that of seed 003's advanced guess q^n + h M^-1 p^n, which saves Newton an
     iteration per step on mechanisms that hold loads through their joints. Both guesses lead
     to the same solution, to Newton's tolerance: their difference is below a millionth of the

@@ -294,13 +294,13 @@ class GGLVI(Solver):
     def drive_effort(self) -> str:
         # A enforces the constraints at q^{n+theta} only: lambda^n then carries a mode
         # alternating from step to step. B would too through the momentum component normal
-        # to the constraints, which its steps project out (see _step)
+        # to the constraints, which its equations take out (see _equations_trapezoidal)
         return "centred" if self.variant == "A" else "multiplier"
 
     @property
     def _multiplier_lag(self) -> int:
         # the multipliers of variant A alternate from step to step
-        return 2 if self.variant == "A" else 2
+        return 2 if self.variant == "A" else 1
 
     @property
     def _new_momentum_weight(self) -> float:
