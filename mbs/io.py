@@ -137,7 +137,9 @@ class StoredModel:
 
     def joint_coordinate(self, name: str, *args, **kwargs):
         raise ModelError(f"joint coordinates ({name!r}) need the compiled model: pass it to "
-                         f"load_solution(path, model)")
+                         f"load_solution(path, model=...)")
+
+    joint_coordinate_path = joint_coordinate
 
     @property
     def q0(self) -> np.ndarray:

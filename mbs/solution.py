@@ -25,7 +25,7 @@ def vertical_axis(gravity) -> np.ndarray | None:
     return -np.asarray(gravity, dtype=float) / np.linalg.norm(gravity)
 
 
-@dataclass
+@dataclass(eq=False)
 class BodyTrajectory:
     """Motion of one body along a solution (world frame unless stated).
 
@@ -82,7 +82,7 @@ class BodyTrajectory:
         return np.degrees(angles) if degrees else angles
 
 
-@dataclass
+@dataclass(eq=False)
 class JointTrajectory:
     """Motion of a joint's axis coordinate along a solution.
 
@@ -105,7 +105,7 @@ class JointTrajectory:
     t: np.ndarray = field(kw_only=True)
 
 
-@dataclass
+@dataclass(eq=False)
 class DriveTrajectory:
     """A drive along a solution (see :class:`mbs.joints.Drive`).
 
@@ -138,7 +138,7 @@ class DriveTrajectory:
     t: np.ndarray = field(kw_only=True)
 
 
-@dataclass
+@dataclass(eq=False)
 class ForceTrajectory:
     """A load, damper or actuator along a solution (see :meth:`Solution.force`).
 
@@ -167,7 +167,7 @@ class ForceTrajectory:
     work: np.ndarray
 
 
-@dataclass
+@dataclass(eq=False)
 class ReactionTrajectory:
     """What a joint exerts on one of its bodies along a solution (see
     :meth:`Solution.reaction`).
@@ -192,7 +192,7 @@ class ReactionTrajectory:
     torque: np.ndarray
 
 
-@dataclass
+@dataclass(eq=False)
 class Solution:
     """Time series returned by :func:`mbs.simulate`.
 

@@ -174,3 +174,22 @@ def test_a_top_pivoted_off_the_origin_summarises_the_same_after_loading(tmp_path
     assert np.array_equal(loaded.momentum_reference_point(), pivot)
     assert loaded.conservation_summary() == solution.conservation_summary()
     assert f"about {np.array2string(pivot)}" in loaded.conservation_summary()
+
+
+def test_a_solution_loaded_without_its_model_names_the_fix_for_joint_coordinates(tmp_path):
+    """Joint angles need the model's joint geometry, which the file does not hold; two
+    solutions compare by identity (their fields are arrays)."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    link = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.4, ly=0.05, lz=0.05,
+                                               name="link"))
+    link.set_state(position=(0.2, 0.0, 0.0))
+    system.add(mbs.joints.Revolute(system.ground, link, point=(0, 0, 0), axis=(0, 1, 0),
+                                   name="hinge"))
+    model = system.compile()
+    solution = mbs.simulate(model, "em", h=0.01, t_end=0.05)
+    path = mbs.save_solution(solution, tmp_path / "run.npz")
+    with pytest.raises(mbs.ModelError, match=r"load_solution\(path, model=...\)"):
+        mbs.load_solution(path).joint("hinge")
+    np.testing.assert_array_equal(mbs.load_solution(path, model=model).joint("hinge").position,
+                                  solution.joint("hinge").position)
+    assert solution == solution and solution != mbs.load_solution(path, model=model)
