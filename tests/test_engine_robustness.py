@@ -313,6 +313,26 @@ def test_a_damped_mass_settles_at_its_static_equilibrium_without_refinement(sche
     assert solution.body("bob").position[-1, 2] == pytest.approx(-1.0981, abs=1e-10)
 
 
+@pytest.mark.parametrize("backend", ["auto", "assembled"])
+@pytest.mark.parametrize("scheme, options",
+                         [(scheme, {}) for scheme in SCHEMES if scheme != "lobatto"]
+                         + [("lobatto", {"stages": stages}) for stages in (2, 3, 4, 5)])
+def test_a_pendulum_hanging_at_rest_stays_there(scheme, options, backend):
+    """A point mass hanging at rest below its pivot is an exact equilibrium (the rod's force
+    cancels gravity in every floating-point operation): every scheme keeps it there, step
+    after step, without sub-steps. The defects the step predictor extrapolates then shrink
+    towards the smallest floating-point numbers, and their fit must not break down."""
+    system = mbs.System(gravity=(0.0, 0.0, -GRAVITY))
+    bob = system.add(mbs.PointMass(mass=1.0, name="bob"))
+    bob.set_state(position=(0.0, 0.0, -1.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=1.0, name="rod"))
+    solution = mbs.simulate(system.compile(), scheme, h=5e-3, t_end=0.5, backend=backend,
+                            **options)
+    assert solution.stats["refined_steps"] == [] and solution.t[-1] == pytest.approx(0.5)
+    np.testing.assert_allclose(solution.q, solution.q[:1].repeat(solution.t.size, 0),
+                               rtol=0.0, atol=1e-15)
+
+
 def test_a_prestressed_net_at_rest_stays_there_at_the_cost_of_a_moving_one():
     """Three masses between two anchors on four springs stretched to twice their rest
     length, at rest: every force cancels. The run keeps them in place to round-off with

@@ -24,7 +24,7 @@ from mbs.backends.compiled import (
     _step_buffers,
     _unroll_defects,
 )
-from mbs.engine.defects import COEFFICIENT_TABLE, FIT_RIDGE
+from mbs.engine.defects import COEFFICIENT_TABLE, FIT_RIDGE, SMALLEST_FITTED_SCALE
 
 
 @_jit
@@ -61,7 +61,7 @@ def _fitted_correction(x, defects, defect_count, oldest, order, blocks, correcti
         scale /= order
         for c in range(low, high):
             correction[c] = 0.0
-        if not 0.0 < scale < np.inf:
+        if not SMALLEST_FITTED_SCALE < scale < np.inf:
             continue
         for i in range(order):
             gram[i, i] += FIT_RIDGE * scale

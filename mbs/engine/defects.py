@@ -38,6 +38,10 @@ _COEFFICIENTS = {points: COEFFICIENT_TABLE[points, :points].copy()
 #: keeps the coefficients bounded there at a negligible cost in accuracy.
 FIT_RIDGE = 1e-12
 
+#: Below this mean square the defects of a block are predicted as zero: the ridge would
+#: underflow (defects of ~1e-150 occur at exact equilibria) and leave the fit singular.
+SMALLEST_FITTED_SCALE = np.finfo(float).tiny / FIT_RIDGE
+
 
 def fitted_prediction(history: np.ndarray, order: int, blocks: np.ndarray) -> np.ndarray:
     """The next defect by linear prediction with fitted coefficients: for each block
@@ -50,7 +54,7 @@ def fitted_prediction(history: np.ndarray, order: int, blocks: np.ndarray) -> np
     first. Polynomial extrapolation is the special case of fixed (binomial) coefficients;
     fitted ones also follow motions made of a few frequencies (a spinning, precessing body),
     where a polynomial through defects one radian apart in phase predicts nothing. A block
-    whose defects are all zero is predicted as zero."""
+    whose defects are all zero, or so small that their fit underflows, is predicted as zero."""
     r = order
     targets = history[r:2 * r]
     lagged = np.stack([history[r - j:2 * r - j] for j in range(1, r + 1)])  # d_{t-j}
@@ -60,7 +64,7 @@ def fitted_prediction(history: np.ndarray, order: int, blocks: np.ndarray) -> np
         columns = lagged[:, :, low:high].reshape(r, -1)
         gram = columns @ columns.T
         scale = np.trace(gram) / r
-        if not 0.0 < scale < np.inf:
+        if not SMALLEST_FITTED_SCALE < scale < np.inf:
             continue
         gram[np.diag_indices(r)] += FIT_RIDGE * scale
         coefficients = np.linalg.solve(gram, columns @ targets[:, low:high].ravel())
