@@ -410,7 +410,7 @@ class _EffortTerm(AppliedTerm):
         super().__init__(name, local)
         self.law = law  # (t, s, rate, jacobian, bodies) -> (tau, dtau/ds, dtau/drate)
         self.data = data
-        #: (q, v) -> the BodyStates of the joint's bodies, when the law reads them
+        #: (qs, vs) -> per row, the BodyStates of the joint's bodies, when the law reads them
         self.bodies = bodies if getattr(law, "reads_bodies", False) else None
 
     @staticmethod
@@ -427,35 +427,38 @@ class _EffortTerm(AppliedTerm):
         s, row = self.batch_coordinate(self.data, q[None, :])
         return float(s[0]), row[0]
 
-    def _effort(self, t, q, v, coordinate=None) -> float:
-        """tau of a law that reads the body states, at (q, v) (``coordinate`` = (s, J) at q
-        when known)."""
-        s, row = self.coordinate(q) if coordinate is None else coordinate
-        return self.law(t, s, float(row @ v), False, self.bodies(q, v))[0]
+    def _body_law_efforts(self, t, qs, vs, rows=None) -> np.ndarray:
+        """tau of a law that reads the body states at each row of (qs, vs), (k,): the
+        geometry and the body states of all rows at once, then one law call per row
+        (``rows`` = (s, J) to use instead of those at qs)."""
+        s, jacobians = self.batch_coordinate(self.data, qs) if rows is None else rows
+        rates = np.einsum("ki,ki->k", jacobians, vs)
+        states = self.bodies(qs, vs)
+        return np.array([self.law(t, float(s[k]), float(rates[k]), False, states[k])[0]
+                         for k in range(qs.shape[0])], dtype=float)
 
     def _evaluate_body_law(self, t, q, v, jacobian):
         """Q = tau J for a user law of the body states, with its Jacobian by forward
         differences: dQ/dq of Q itself, dQ/dv = J (dtau/dv)^T of the scalar tau only (s and
         J do not depend on v, so each v difference is one law call)."""
-        coordinate = self.coordinate(q)
-        effort = self._effort(t, q, v, coordinate)
-        row = coordinate[1]
-        value = effort * row
+        coordinate = self.batch_coordinate(self.data, q[None, :])
+        effort = self._body_law_efforts(t, q[None, :], v[None, :], coordinate)
+        row = coordinate[1][0]
+        value = effort[0] * row
         if not jacobian:
             return value, None, None
 
         def generalized(qs, vs):
-            out = []
-            for a, b in zip(qs, vs):
-                shifted = self.coordinate(a)
-                out.append(self._effort(t, a, b, shifted) * shifted[1])
-            return np.array(out)
+            s, jacobians = self.batch_coordinate(self.data, qs)
+            return self._body_law_efforts(t, qs, vs, (s, jacobians))[:, None] * jacobians
 
         def efforts(qs, vs):  # differences in v: s and J as at q
-            return np.array([[self._effort(t, q, b, coordinate)] for b in vs])
+            count = qs.shape[0]
+            at_q = (coordinate[0].repeat(count), coordinate[1].repeat(count, axis=0))
+            return self._body_law_efforts(t, qs, vs, at_q)[:, None]
 
         by_q, _ = _forward_differences(generalized, q, v, value, which=(0,))
-        _, by_v = _forward_differences(efforts, q, v, np.array([effort]), which=(1,))
+        _, by_v = _forward_differences(efforts, q, v, effort, which=(1,))
         return value, by_q, row[:, None] * by_v
 
     def evaluate(self, t, q, v, jacobian):
@@ -730,9 +733,10 @@ def joint_effort_term(joint, context, law, name: str, coordinate: str) -> Applie
               (local.affine(context.point(body, body.reference_point())), directors(body))
               for body in (body_a, body_b)]
 
-    def bodies(q, v):
-        return tuple(None if state is None else
-                     _body_states(state[0], state[1], q[None], v[None])[0] for state in states)
+    def bodies(qs, vs):
+        per_body = [[None] * qs.shape[0] if state is None else
+                    _body_states(state[0], state[1], qs, vs) for state in states]
+        return list(zip(*per_body))
 
     if coordinate == "displacement":
         relative = local.affine(context.point(body_b, joint.point)
