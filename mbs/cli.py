@@ -24,6 +24,7 @@ import argparse
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from mbs.errors import MbsError, ModelError, SimulationInterrupted, SolverError
@@ -37,6 +38,9 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 CSV_SUFFIXES = (".csv", ".txt")
 SAVE_SUFFIXES = (".npz", ".h5", ".hdf5")
 VTK_SUFFIXES = (".pvd",)
+#: Warnings longer than this are cut (a list of a hundred removed constraint equations says
+#: no more than its first lines); the Python API gives the whole text.
+WARNING_LENGTH = 600
 
 #: Exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
@@ -184,9 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("target", metavar="NAME|script.py|model.json")
     run.add_argument("--solver", type=str.lower,
                      help="time integrator: a name of 'mbs solvers', or vrkmk or vcg (the "
-                     "Lie-group formulation) (default: the example's recommendation)")
-    run.add_argument("--h", type=_positive_float, help="step size [s]")
-    run.add_argument("--t-end", type=_positive_float, help="end time [s]")
+                     "Lie-group formulation) (default: the example's recommendation, else em)")
+    run.add_argument("--h", type=_positive_float,
+                     help="step size [s] (default: the example's recommendation, else 0.01)")
+    run.add_argument("--t-end", type=_positive_float,
+                     help="end time [s] (default: the example's recommendation, else 1)")
     run.add_argument("--order", type=int, choices=(2, 4, 6),
                      help=f"compose {', '.join(_composable_solvers())} to order 4 or 6 "
                      f"(default: the scheme itself, order 2)")
@@ -538,6 +544,20 @@ def _cmd_convergence(args) -> int:
     return 0
 
 
+def _warning_printer(command: str):
+    """A ``warnings.showwarning`` that prints "mbs <command>: warning: <message>" to stderr,
+    cut to :data:`WARNING_LENGTH` characters, without the source line of a Python warning."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        if len(text) > WARNING_LENGTH:
+            text = (f"{text[:WARNING_LENGTH].rstrip()} ... ({len(text) - WARNING_LENGTH} "
+                    f"more characters)")
+        print(f"mbs {command}: warning: {text}", file=sys.stderr)
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mbs`` console script; returns the exit code."""
     parser = build_parser()
@@ -551,7 +571,9 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"examples": lambda: _cmd_examples(), "solvers": lambda: _cmd_solvers(),
                 "run": lambda: _cmd_run(args), "convergence": lambda: _cmd_convergence(args)}
     try:
-        return handlers[args.command]()
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_printer(args.command)
+            return handlers[args.command]()
     except (UsageError, ModelError, FileNotFoundError) as exc:
         print(f"mbs {args.command}: error: {exc}", file=sys.stderr)
         return 2

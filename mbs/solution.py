@@ -280,6 +280,7 @@ class Solution:
 
     # -- conserved quantities -------------------------------------------------------------
     def kinetic_energy(self) -> np.ndarray:
+        """T = 1/2 p^T M^-1 p at each node, (n_t,)."""
         return self.model.kinetic_energy(self.p)
 
     def potential_energy(self, element: str | None = None) -> np.ndarray:

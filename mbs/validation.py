@@ -71,6 +71,16 @@ def as_scalar(value, what: str, owner: str, *, positive: bool = False,
     return number
 
 
+def optional_damping(value, owner: str) -> float | None:
+    """The damping coefficient of an element that damps optionally (a spring, a torsion
+    spring, a joint): None for None or 0 (undamped, so that a sweep over damping values may
+    start at 0), else a positive finite float."""
+    if value is None:
+        return None
+    number = as_scalar(value, "damping", owner, non_negative=True)
+    return None if number == 0.0 else as_scalar(number, "damping", owner, positive=True)
+
+
 def check_name(name, kind: str) -> str:
     """Return ``name`` if it is a non-empty string."""
     if not isinstance(name, str) or not name:

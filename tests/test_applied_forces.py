@@ -530,3 +530,27 @@ def test_the_effort_and_work_of_each_element_along_a_run():
     with pytest.raises(mbs.UnknownNameError, match="no load, damper or actuator 'brake'; "
                                                    "this model's: friction, motor"):
         solution.force("brake")
+
+
+@pytest.mark.parametrize("damping", [None, 0.0, 0])
+def test_zero_damping_of_springs_and_joints_is_no_damping(damping):
+    """A sweep over damping values may start at 0: Spring, TorsionSpring and a revolute
+    joint given damping 0 move exactly as without it (energy conserved by EM to round-off);
+    a negative damping is an error naming the element."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    link = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=1.0, ly=0.1, lz=0.1,
+                                               name="link"))
+    link.set_state(position=(0.5, 0.0, 0.0))
+    hinge = system.add(mbs.joints.Revolute(system.ground, link, point=(0.0, 0.0, 0.0),
+                                           axis=(0.0, 1.0, 0.0), damping=damping,
+                                           name="hinge"))
+    system.add(mbs.forces.TorsionSpring(hinge, stiffness=2.0, damping=damping, name="coil"))
+    bob = system.add(mbs.PointMass(0.5, name="bob"))
+    bob.set_state(position=(1.0, 0.0, -1.0))
+    system.add(mbs.forces.Spring(link, bob, stiffness=30.0, rest_length=0.8,
+                                 point_a=(1.0, 0.0, 0.0), damping=damping, name="cord"))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.5)
+    energy = solution.energy()
+    assert np.abs(energy - energy[0]).max() <= 1e-12 * np.abs(energy).max()
+    with pytest.raises(mbs.ModelError, match="Spring 'bad'.*damping"):
+        mbs.forces.Spring(link, bob, stiffness=1.0, damping=-1.0, name="bad")

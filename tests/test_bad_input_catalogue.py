@@ -322,7 +322,7 @@ MODELS = [
         E, r"Revolute 'hinge': axis must have 3 components"),
     Bad("revolute-negative-damping", lambda d: Revolute(
         mbs.System().ground, rigid(), point=(0, 0, 0), axis=(0, 0, 1), damping=-1.0,
-        name="hinge"), E, r"Revolute 'hinge': damping must be positive"),
+        name="hinge"), E, r"Revolute 'hinge': damping must not be negative"),
     Bad("joint-from-ground-to-ground", lambda d: (lambda s: Spherical(
         s.ground, s.ground, point=(0, 0, 0), name="ball"))(mbs.System()),
         E, r"Spherical 'ball' connects body 'ground' to itself; give two different bodies"),
@@ -368,7 +368,7 @@ MODELS = [
         E, r"Spring 'coil': stiffness must be finite"),
     Bad("spring-negative-damping", lambda d: Spring(
         mbs.System().ground, bead(), stiffness=5.0, damping=-1.0, name="coil"),
-        E, r"Spring 'coil': damping must be positive"),
+        E, r"Spring 'coil': damping must not be negative"),
     Bad("spring-off-a-point-mass", lambda d: (lambda s: (s.add(Spring(
         s.ground, s["bob"], stiffness=5.0, point_b=(1.0, 0.2, 0.0), name="coil")),
         s.compile()))(pendulum_system()),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mbs
-from mbs.cli import main
+from mbs.cli import WARNING_LENGTH, main
 from mbs.gallery import EXAMPLES
 
 
@@ -77,6 +77,31 @@ def test_run_a_user_script(tmp_path, capsys):
     assert main(["run", str(script), "--progress", "off"]) == 0
     out = capsys.readouterr().out
     assert "A falling particle." in out and "fell to z = -0.0" in out and "steps = 2" in out
+
+
+def test_warnings_print_in_the_cli_style_and_long_ones_are_cut(tmp_path, capsys):
+    """A model with twenty copies of one rod: compiling it warns, listing the 19 redundant
+    equations removed. The command line prints that as its own one-line warning, cut to
+    WARNING_LENGTH characters, without Python's source-line echo."""
+    script = tmp_path / "rods.py"
+    script.write_text(
+        "import mbs\n"
+        "RECOMMENDED = dict(solver='em', h=0.01, t_end=0.02)\n"
+        "def build():\n"
+        "    system = mbs.System(gravity=(0, 0, -9.81))\n"
+        "    bob = system.add(mbs.PointMass(1.0, name='bob'))\n"
+        "    bob.set_state(position=(1.0, 0.0, 0.0))\n"
+        "    for k in range(20):\n"
+        "        system.add(mbs.joints.Distance(system.ground, bob, length=1.0,\n"
+        "                                       name=f'rod_with_a_long_name_{k}'))\n"
+        "    return system\n")
+    assert main(["run", str(script), "--progress", "off", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    warning_lines = [line for line in err.splitlines() if "warning:" in line]
+    assert len(warning_lines) == 1 and warning_lines[0].startswith("mbs run: warning: ")
+    assert "redundant" in warning_lines[0] and "more characters)" in warning_lines[0]
+    assert len(warning_lines[0]) < WARNING_LENGTH + 100
+    assert "UserWarning" not in err and "return system.compile()" not in err
 
 
 def test_bad_names_and_values(capsys, tmp_path):

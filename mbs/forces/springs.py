@@ -18,7 +18,7 @@ from mbs.forces.base import (
     squared_distance,
 )
 from mbs.joints.base import perpendicular_pair
-from mbs.validation import as_scalar, as_vector
+from mbs.validation import as_scalar, as_vector, optional_damping
 
 
 class HookeanSpringTerm(InvariantTerm):
@@ -184,7 +184,8 @@ class TorsionSpring(JointElement):
         theta0 in radians relative to the initial pose (default 0: relaxed at the initial
         pose); |theta0| <= pi.
     damping : float, optional
-        c > 0 adds the viscous torque -c theta' (a :class:`~mbs.forces.JointDamper`).
+        c > 0 adds the viscous torque -c theta' (a :class:`~mbs.forces.JointDamper`); 0 or
+        None: undamped.
     name : str, optional
         Unique in the system; by default ``force<k>`` with the first k not taken.
     """
@@ -200,8 +201,7 @@ class TorsionSpring(JointElement):
         if abs(self.rest_angle) > np.pi:
             raise ModelError(f"{owner}: rest_angle {self.rest_angle:g} rad is more than half "
                              f"a turn from the initial pose; give it in [-pi, pi]")
-        self.damping = (None if damping is None else
-                        as_scalar(damping, "damping", owner, positive=True))
+        self.damping = optional_damping(damping, owner)
 
     def terms(self, context):
         body_a, body_b = self.joint.body_a, self.joint.body_b
@@ -263,7 +263,7 @@ class Spring(_TwoPointForce):
         Attachment points (world, initial pose); default to the bodies' reference points.
     damping : float, optional
         c > 0 makes it a spring-damper: a viscous force -c l' along the spring's line
-        (see :class:`mbs.forces.Damper`).
+        (see :class:`mbs.forces.Damper`); 0 or None: undamped.
     name : str, optional
         Unique in the system; by default ``force<k>`` with the first k not taken.
     """
@@ -276,8 +276,7 @@ class Spring(_TwoPointForce):
         self.stiffness = as_scalar(stiffness, "stiffness", owner, positive=True)
         self.rest_length = (None if rest_length is None else
                             as_scalar(rest_length, "rest_length", owner, non_negative=True))
-        self.damping = (None if damping is None else
-                        as_scalar(damping, "damping", owner, positive=True))
+        self.damping = optional_damping(damping, owner)
         if self.rest_length not in (None, 0.0) and self.initial_length() == 0.0:
             raise ModelError(f"{owner}: its two points coincide at the initial pose, where a "
                              f"spring of rest length {self.rest_length:g} has no direction to "

@@ -14,7 +14,7 @@ from mbs.errors import ModelError
 from mbs.joints.base import COMMON_POINT, PARALLEL_AXES, BuildContext, Joint, perpendicular_pair
 from mbs.joints.point_joints import add_coincidence_rows
 from mbs.quadratic import QuadraticTableBuilder
-from mbs.validation import UNIT_ROUNDOFF, as_nonzero_vector, as_scalar, as_vector
+from mbs.validation import UNIT_ROUNDOFF, as_nonzero_vector, as_vector, optional_damping
 
 #: Largest |cos| between the two axes of a universal joint accepted as perpendicular.
 PERPENDICULAR_TOLERANCE = 1e-8
@@ -27,9 +27,7 @@ ON_AXIS = ("point on the axis, 1", "point on the axis, 2")
 def _damping(value, joint) -> float | None:
     """The viscous damping coefficient of a joint (None: undamped); see
     :class:`mbs.forces.JointDamper`."""
-    if value is None:
-        return None
-    return as_scalar(value, "damping", f"{type(joint).__name__} {joint.name!r}", positive=True)
+    return optional_damping(value, f"{type(joint).__name__} {joint.name!r}")
 
 
 class _AxisJoint(Joint):
@@ -96,7 +94,7 @@ class Revolute(_AxisJoint):
         Hinge direction, world coordinates at the initial pose.
     damping : float, optional
         Viscous damping c of the relative rotation: torque -c angle' about the axis
-        (:class:`mbs.forces.JointDamper`).
+        (:class:`mbs.forces.JointDamper`); 0 or None: undamped.
     name : str, optional
         Unique in the system; by default ``joint<k>`` with the first k not taken.
     """
