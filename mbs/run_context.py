@@ -24,8 +24,9 @@ def single_threaded_blas() -> contextlib.AbstractContextManager:
     return _CONTROLLER.limit(limits=1, user_api="blas")
 
 
-def progress_bar(total: int, label: str, progress: bool | None, initial: int = 0):
-    """A tqdm bar over ``total`` steps, or None.
+def progress_bar(total: int, label: str, progress: bool | None, initial: int = 0,
+                 unit: str = "step"):
+    """A tqdm bar over ``total`` steps (or other ``unit``s), or None.
 
     ``progress``: True always shows it, False never; None (automatic) shows it on an
     interactive terminal once the run has taken :data:`PROGRESS_DELAY_SECONDS`, so that
@@ -38,6 +39,6 @@ def progress_bar(total: int, label: str, progress: bool | None, initial: int = 0
     except ImportError:  # pragma: no cover - tqdm is a dependency
         return None
     automatic = progress is None
-    return tqdm(total=total, initial=initial, desc=f"mbs {label}", unit="step", leave=False,
+    return tqdm(total=total, initial=initial, desc=f"mbs {label}", unit=unit, leave=False,
                 delay=PROGRESS_DELAY_SECONDS if automatic else 0.0,
                 disable=None if automatic else False)

@@ -67,6 +67,16 @@ def test_snapshot_is_not_blank_and_the_top_moves(tmp_path, top_solution):
     assert changed.mean() > 0.002  # the top has moved between t = 0 and t = 0.15
 
 
+def test_progress_bars_show_on_request_only_outside_a_terminal(tmp_path, top_solution, capsys):
+    """Like simulate, animate shows its bar on an interactive terminal by default, so that
+    logs and captured output stay clean; progress=True shows it anywhere."""
+    viz.animate(top_solution, tmp_path / "quiet.gif", frames=3, resolution=(48, 36))
+    assert "frame" not in capsys.readouterr().err
+    viz.animate(top_solution, tmp_path / "shown.gif", frames=3, resolution=(48, 36),
+                progress=True)
+    assert "render shown.gif" in capsys.readouterr().err
+
+
 def test_gif_has_the_requested_frames(tmp_path, top_solution):
     report = viz.animate(top_solution, tmp_path / "top.gif", frames=4, fps=10,
                          resolution=(96, 72), progress=False)

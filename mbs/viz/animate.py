@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from mbs.errors import ModelError
+from mbs.run_context import progress_bar
 from mbs.viz.backend import is_headless
 from mbs.viz.camera import CameraRig
 from mbs.viz.frames import nearest_nodes, select_frames
@@ -76,7 +77,8 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
             frames: int | None = None, t_range: tuple[float, float] | None = None,
             resolution=(640, 480), camera: str | None = None, follow: str | None = None,
             view="iso", zoom: float = 1.0, center=None, quality: int = 7,
-            progress: bool = True, off_screen: bool | None = None, **options) -> RenderReport:
+            progress: bool | None = None, off_screen: bool | None = None,
+            **options) -> RenderReport:
     """Write an animation of ``solution`` to ``path`` (.mp4, .mov, .mkv, .avi, .webm, .gif).
 
     Parameters
@@ -105,8 +107,9 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
         all bodies stay in view.
     quality : int
         FFmpeg quality 0-10 (MP4 only).
-    progress : bool
-        Progress bar (tqdm) while rendering.
+    progress : bool or None
+        Progress bar (tqdm) while rendering: True always, False never, None (default) on an
+        interactive terminal once rendering has taken a moment (as :func:`mbs.simulate`).
     off_screen : bool, optional
         Default: off-screen on headless machines (and always for files it makes no
         difference what is on screen).
@@ -126,7 +129,7 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
     writer = open_writer(path, fps, quality)
     scene = _scene(solution, indices, resolution, camera, follow, view, zoom, center,
                    True if off_screen is None else off_screen, options)
-    bar = _bar(indices.size, Path(path).name) if progress else None
+    bar = progress_bar(indices.size, f"render {Path(path).name}", progress, unit="frame")
     try:
         loop_start = time.perf_counter()
         for k in range(indices.size):
@@ -315,11 +318,3 @@ def _module_missing(name: str) -> bool:
         return importlib.util.find_spec(name) is None
     except (ImportError, ValueError):
         return True
-
-
-def _bar(total: int, label: str):
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency of mbs
-        return None
-    return tqdm(total=total, desc=f"render {label}", unit="frame", leave=False)
