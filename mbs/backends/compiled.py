@@ -43,6 +43,7 @@ import scipy.sparse as sp
 from mbs.engine.defects import COEFFICIENT_TABLE
 from mbs.engine.guess import FAR_ROOT_FLOOR, FAR_ROOT_ITERATIONS
 from mbs.engine.newton import estimated_error as _estimated_error_python
+from mbs.engine.newton import stale_cannot_finish as _stale_cannot_finish_python
 from mbs.engine.newton import stale_iterate_exact as _stale_iterate_exact_python
 
 try:  # optional dependency: pip install "mbs[fast]"
@@ -73,6 +74,7 @@ _compile_seconds: float | None = None
 #: :func:`mbs.engine.newton.estimated_error`, compiled for the kernels
 _estimated_error = _jit(_estimated_error_python)
 _stale_iterate_exact = _jit(_stale_iterate_exact_python)
+_stale_cannot_finish = _jit(_stale_cannot_finish_python)
 
 
 #: The arrays of a scheme's tensor form that :func:`_newton_step` reads (see
@@ -504,8 +506,11 @@ def _newton_step(data, x, equations, segments, limits, condensation, constraint_
             return CONVERGED, iteration, norm, increment, factorizations
         # a Jacobian that contracts too slowly, or (exact Newton) an iterate still far from
         # the solution, is renewed; below the tolerance it only takes the iterate to round-off
+        stale = simplified and not fresh
         fresh = increment > tolerance and (increment > contraction * previous
                                            or (not simplified and increment > refactor_above))
+        if stale and not fresh:
+            fresh = _stale_cannot_finish(increment, previous, max_iterations - iteration)
         previous = increment
         if pausing and iteration < max_iterations:
             state[0], state[1], state[2] = iteration, previous, 1.0 if fresh else 0.0

@@ -18,7 +18,8 @@ iterations and steps and rebuilt only when the contraction of the increments is 
 ``contraction`` (or the iteration diverges), so most iterations cost one residual and one
 back-substitution. Convergence is then linear, so with a stale Jacobian the stagnation rule is
 not used, and an increment below the tolerance is accepted only once the iterate's estimated
-error is at round-off (:func:`stale_iterate_exact`).
+error is at round-off (:func:`stale_iterate_exact`); a contraction too slow to get there within
+the iterations left (:func:`stale_cannot_finish`) also rebuilds the Jacobian.
 
 Large sparse Newton matrices with an identity block (the p-block of the EM and GGL steps) are
 condensed to the Schur complement S on that block (:class:`Factorization`). With numba
@@ -113,7 +114,9 @@ class NewtonOptions:
         dominates (:data:`SIMPLIFIED_NEWTON_ABOVE`). Its iterates converge linearly, so
         once an increment passes ``tolerance`` the iteration goes on until the estimated
         error is at round-off (:func:`stale_iterate_exact`): the energy-momentum scheme then
-        conserves energy to round-off on large models too. A step whose simplified iteration
+        conserves energy to round-off on large models too. A contraction too slow to get
+        there within ``max_iterations`` rebuilds the Jacobian at once
+        (:func:`stale_cannot_finish`). A step whose simplified iteration
         does not converge is solved again from its guess with exact Newton before it counts
         as failed (``Solver._solve_system``). A run resumed from a stream
         then reproduces the streamed run (the Jacobian is rebuilt at every flush), not a run
@@ -699,6 +702,20 @@ def stale_iterate_exact(increment: float, previous: float) -> bool:
             or increment * increment <= ROUNDOFF_ERROR * (previous - increment))
 
 
+def stale_cannot_finish(increment: float, previous: float, iterations_left: int) -> bool:
+    """Whether simplified Newton, contracting by theta = increment / previous per iteration,
+    would still not have an iterate exact to round-off (:func:`stale_iterate_exact`) after
+    ``iterations_left`` more: increment theta^(k + 1) / (1 - theta) > ROUNDOFF_ERROR for
+    k = ``iterations_left`` (the test of Hairer, Wanner, Solving Ordinary Differential
+    Equations II (1996), IV.8, eq. (8.11), with round-off as the target). Rebuilding the
+    Jacobian then costs less than running out of iterations and solving the step again.
+    Compiled unchanged into the numba kernel."""
+    if not previous < math.inf or not increment < previous:
+        return False
+    theta = increment / previous
+    return increment * theta ** (iterations_left + 1) > ROUNDOFF_ERROR * (1.0 - theta)
+
+
 def converged(increment: float, previous: float, fresh: bool, options: NewtonOptions,
               at_roundoff: Callable[[], bool], stale: bool = False) -> bool:
     """The stopping rule of every Newton loop of the implicit schemes.
@@ -895,6 +912,9 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
             # a stale Jacobian that contracts too slowly, or exact Newton still far from the
             # solution; close to it the last factorisation is good enough (refactor_above),
             # and below the tolerance it only takes the iterate to round-off
+            factorization = None
+        elif simplified and not fresh and stale_cannot_finish(
+                increment, previous, options.max_iterations - iteration):
             factorization = None
         previous = increment
     state.factorization = None
