@@ -27,8 +27,6 @@ from mbs.forces.base import Force, JointElement
 from mbs.forces.kinematics import (
     LocalCoordinates,
     cross,
-    rotation_generator,
-    skew,
 )
 from mbs.joints.base import perpendicular_pair
 from mbs.validation import as_scalar, as_vector
@@ -365,13 +363,13 @@ class _LoadTerm(AppliedTerm):
         if torque is not None:
             directors = q[index]
             world = directors.T @ torque if self.body_frame else torque
-            c = np.linalg.solve(rotation_generator(directors), world)
-            for i in range(3):  # c x d_i at fixed c; dc/dq vanishes along rotations
-                d_q[np.ix_(index[i], index[i])] += skew(c)
-                if self.body_frame:
-                    for k in range(3):
-                        d_q[np.ix_(index[i], index[k])] -= 0.5 * torque[k] * skew(
-                            directors[i])
+            by_directors, by_torque = _batch_torque_coordinate_derivatives(
+                directors[None], world[None])
+            block = by_directors[0].reshape(9, 9)
+            if self.body_frame:  # w = sum_k tau_k d_k: dw/dd_k = tau_k I
+                block += np.einsum("iab,k->iakb", by_torque[0], torque).reshape(9, 9)
+            flat = index.ravel()
+            d_q[np.ix_(flat, flat)] += block
         return value, d_q, None
 
 
@@ -417,6 +415,12 @@ class _EffortTerm(AppliedTerm):
     def batch_coordinate(data: dict, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(s, J) of the terms at local coordinates q (k, size): shapes (k,), (k, size)."""
         raise NotImplementedError
+
+    @staticmethod
+    def batch_coordinate_gradient(data: dict, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """ds/dq of the terms at local q (k, size), given their rows J (k, size): J itself
+        (default) where s is a distance, whose gradient J is."""
+        return rows
 
     @staticmethod
     def batch_curvature(data: dict, q, v, effort, rate_slope) -> np.ndarray | None:
@@ -511,8 +515,9 @@ class EffortGroup:
         value = effort[:, None] * rows
         if not jacobian:
             return value, None, None
+        gradient = self.kind.batch_coordinate_gradient(self.data, q, rows)
+        d_q = slope[:, None, None] * rows[:, :, None] * gradient[:, None, :]
         outer = rows[:, :, None] * rows[:, None, :]
-        d_q = slope[:, None, None] * outer
         extra = self.kind.batch_curvature(self.data, q, v, effort, rate_slope)
         if extra is not None:
             d_q = d_q + extra
@@ -629,6 +634,32 @@ def _batch_torque_coordinates(directors: np.ndarray, torque: np.ndarray) -> np.n
     return cross(c[:, None, :], directors)
 
 
+def _batch_torque_coordinate_derivatives(directors: np.ndarray, torque: np.ndarray
+                                         ) -> tuple[np.ndarray, np.ndarray]:
+    """Derivatives of the rows Q_i = c x d_i of :func:`_batch_torque_coordinates`, c =
+    K(D)^-1 w, for directors (k, 3, 3) as rows and world torques w (k, 3), at any (also not
+    orthonormal) directors: (dQ_i[a]/dd_j[b] as (k, i, a, j, b), dQ_i[a]/dw[b] as (k, i, a,
+    b)). With dK c = (2 c d_j^T - (d_j . c) I - d_j c^T) dd_j,
+
+        dc = K^-1 (dw - sum_j (2 c d_j^T - (d_j . c) I - d_j c^T) dd_j),
+        dQ_i = -[d_i]x dc + [c]x dd_i.
+    """
+    inverse = np.linalg.inv(_batch_generator(directors))
+    c = np.einsum("kab,kb->ka", inverse, torque)
+    identity = np.eye(3)[None]
+    d_kc = np.stack([2.0 * c[:, :, None] * directors[:, j, None, :]
+                     - np.einsum("ka,ka->k", directors[:, j], c)[:, None, None] * identity
+                     - directors[:, j, :, None] * c[:, None, :] for j in range(3)], axis=2)
+    c_by_directors = -np.einsum("kab,kbjc->kajc", inverse, d_kc)  # (k, a, j, b)
+    cross_d = np.stack([_batch_skew(directors[:, i]) for i in range(3)], axis=1)  # [d_i]x
+    by_directors = -np.einsum("kiab,kbjc->kiajc", cross_d, c_by_directors)
+    cross_c = _batch_skew(c)
+    for i in range(3):
+        by_directors[:, i, :, i, :] += cross_c
+    by_torque = -np.einsum("kiab,kbc->kiac", cross_d, inverse)
+    return by_directors, by_torque
+
+
 class _AngleTerm(_EffortTerm):
     """s = the rotation of body b relative to body a about the joint axis (0 at the initial
     pose, in (-pi, pi]); J = (R_b - R_a)^T axis with R the torque maps of the bodies."""
@@ -656,29 +687,39 @@ class _AngleTerm(_EffortTerm):
         return angle, rows
 
     @staticmethod
+    def batch_coordinate_gradient(data, q, rows):
+        """ds/dq of s = atan2(y, x), y = f1 . e2, x = f1 . e1 (all affine in q): along
+        rotations it is J, off the orthonormal directors it is not."""
+        e1, e2, f1 = (_apply(data[key], q) for key in ("first", "second", "reference"))
+        maps = {key: data[key][0] for key in ("first", "second", "reference")}
+        y, x = np.einsum("ki,ki->k", f1, e2), np.einsum("ki,ki->k", f1, e1)
+        grad_y = (np.einsum("kai,ka->ki", maps["reference"], e2)
+                  + np.einsum("kai,ka->ki", maps["second"], f1))
+        grad_x = (np.einsum("kai,ka->ki", maps["reference"], e1)
+                  + np.einsum("kai,ka->ki", maps["first"], f1))
+        return (x[:, None] * grad_y - y[:, None] * grad_x) / (x * x + y * y)[:, None]
+
+    @staticmethod
     def batch_curvature(data, q, v, effort, rate_slope):
-        """tau dJ/dq + tau_s' J (dJ/dq v)^T with J's rows c x d_i (c = K^-1 axis): dJ/dq
-        at fixed c ([c]x on each director) and through c ~ axis/2 (K = 2 I on orthonormal
-        directors) -- the terms that matter when a body turns much in a step."""
+        """tau dJ/dq + tau_s' J (dJ/dq v)^T with J's rows c x d_i, c = K^-1 axis(q), the
+        derivative exact at any directors (:func:`_batch_torque_coordinate_derivatives`)."""
         count, size = q.shape
         axis = _apply(data["axis"], q)
         axis_map = data["axis"][0]
         d_row = np.zeros((count, size, size))
-        batch = np.arange(count)[:, None]
+        batch = np.arange(count)[:, None, None, None, None]
         for key, sign in (("directors_b", 1.0), ("directors_a", -1.0)):
             directors = data[key]
             if directors is None:
                 continue
-            frame = q[batch[:, :, None], directors]
-            gram = np.einsum("kia,kib->kab", frame, frame)
-            generator = np.einsum("kaa->k", gram)[:, None, None] * np.eye(3)[None] - gram
-            c = np.linalg.solve(generator, axis[:, :, None])[:, :, 0]
-            for i in range(3):
-                rows = directors[:, i, :]
-                d_row[batch[:, :, None], rows[:, :, None], rows[:, None, :]] += (
-                    sign * _batch_skew(c))
-                d_row[batch, rows, :] -= sign * 0.5 * np.einsum(
-                    "kab,kbc->kac", _batch_skew(frame[:, i]), axis_map)
+            frame = q[np.arange(count)[:, None, None], directors]
+            by_directors, by_axis = _batch_torque_coordinate_derivatives(frame, axis)
+            rows = directors[:, :, :, None, None]  # index of Q_i[a]
+            columns = directors[:, None, None, :, :]  # index of d_j[b]
+            np.add.at(d_row, (batch, rows, columns), sign * by_directors)
+            flat_rows = directors.reshape(count, 9)
+            d_row[np.arange(count)[:, None], flat_rows, :] += sign * np.einsum(
+                "kiab,kbc->kiac", by_axis, axis_map).reshape(count, 9, size)
         row = _AngleTerm.batch_coordinate(data, q)[1]
         rate_gradient = np.einsum("kr,krc->kc", v, d_row)
         return (effort[:, None, None] * d_row
@@ -706,6 +747,11 @@ class _SlideTerm(_EffortTerm):
         axis, r = _apply(data["axis"], q), _apply(data["relative"], q)
         return (np.einsum("ki,ki->k", axis, r),
                 np.einsum("kij,ki->kj", data["relative"][0], axis))
+
+    @staticmethod
+    def batch_coordinate_gradient(data, q, rows):
+        """ds/dq = R^T axis + A^T r of s = axis(q) . r(q): J plus the turning of the axis."""
+        return rows + np.einsum("kai,ka->ki", data["axis"][0], _apply(data["relative"], q))
 
     @staticmethod
     def batch_curvature(data, q, v, effort, rate_slope):
