@@ -310,6 +310,9 @@ MODELS = [
     Bad("shape-negative-radius", lambda d: mbs.RigidBody.from_shape(
         "sphere", mass=1.0, radius=-1.0, name="ball"), E, r"RigidBody 'ball': radius must be "
                                                           r"positive"),
+    Bad("shape-unnamed-negative-length", lambda d: mbs.RigidBody.from_shape(
+        "box", mass=1.0, lx=-1.0, ly=1.0, lz=1.0),
+        E, r"RigidBody.from_shape\('box'\): lx must be positive"),
     Bad("shape-missing-dimension", lambda d: mbs.RigidBody.from_shape(
         "box", mass=1.0, lx=1.0, ly=1.0, name="crate"),
         E, r"RigidBody 'crate': shape 'box' takes dimensions \('lx', 'ly', 'lz'\); missing "

@@ -66,8 +66,9 @@ class RigidBody(Body):
         """
         from mbs.bodies.shapes import shape_inertia
 
+        owner = f"RigidBody {name!r}" if name is not None else f"RigidBody.from_shape({shape!r})"
         body_mass, inertia, record = shape_inertia(shape, mass=mass, density=density,
-                                                   owner=f"RigidBody {name!r}", **dimensions)
+                                                   owner=owner, **dimensions)
         return cls(body_mass, inertia, name=name, shape=record)
 
     def set_state(self, position=None, rotation=None, velocity=None,
