@@ -423,7 +423,7 @@ class _EffortTerm(AppliedTerm):
         return rows
 
     @staticmethod
-    def batch_curvature(data: dict, q, v, effort, rate_slope) -> np.ndarray | None:
+    def batch_curvature(data: dict, q, v, effort, rate_slope, rows) -> np.ndarray | None:
         return None
 
     def coordinate(self, q: np.ndarray) -> tuple[float, np.ndarray]:
@@ -518,7 +518,7 @@ class EffortGroup:
         gradient = self.kind.batch_coordinate_gradient(self.data, q, rows)
         d_q = slope[:, None, None] * rows[:, :, None] * gradient[:, None, :]
         outer = rows[:, :, None] * rows[:, None, :]
-        extra = self.kind.batch_curvature(self.data, q, v, effort, rate_slope)
+        extra = self.kind.batch_curvature(self.data, q, v, effort, rate_slope, rows)
         if extra is not None:
             d_q = d_q + extra
         return value, d_q, rate_slope[:, None, None] * outer
@@ -583,7 +583,7 @@ class _DistanceTerm(_EffortTerm):
         return length, np.einsum("kij,ki->kj", data["relative"][0], r / length[:, None])
 
     @staticmethod
-    def batch_curvature(data, q, v, effort, rate_slope):
+    def batch_curvature(data, q, v, effort, rate_slope, rows):
         matrix = data["relative"][0]
         r = _apply(data["relative"], q)
         length = np.linalg.norm(r, axis=1)
@@ -592,9 +592,8 @@ class _DistanceTerm(_EffortTerm):
         d_row = np.einsum("kai,kab,kbj->kij", matrix, projector, matrix)  # dJ/dq
         relative_rate = np.einsum("kij,kj->ki", matrix, v)
         d_rate = np.einsum("ka,kab,kbj->kj", relative_rate, projector, matrix)  # d(J.v)/dq
-        row = np.einsum("kij,ki->kj", matrix, e)
         return (effort[:, None, None] * d_row
-                + rate_slope[:, None, None] * row[:, :, None] * d_rate[:, None, :])
+                + rate_slope[:, None, None] * rows[:, :, None] * d_rate[:, None, :])
 
 
 def two_point_damper(name: str, context, body_a: Body, body_b: Body, point_a, point_b,
@@ -700,7 +699,7 @@ class _AngleTerm(_EffortTerm):
         return (x[:, None] * grad_y - y[:, None] * grad_x) / (x * x + y * y)[:, None]
 
     @staticmethod
-    def batch_curvature(data, q, v, effort, rate_slope):
+    def batch_curvature(data, q, v, effort, rate_slope, rows):
         """tau dJ/dq + tau_s' J (dJ/dq v)^T with J's rows c x d_i, c = K^-1 axis(q), the
         derivative exact at any directors (:func:`_batch_torque_coordinate_derivatives`)."""
         count, size = q.shape
@@ -714,16 +713,15 @@ class _AngleTerm(_EffortTerm):
                 continue
             frame = q[np.arange(count)[:, None, None], directors]
             by_directors, by_axis = _batch_torque_coordinate_derivatives(frame, axis)
-            rows = directors[:, :, :, None, None]  # index of Q_i[a]
-            columns = directors[:, None, None, :, :]  # index of d_j[b]
-            np.add.at(d_row, (batch, rows, columns), sign * by_directors)
+            # distinct (row, column) pairs for each term: no repeated index in the sum
+            d_row[batch, directors[:, :, :, None, None], directors[:, None, None, :, :]] += (
+                sign * by_directors)
             flat_rows = directors.reshape(count, 9)
             d_row[np.arange(count)[:, None], flat_rows, :] += sign * np.einsum(
                 "kiab,kbc->kiac", by_axis, axis_map).reshape(count, 9, size)
-        row = _AngleTerm.batch_coordinate(data, q)[1]
         rate_gradient = np.einsum("kr,krc->kc", v, d_row)
         return (effort[:, None, None] * d_row
-                + rate_slope[:, None, None] * row[:, :, None] * rate_gradient[:, None, :])
+                + rate_slope[:, None, None] * rows[:, :, None] * rate_gradient[:, None, :])
 
 
 def _batch_skew(vectors: np.ndarray) -> np.ndarray:
@@ -754,15 +752,14 @@ class _SlideTerm(_EffortTerm):
         return rows + np.einsum("kai,ka->ki", data["axis"][0], _apply(data["relative"], q))
 
     @staticmethod
-    def batch_curvature(data, q, v, effort, rate_slope):
+    def batch_curvature(data, q, v, effort, rate_slope, rows):
         """tau dJ/dq + tau_s' J (dJ/dq v)^T with J = R^T axis(q): the turning of body a's
         axis."""
         relative, axis_map = data["relative"][0], data["axis"][0]
         d_row = np.einsum("kai,kaj->kij", relative, axis_map)
-        row = np.einsum("kij,ki->kj", relative, _apply(data["axis"], q))
         rate_gradient = np.einsum("kr,krc->kc", v, d_row)
         return (effort[:, None, None] * d_row
-                + rate_slope[:, None, None] * row[:, :, None] * rate_gradient[:, None, :])
+                + rate_slope[:, None, None] * rows[:, :, None] * rate_gradient[:, None, :])
 
 
 def joint_effort_term(joint, context, law, name: str, coordinate: str) -> AppliedTerm:
