@@ -24,10 +24,7 @@ import scipy.sparse as sp
 from mbs.bodies.base import Body
 from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
 from mbs.forces.base import Force, JointElement
-from mbs.forces.kinematics import (
-    LocalCoordinates,
-    cross,
-)
+from mbs.forces.kinematics import LocalCoordinates, cross
 from mbs.joints.base import perpendicular_pair
 from mbs.validation import as_scalar, as_vector
 
@@ -400,8 +397,10 @@ class _EffortTerm(AppliedTerm):
     The geometry is written for a batch of terms of one class (arrays with a leading axis
     over the terms, see :class:`EffortGroup`): subclasses keep their constant arrays in
     ``data`` (leading axis of length 1 for one term) and give s and J
-    (:meth:`batch_coordinate`) and the derivative of J (:meth:`batch_curvature`), which
-    Newton's matrix adds to tau_s J J^T (dq) and tau_s' J J^T (dv).
+    (:meth:`batch_coordinate`), the gradient of s (:meth:`batch_coordinate_gradient`) and
+    the derivative of J (:meth:`batch_curvature`): dQ/dq = tau_s J (ds/dq)^T + tau_s' J
+    (d(J.v)/dq)^T + tau dJ/dq and dQ/dv = tau_s' J J^T, exact also off the constraints,
+    where Newton's iterates are.
     """
 
     def __init__(self, name, local, law, data: dict, bodies=None):
