@@ -261,6 +261,22 @@ def test_damper_and_load_derivatives_match_finite_differences():
                                                        v), atol=1e-7)
 
 
+def assert_effort_derivatives_exact_off_the_constraints(model: mbs.Model, seed: int) -> None:
+    """dQ/dq and dQ/dv at a state 2 % off the initial one (off the constraints and the
+    orthonormal directors) against central differences of step 1e-6, which are exact to
+    about 1e-12 |Q''| / |Q|; the bound leaves a factor of 100 on that."""
+    rng = np.random.default_rng(seed)
+    q = model.q0 + 0.02 * rng.standard_normal(model.n)
+    v = rng.standard_normal(model.n)
+    _, by_q, by_v = model.applied_force_derivatives(0.3, q, v)
+    by_q = by_q.toarray() if hasattr(by_q, "toarray") else by_q
+    by_v = by_v.toarray() if hasattr(by_v, "toarray") else by_v
+    np.testing.assert_allclose(by_q, finite_difference(lambda x: model.applied_force(0.3, x, v),
+                                                       q), atol=1e-8)
+    np.testing.assert_allclose(by_v, finite_difference(lambda x: model.applied_force(0.3, q, x),
+                                                       v), atol=1e-8)
+
+
 def two_bodies_with(element: str) -> mbs.Model:
     """Two boxes joined by a joint with an oblique axis, and one work-doing element."""
     system = mbs.System()
@@ -291,25 +307,14 @@ def test_effort_derivatives_match_finite_differences_off_the_constraints(element
     """Newton's iterates leave the orthonormal directors and the joint's constraints, so
     dQ/dq must be the derivative in every direction, not only along rotations: torques
     act through c = K(D)^-1 tau, and a joint coordinate's gradient differs from the
-    force's direction J off the constraints. Central differences with step 1e-6 are exact
-    to about 1e-12 |Q''| / |Q|; the bound leaves a factor of 100 on that."""
-    model = two_bodies_with(element)
-    rng = np.random.default_rng(7)
-    q = model.q0 + 0.02 * rng.standard_normal(model.n)
-    v = rng.standard_normal(model.n)
-    _, by_q, by_v = model.applied_force_derivatives(0.3, q, v)
-    by_q = by_q.toarray() if hasattr(by_q, "toarray") else by_q
-    by_v = by_v.toarray() if hasattr(by_v, "toarray") else by_v
-    np.testing.assert_allclose(by_q, finite_difference(lambda x: model.applied_force(0.3, x, v),
-                                                       q), atol=1e-8)
-    np.testing.assert_allclose(by_v, finite_difference(lambda x: model.applied_force(0.3, q, x),
-                                                       v), atol=1e-8)
+    force's direction J off the constraints."""
+    assert_effort_derivatives_exact_off_the_constraints(two_bodies_with(element), seed=7)
 
 
 def test_batched_joint_efforts_differentiate_like_single_ones():
     """Four hinges with oblique axes, each damped and driven by its own law: the efforts of
-    one kind are evaluated as one batch, whose derivatives must match central differences
-    as the single terms' do (same error bound)."""
+    one kind are evaluated as one batch, whose derivatives must be as exact as the single
+    terms'."""
     system = mbs.System(gravity=(0.0, 0.0, -9.81))
     previous = system.ground
     for k in range(4):
@@ -321,17 +326,7 @@ def test_batched_joint_efforts_differentiate_like_single_ones():
             axis=(0.0, np.sin(0.2 * k), np.cos(0.2 * k)), name=f"hinge{k}", damping=0.3))
         system.add(JointTorque(hinge, lambda t, s, rate, k=k: 0.5 * k - 0.2 * s - 0.1 * rate**2))
         previous = link
-    model = system.compile()
-    rng = np.random.default_rng(8)
-    q = model.q0 + 0.02 * rng.standard_normal(model.n)
-    v = rng.standard_normal(model.n)
-    _, by_q, by_v = model.applied_force_derivatives(0.1, q, v)
-    by_q = by_q.toarray() if hasattr(by_q, "toarray") else by_q
-    by_v = by_v.toarray() if hasattr(by_v, "toarray") else by_v
-    np.testing.assert_allclose(by_q, finite_difference(lambda x: model.applied_force(0.1, x, v),
-                                                       q), atol=1e-8)
-    np.testing.assert_allclose(by_v, finite_difference(lambda x: model.applied_force(0.1, q, x),
-                                                       v), atol=1e-8)
+    assert_effort_derivatives_exact_off_the_constraints(system.compile(), seed=8)
 
 
 def test_joint_actuator_rate_derivative_matches_finite_differences():
