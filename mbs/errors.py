@@ -83,8 +83,8 @@ class SimulationError(SolverError):
 
 
 class ForceFunctionError(SimulationError):
-    """A user function of a load, actuator, drive or user potential failed or returned a
-    wrong shape or a non-finite value; the message names the element. Raised by
+    """A user function of a load, actuator, drive, user potential or user constraint failed
+    or returned a wrong shape or a non-finite value; the message names the element. Raised by
     :func:`mbs.simulate` with ``solution`` holding every step accepted before."""
 
 

@@ -17,6 +17,7 @@ import scipy.sparse.linalg as spla
 from mbs.errors import InconsistentInitialStateError, ModelError, UnknownNameError
 from mbs.potential_group import PotentialGroup
 from mbs.quadratic import QuadraticTable
+from mbs.validation import as_scalar
 
 #: Max-norm of g(q0) accepted as consistent (constraints are scaled to be dimensionless).
 POSITION_TOLERANCE = 1e-10
@@ -843,7 +844,7 @@ class Model:
         for name, rate in joint_rates.items():
             rows.append(self.joint_coordinate(name, q, v)[2])
             names.append(name)
-            rates.append(float(rate))
+            rates.append(as_scalar(rate, "rate", f"initial_state: joint {name!r}"))
         jacobian = self._all_jacobian(q, t)
         matrix = sp.vstack([jacobian, sp.csr_matrix(np.array(rows))]).tocsr()
         target = np.concatenate([-self._all_time_derivative(q, t), rates])

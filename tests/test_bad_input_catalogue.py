@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 174 inputs: 75 of models (bodies, joints, forces, systems), 41 of run
+The catalogue holds 177 inputs: 75 of models (bodies, joints, forces, systems), 43 of run
 options (step size, interval, solver names and options, step counts, streaming), 38 of files
-(stream directories, model JSON, solution archives) and 20 of user callbacks. None repeats an
+(stream directories, model JSON, solution archives) and 21 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 215 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 174 others
-(215 with tests/test_bad_input.py) pass.
+hold 218 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 177 others
+(218 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -147,6 +147,24 @@ def curve(function, jacobian) -> mbs.System:
     system = mbs.System()
     bob = system.add(bead())
     system.add(UserConstraint([bob], function, jacobian, name="curve"))
+    return system
+
+
+def falling_on_curve(function, jacobian) -> mbs.System:
+    """:func:`curve` under gravity: the bead slides down from (1, 0, 0)."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bob = system.add(bead())
+    system.add(UserConstraint([bob], function, jacobian, name="curve"))
+    return system
+
+
+def hinged_link() -> mbs.System:
+    """A box on the revolute joint 'hinge' to the ground."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    link = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.5, ly=0.05, lz=0.05,
+                                               name="link"))
+    link.set_state(position=(0.25, 0.0, 0.0))
+    system.add(Revolute(system.ground, link, point=(0, 0, 0), axis=(0, 1, 0), name="hinge"))
     return system
 
 
@@ -498,6 +516,11 @@ OPTIONS = [
         T, r"solver must be a name \[.*\] or a Solver instance, got 3"),
     Bad("solver-option-of-another-scheme", lambda d: run(solver="em", theta=0.5),
         E, r"solver 'em': invalid options \['theta'\]"),
+    Bad("newton-options-as-a-dict", lambda d: run(newton={"max_iterations": 30}),
+        E, r"newton must be a NewtonOptions, got \{'max_iterations': 30\}; e.g. "
+           r"newton=mbs.solvers.NewtonOptions\(max_iterations=30\)"),
+    Bad("joint-rate-nan", lambda d: hinged_link().compile().initial_state(
+        joint_rates={"hinge": np.nan}), E, r"initial_state: joint 'hinge': rate must be finite"),
     Bad("lobatto-one-stage", lambda d: run(solver="lobatto", stages=1),
         E, r"Lobatto: stages must be an integer from 2 to 10"),
     Bad("em-order-3", lambda d: run(solver="em", order=3),
@@ -729,13 +752,13 @@ CALLBACKS = [
         F, r"UserPotential 'well': the gradient function returned shape \(3,\)"),
     Bad("user-constraint-of-the-wrong-size", lambda d: curve(
         lambda q: np.zeros(2), lambda q: np.zeros((1, 3))).compile(),
-        E, r"UserConstraint 'curve': the jacobian function returned shape \(1, 3\)"),
+        F, r"UserConstraint 'curve': the jacobian function returned shape \(1, 3\)"),
     Bad("user-constraint-raises", lambda d: curve(lambda q: 1 / 0, lambda q: 2 * q[None, :]),
-        E, r"UserConstraint 'curve': the function raised ZeroDivisionError"),
+        F, r"UserConstraint 'curve': the function raised ZeroDivisionError"),
     Bad("user-constraint-jacobian-transposed", lambda d: curve(
         lambda q: np.array([q @ q - 1.0, q[2]]),
         lambda q: np.array([2.0 * q, [0.0, 0.0, 1.0]]).T).compile(),
-        E, r"UserConstraint 'curve': the jacobian function returned shape \(3, 2\); it must "
+        F, r"UserConstraint 'curve': the jacobian function returned shape \(3, 2\); it must "
            r"return shape \(2, 3\)"),
     Bad("user-potential-gradient-wrong", lambda d: well(
         lambda pi: (pi[0] - 1.0) ** 2, gradient=lambda pi: 4.0 * (pi - 1.0)).compile(),
@@ -747,9 +770,14 @@ CALLBACKS = [
         UserWarning, r"UserConstraint 'curve': the jacobian function differs from central "
                      r"differences of the function by .* at or next to the initial state; "
                      r"check it$"),
+    Bad("user-constraint-fails-mid-run", lambda d: simulate_system(falling_on_curve(
+        lambda q: np.array([q @ q - 1.0]) if q[0] > 0.99 else 1 / 0,
+        lambda q: 2.0 * q[None, :]), t_end=0.5),
+        F, r"UserConstraint 'curve': the function raised ZeroDivisionError .*\(step \d+\); "
+           r"error.solution holds the \d+ accepted steps"),
     Bad("user-constraint-jacobian-returns-nan", lambda d: curve(
         lambda q: np.array([q @ q - 1.0]), lambda q: np.full((1, 3), np.nan)).compile(),
-        E, r"UserConstraint 'curve': the jacobian function returned non-finite values"),
+        F, r"UserConstraint 'curve': the jacobian function returned non-finite values"),
 ]
 
 CATALOGUE = MODELS + OPTIONS + FILES + CALLBACKS

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.engine.cache import model_cache
-from mbs.engine.newton import NewtonConvergenceError
+from mbs.engine.newton import NEWTON_HINT, NewtonConvergenceError
 from mbs.model import DENSE_LIMIT
 
 if TYPE_CHECKING:
@@ -256,4 +256,4 @@ def _failure(code: int, norm: float, increment: float, iterations: int) -> tuple
                 "too large step")
     return (f"Newton did not converge in {iterations} iterations (last relative increment "
             f"{increment:.3e}, residual {norm:.3e})", norm, increment, iterations,
-            "reduce the step size or raise max_iterations")
+            NEWTON_HINT)

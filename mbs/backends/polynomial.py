@@ -41,6 +41,7 @@ from mbs.backends.factored_rows import csr_matvec, factored_override
 from mbs.backends.polynomial_sparse import SparseQuadraticSystem
 from mbs.engine.equations import EquationLayout, Linear
 from mbs.engine.newton import (
+    NEWTON_HINT,
     NewtonConvergenceError,
     NewtonOptions,
     _getrs,
@@ -592,7 +593,7 @@ class QuadraticSystem:
         raise NewtonConvergenceError(
             f"Newton did not converge in {options.max_iterations} iterations (last relative "
             f"increment {increment:.3e}, residual {residual_norm:.3e})", residual_norm,
-            increment, options.max_iterations, "reduce the step size or raise max_iterations")
+            increment, options.max_iterations, NEWTON_HINT)
 
 
 def _raise_failure(kind: str, residual: np.ndarray, iteration: int) -> None:

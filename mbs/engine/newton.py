@@ -682,6 +682,10 @@ def estimated_error(increment: float, previous: float) -> float:
     return increment * increment / (previous - increment)
 
 
+#: The hint of a Newton iteration that ran out of iterations.
+NEWTON_HINT = ("reduce the step size or raise max_iterations "
+               "(newton=mbs.solvers.NewtonOptions(max_iterations=...))")
+
 #: The estimated relative error (:func:`estimated_error`) below which an iterate of simplified
 #: Newton is exact to round-off.
 ROUNDOFF_ERROR = 4.0 * np.finfo(float).eps
@@ -922,7 +926,7 @@ def newton(system: Callable[..., tuple[np.ndarray, object]], x0: np.ndarray,
     raise NewtonConvergenceError(
         f"Newton did not converge in {options.max_iterations} iterations (last relative "
         f"increment {increment:.3e}, residual {residual_norm:.3e})", residual_norm, increment,
-        options.max_iterations, "reduce the step size or raise max_iterations")
+        options.max_iterations, NEWTON_HINT)
 
 
 def _stalled_at_roundoff(system: Callable, term_sizes: Callable | None, x: np.ndarray,

@@ -17,7 +17,7 @@ import numpy as np
 
 from mbs.bodies.base import Body
 from mbs.elements import Element
-from mbs.errors import ModelError, ModelTypeError
+from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
 from mbs.validation import difference_mismatch
 
 #: Relative step of the central differences for a missing constraint Hessian.
@@ -69,24 +69,26 @@ class UserConstraint(Element):
     def _checked(self, function: Callable, what: str, *arguments, shape=None) -> np.ndarray:
         """``function(*arguments)`` as a float array (of ``shape`` if given); a failing
         function, a value of another shape (a matrix must have exactly ``shape``: its
-        transpose is an error, not reshaped) or a non-finite value raises ModelError naming
-        the constraint."""
+        transpose is an error, not reshaped) or a non-finite value raises
+        :class:`~mbs.errors.ForceFunctionError` naming the constraint (as for the functions
+        of loads and user potentials: during a run, :func:`mbs.simulate` adds the step and
+        hands over the steps done)."""
         owner = f"{type(self).__name__} {self.name!r}"
         try:
             array = np.atleast_1d(np.asarray(function(*arguments), dtype=float))
         except Exception as exc:
-            raise ModelError(f"{owner}: the {what} raised {type(exc).__name__} ({exc}); it "
+            raise ForceFunctionError(f"{owner}: the {what} raised {type(exc).__name__} ({exc}); it "
                              f"must return a float array") from exc
         if shape is not None and (array.size != int(np.prod(shape))
                                   or (len(shape) == 2 and array.shape != shape)):
-            raise ModelError(f"{owner}: the {what} returned shape {array.shape}; it must "
+            raise ForceFunctionError(f"{owner}: the {what} returned shape {array.shape}; it must "
                              f"return shape {shape} ({shape[0]} equations, "
                              f"{shape[-1]} local coordinates)"
                              if what != "hessian function" else
                              f"{owner}: the {what} returned shape {array.shape}; it must "
                              f"return shape {shape} (local coordinates squared)")
         if not np.isfinite(array).all():
-            raise ModelError(f"{owner}: the {what} returned non-finite values at local "
+            raise ForceFunctionError(f"{owner}: the {what} returned non-finite values at local "
                              f"coordinates {arguments[0]}; it must return finite values")
         return array if shape is None else array.reshape(shape)
 

@@ -166,6 +166,10 @@ class Solver:
             raise ModelError(f"{type(self).__name__}: predictor_correction must be None, "
                              f"'auto' or an integer 0 .. {MAX_CORRECTION_DEGREE} (degree of the "
                              f"defect extrapolation), got {correction!r}")
+        if not isinstance(self.newton, NewtonOptions):
+            raise ModelTypeError(f"{type(self).__name__}: newton must be a NewtonOptions, got "
+                                 f"{self.newton!r}; e.g. newton=mbs.solvers.NewtonOptions("
+                                 f"max_iterations=30)")
         if not (0.0 < self.newton.tolerance < 1.0) or self.newton.max_iterations < 1:
             raise ModelError(f"{type(self).__name__}: Newton tolerance must be in (0, 1) and "
                              f"max_iterations >= 1")
