@@ -430,11 +430,11 @@ class _EffortTerm(AppliedTerm):
         s, row = self.batch_coordinate(self.data, q[None, :])
         return float(s[0]), row[0]
 
-    def _body_law_efforts(self, t, qs, vs, rows=None) -> np.ndarray:
+    def _body_law_efforts(self, t, qs, vs, geometry=None) -> np.ndarray:
         """tau of a law that reads the body states at each row of (qs, vs), (k,): the
         geometry and the body states of all rows at once, then one law call per row
-        (``rows`` = (s, J) to use instead of those at qs)."""
-        s, jacobians = self.batch_coordinate(self.data, qs) if rows is None else rows
+        (``geometry`` = (s, J) to use instead of those at qs)."""
+        s, jacobians = self.batch_coordinate(self.data, qs) if geometry is None else geometry
         rates = np.einsum("ki,ki->k", jacobians, vs)
         states = self.bodies(qs, vs)
         return np.array([self.law(t, float(s[k]), float(rates[k]), False, states[k])[0]

@@ -190,12 +190,13 @@ def discrete_invariant_gradient(term: type[InvariantTerm], pi0: np.ndarray, pi1:
         term.energy_scale(pi0, params) + term.energy_scale(pi1, params)
         + np.sum(np.abs(grad_mid * delta), axis=1))
     use_quotient = np.abs(residual) > roundoff
+    base = grad_mid  # what the quotient corrects; Simpson's mean where it is not used
     if not np.all(use_quotient):
         simpson = (term.gradient(pi0, params) + 4.0 * grad_mid + term.gradient(pi1, params)) / 6.0
-        grad_mid = np.where(use_quotient[:, None], grad_mid, simpson)
+        base = np.where(use_quotient[:, None], grad_mid, simpson)
         if not np.any(use_quotient):
-            return grad_mid
+            return base
     weighted = delta / scales**2
     norm2 = np.sum(delta * weighted, axis=1)
     factor = np.where(use_quotient, residual / np.where(use_quotient, norm2, 1.0), 0.0)
-    return grad_mid + factor[:, None] * weighted
+    return base + factor[:, None] * weighted
