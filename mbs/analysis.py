@@ -18,7 +18,6 @@ ground) with a user constraint is merged into one block with it.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -26,7 +25,7 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
-from mbs.errors import ModelError
+from mbs.errors import ModelError, warn_user
 
 #: Singular values below this fraction of the largest one count as zero.
 RANK_TOLERANCE = 1e-9
@@ -122,9 +121,9 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
         owner = np.concatenate([[g.name] * g.rows.size for g in block])
         names = tuple(g.name for g in block)
         if columns.size > MAX_BLOCK_COLUMNS:
-            warnings.warn(f"rank check skipped for a loop of {len(bodies)} bodies "
+            warn_user(f"rank check skipped for a loop of {len(bodies)} bodies "
                           f"({columns.size} coordinates); redundant constraints there are not "
-                          f"detected", stacklevel=3)
+                          f"detected")
             results.append(BlockRank(names, joint_rows.size, joint_rows.size, ()))
             continue
         internal = np.concatenate([internal_rows[b] for b in bodies]) if bodies else np.zeros(

@@ -6,7 +6,6 @@ nowhere downstream.
 
 from __future__ import annotations
 
-import warnings
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -16,7 +15,7 @@ import scipy.sparse as sp
 
 from mbs.analysis import ConstraintGroup, analyse_rank
 from mbs.bodies.rigid_body import RigidBody
-from mbs.errors import ForceFunctionError, MbsError, ModelError
+from mbs.errors import ForceFunctionError, MbsError, ModelError, warn_user
 from mbs.forces.applied import AppliedForces, JointDamper, joint_effort_term
 from mbs.forces.base import TermInstance
 from mbs.joints.base import BuildContext
@@ -132,20 +131,19 @@ def compile_system(system: System) -> Model:
         removed = "; ".join(f"{red.count} among {', '.join(red.joints)} (dropped "
                             f"{', '.join(red.removed_labels)})"
                             for red in redundancies)
-        warnings.warn(f"redundant constraints removed: {removed}. The remaining equations "
+        warn_user(f"redundant constraints removed: {removed}. The remaining equations "
                       f"define the same motion near the initial state"
                       + ("" if all(r.consistent for r in redundancies) else
                          "; some removed equations do NOT hold at the initial state "
                          "(inconsistent redundancy): initial_state() rejects that state and "
-                         "initial_state(project=True) must satisfy them too"), stacklevel=3)
+                         "initial_state(project=True) must satisfy them too"))
     elif dependent.size:
         redundancies = [replace(red, removed=(), removed_labels=()) for red in redundancies]
         kept = "; ".join(f"{red.count} among {', '.join(red.joints)}" for red in redundancies)
-        warnings.warn(f"redundant constraints kept (System(redundant='keep')): {kept}. The "
+        warn_user(f"redundant constraints kept (System(redundant='keep')): {kept}. The "
                       f"Newton matrices of the implicit schemes are then singular: em, ggl-vi "
                       f"and hbvm can lose accuracy or fail where a step is refined (rattle "
-                      f"copes); the default redundant='remove' drops a dependent subset",
-                      stacklevel=3)
+                      f"copes); the default redundant='remove' drops a dependent subset")
     model.degrees_of_freedom = dof
     model.redundancies = redundancies
     model.joint_coordinates = _joint_coordinates(system, context)
@@ -159,10 +157,10 @@ def compile_system(system: System) -> Model:
         worst = model._worst_constraints(model._q0, model._p0, 0.0)
         timed = (" at t = 0 (a run from another t_start is checked at its start)"
                  if model.is_rheonomic else "")
-        warnings.warn(f"initial state is inconsistent with the constraints{timed} (max |g| = "
+        warn_user(f"initial state is inconsistent with the constraints{timed} (max |g| = "
                       f"{g:.3e}, max |G v| = {gv:.3e}{worst}); "
                       f"model.initial_state(project=True{', t=t_start' if timed else ''}) "
-                      f"projects it", stacklevel=3)
+                      f"projects it")
     return model
 
 
@@ -356,12 +354,11 @@ def _check_user_derivatives(model: Model, user_blocks: list, q0: np.ndarray) -> 
             continue
         for what, mismatch in worst.items():
             if mismatch > DERIVATIVE_TOLERANCE:
-                warnings.warn(f"{owner}: the {what} function differs from central differences "
+                warn_user(f"{owner}: the {what} function differs from central differences "
                               f"of the {source if what != 'hessian' else 'first derivative'} "
                               f"by {mismatch:.2g} (relative) at or next to the initial state; "
                               + ("check it" if what == "jacobian" else
-                                 "check it, or omit it and let mbs use differences"),
-                              stacklevel=4)
+                                 "check it, or omit it and let mbs use differences"))
 
 
 #: Times at which a drive's rate function is compared with differences of its position.
@@ -380,10 +377,10 @@ def _check_drive_rate(rate_mismatch, name: str) -> None:
         return
     if found is not None and found[0] > DERIVATIVE_TOLERANCE:
         mismatch, t, given, difference = found
-        warnings.warn(f"Drive {name!r}: rate(t) is not the derivative of position(t): at "
+        warn_user(f"Drive {name!r}: rate(t) is not the derivative of position(t): at "
                       f"t = {t:g} rate gives {given:.6g}, central differences of position "
                       f"{difference:.6g} ({mismatch:.2g} relative); fix rate, or omit it and "
-                      f"let mbs use differences", stacklevel=5)
+                      f"let mbs use differences")
 
 
 def _check_finite(values: np.ndarray, row_magnitudes: np.ndarray, constraint_rows: dict) -> None:

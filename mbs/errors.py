@@ -7,6 +7,9 @@ from the built-in type a Python user would expect (``ValueError``, ``TypeError``
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from typing import Any
 
 
@@ -94,3 +97,16 @@ class SimulationInterrupted(MbsError, KeyboardInterrupt):  # noqa: N818 - reads 
     def __init__(self, message: str, solution: Any = None):
         super().__init__(message)
         self.solution = solution
+
+
+_PACKAGE_DIRECTORY = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` attributed to the line of the user's code that called into mbs
+    (the first caller outside the package), however deep inside mbs the cause was found."""
+    frame, level = sys._getframe(1), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+            _PACKAGE_DIRECTORY):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

@@ -7,14 +7,13 @@ and discrete derivative the integrators of seeds 003 and 004 need. Solvers see o
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from mbs.errors import InconsistentInitialStateError, ModelError, UnknownNameError
+from mbs.errors import InconsistentInitialStateError, ModelError, UnknownNameError, warn_user
 from mbs.potential_group import PotentialGroup
 from mbs.quadratic import QuadraticTable
 from mbs.validation import as_scalar
@@ -387,6 +386,13 @@ class Model:
         are valid for along the states Q (K, n): a torsion spring turned more than half a
         turn from its rest angle. Empty for most models."""
         return [exit for group in self.potential_groups for exit in group.range_exits(Q)]
+
+    def potential_singular_distances(self, q: np.ndarray) -> list[tuple[str, float]]:
+        """(element name, distance) from q to the singular configurations of the
+        potentials that have any (a central gravity's attracting centre). Empty for most
+        models."""
+        return [item for group in self.potential_groups
+                for item in group.singular_distances(q)]
 
     def potential_discrete_gradient(self, q0: np.ndarray, q1: np.ndarray) -> np.ndarray:
         """Momentum-conserving discrete gradient D^G V(q0, q1) (seed 003, (125)-(126)).
@@ -807,11 +813,11 @@ class Model:
                 f"|G M^-1 p| = {gv_new:.3e} after projection (before: {g:.3e}, {gv:.3e}); the "
                 f"constraints may have no solution near the initial state (check joint "
                 f"lengths, points and the bodies' set_state calls)", g_new, gv_new)
-        warnings.warn(
+        warn_user(
             f"initial state projected onto the constraint manifold: |dq| = "
             f"{np.max(np.abs(q_new - q)):.3e}, |dp| = {np.max(np.abs(p_new - p)):.3e} "
             f"(residuals were |g| = {g:.3e}, |G v| = {gv:.3e})"
-            + self._changed_rates(q, p, q_new, p_new), stacklevel=2)
+            + self._changed_rates(q, p, q_new, p_new))
         return q_new, p_new
 
     def _changed_rates(self, q, p, q_new, p_new) -> str:

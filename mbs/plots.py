@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mbs.errors import MbsError, ModelError
+from mbs.errors import MbsError, ModelError, warn_user
 from mbs.solution import vertical_axis
 from mbs.solvers import REGISTRY
 
@@ -472,15 +472,13 @@ def _described_solver(name: str, options: dict | None) -> str:
 def _warn_if_reference_limits(study: ConvergenceStudy, reference_error: float) -> None:
     """Warn when a studied solver's smallest error is within a small factor of the
     reference's own (relative) error, where the fitted orders measure the reference."""
-    import warnings
 
     limited = [solver for solver in study.solvers
                if np.any(np.isfinite(study.errors_q[solver]))
                and np.nanmin(study.errors_q[solver]) < 3.0 * reference_error]
     if limited:
-        warnings.warn(f"convergence_study: the errors of {', '.join(limited)} reach the "
+        warn_user(f"convergence_study: the errors of {', '.join(limited)} reach the "
                       f"reference's own error (about {reference_error:.1e}), so their "
                       f"observed orders are unreliable; use a more accurate reference, e.g. "
                       f"reference_options={{'order': 6}}, reference_solver='lobatto' with "
-                      f"reference_options={{'stages': 5}}, or a larger reference_factor",
-                      stacklevel=3)
+                      f"reference_options={{'stages': 5}}, or a larger reference_factor")

@@ -107,6 +107,14 @@ class PotentialGroup:
         exits = self.term.range_exits(pi, self.params)
         return [(self.names[e], int(exits[e])) for e in np.flatnonzero(exits >= 0)]
 
+    def singular_distances(self, q: np.ndarray) -> list[tuple[str, float]]:
+        """(element name, distance from q to the element's singular configurations) for
+        the elements whose V~ has any (see :meth:`InvariantTerm.singular_distance`)."""
+        distances = self.term.singular_distance(self.invariants(q), self.params)
+        if distances is None:
+            return []
+        return [(name, float(distance)) for name, distance in zip(self.names, distances)]
+
     def _tiled_params(self, count: int) -> dict:
         cache = self.__dict__.setdefault("_tiled", {})
         if count not in cache:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbs.errors import ModelError
+from mbs.validation import as_scalar
 
 #: Tolerance on max |R^T R - I| and |det R - 1| accepted for an initial rotation.
 ORTHONORMALITY_TOLERANCE = 1e-10
@@ -30,6 +31,7 @@ def rotation_from_axis_angle(axis, angle: float) -> np.ndarray:
     norm = np.linalg.norm(axis)
     if axis.shape != (3,) or not np.isfinite(norm) or norm == 0.0:
         raise ModelError(f"rotation axis must be a finite non-zero 3-vector, got {axis!r}")
+    angle = as_scalar(angle, "angle", "rotation")
     k = skew(axis / norm)
     return np.eye(3) + np.sin(angle) * k + (1.0 - np.cos(angle)) * (k @ k)
 

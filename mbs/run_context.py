@@ -6,6 +6,8 @@ import contextlib
 
 from threadpoolctl import ThreadpoolController
 
+from mbs.errors import ModelTypeError
+
 #: A bar appears (with ``progress=None``, the default) once a run has taken this long.
 PROGRESS_DELAY_SECONDS = 3.0
 
@@ -32,7 +34,10 @@ def progress_bar(total: int, label: str, progress: bool | None, initial: int = 0
     interactive terminal once the run has taken :data:`PROGRESS_DELAY_SECONDS`, so that
     short runs and logs stay clean.
     """
-    if progress is False:
+    if progress not in (True, False, None):  # "no" or 0.5 would read as True
+        raise ModelTypeError(f"progress must be True, False or None (automatic), got "
+                             f"{progress!r}")
+    if progress is not None and not progress:
         return None
     try:
         from tqdm.auto import tqdm

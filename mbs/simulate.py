@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
+from mbs import solvers
 from mbs.analysis import MAX_BLOCK_COLUMNS, rank_loss_time
 from mbs.engine.newton import NewtonConvergenceError
 from mbs.errors import (
@@ -32,9 +32,10 @@ from mbs.errors import (
     SimulationError,
     SimulationInterrupted,
     SolverError,
+    warn_user,
 )
 from mbs.liegroup.model import LieGroupModel
-from mbs.liegroup.simulation import is_lie_group_solver, lie_group_solver
+from mbs.liegroup.simulation import LIE_GROUP_SOLVERS, is_lie_group_solver, lie_group_solver
 from mbs.model import Model
 from mbs.run_context import progress_bar, single_threaded_blas
 from mbs.solution import Solution
@@ -56,6 +57,13 @@ from mbs.streaming import (
 from mbs.validation import as_scalar
 
 ON_FAILURE = ("raise", "refine")
+
+#: A step whose |q|^2 + |p|^2 is not below this (NaN, inf, or a state beyond 1e75) ends
+#: the run as diverged.
+DIVERGED_SQUARED_NORM = 1e150
+
+#: The growth of |(q, p)| over its initial size that a diverged run's message dates.
+DIVERGENCE_GROWTH = 1e6
 
 
 def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: float, t_end: float,
@@ -170,6 +178,9 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
                          f"stream it (output=) with a smaller flush_every, or split it into "
                          f"runs continued from each other's last state (initial_state=)")
     steps = step_count(h, t_start, t_end, "simulate")
+    if isinstance(solver, str) and solver.lower() not in solvers.REGISTRY:
+        raise ModelError(f"simulate: unknown solver {solver!r}; choose one of "
+                         f"{sorted(solvers.REGISTRY) + list(LIE_GROUP_SOLVERS)}")
     solver = make_solver(solver, **solver_options)
     # before the solver starts: starting may settle options left open (e.g. hbvm's iteration)
     options_digest = solver_options_digest(solver) if streamed else None
@@ -204,7 +215,9 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
                      "model_parts": model_digest_parts(model),
                      "solver_properties": asdict(solver.properties),
                      **drive_rules(solver)}, q0, p0)
-    with single_threaded_blas():
+    # overflow in the scheme's arithmetic is caught as a non-finite residual or state and
+    # reported with its cause; numpy's own warnings about it would only repeat it
+    with single_threaded_blas(), np.errstate(over="ignore", invalid="ignore"):
         return run.execute(writer, flush_every, progress)
 
 
@@ -217,9 +230,9 @@ def step_count(h: float, t_start: float, t_end: float, caller: str) -> int:
                          f"[{t_start}, {t_end}]; give h <= t_end - t_start = "
                          f"{t_end - t_start}")
     if abs(steps * h - (t_end - t_start)) > 1e-9 * max(1.0, t_end - t_start):
-        warnings.warn(f"{caller}: h = {h} does not divide the interval; {steps} "
+        warn_user(f"{caller}: h = {h} does not divide the interval; {steps} "
                       f"step{'s' if steps > 1 else ''} end{'s' if steps == 1 else ''} at "
-                      f"t = {t_start + steps * h}", stacklevel=3)
+                      f"t = {t_start + steps * h}")
     return steps
 
 
@@ -234,10 +247,10 @@ def _given_state(model: Model, q0: np.ndarray, p0: np.ndarray, project: bool,
     try:
         return model.consistent_state(q0, p0, False, t_start)
     except InconsistentInitialStateError as exc:
-        warnings.warn(f"simulate: the initial_state violates the constraints: max |g(q0)| = "
+        warn_user(f"simulate: the initial_state violates the constraints: max |g(q0)| = "
                       f"{exc.position_residual:.3e}, max |G M^-1 p0| = "
                       f"{exc.velocity_residual:.3e}; the run starts from it as given (pass "
-                      f"project=True to project it onto the constraints)", stacklevel=3)
+                      f"project=True to project it onto the constraints)")
         return q0, p0
 
 
@@ -360,10 +373,9 @@ class _Run:
             return 0, {name: array.copy() for name, array in held.items()}
         row_bytes = 8 * (3 * self.model.n + 2 * self.model.m + 4)
         if self.done * row_bytes > MAX_READBACK_BYTES:
-            warnings.warn(f"simulate: the run's {self.done} steps are in the stream "
+            warn_user(f"simulate: the run's {self.done} steps are in the stream "
                           f"{self.stream}; the solution holds the last {rows} (reading all "
-                          f"back would take {self.done * row_bytes / 2**30:.3g} GiB)",
-                          stacklevel=4)
+                          f"back would take {self.done * row_bytes / 2**30:.3g} GiB)")
             return self.base, {name: array.copy() for name, array in held.items()}
         try:
             disk = read_stream(self.stream)
@@ -379,11 +391,23 @@ class _Run:
                 raise SimulationError(f"simulate: {message}", solution=self._build(
                     self.base, window), step=self.done,
                     time=self.t_start + self.done * self.h) from exc
-            warnings.warn(f"simulate: {message}", stacklevel=4)
+            warn_user(f"simulate: {message}")
             return self.base, window
         out = {name: np.concatenate([disk[name], held[name][1:] if name in ("q", "p")
                                      else held[name]]) for name in held}
         return 0, out
+
+    def _partial(self) -> tuple[Solution, str]:
+        """The steps done, for a failing run's error, and the words that say which they
+        are (all of them, unless the stream they were flushed to cannot be read back)."""
+        partial = self.solution(failing=True)
+        first = partial.stats["first_step"]
+        if first == 0:
+            return partial, f"error.solution holds the {self.done} accepted steps"
+        return partial, (f"error.solution holds the last {self.done - first} of the "
+                         f"{self.done} accepted steps, from t = "
+                         f"{self.t_start + first * self.h:.6g} (see the warning about the "
+                         f"stream)")
 
     def solution(self, failing: bool = False) -> Solution:
         """The steps done as a Solution (see :meth:`_held` for ``failing``)."""
@@ -452,9 +476,10 @@ class _Run:
                 if bar is not None:
                     bar.update(1)
         except KeyboardInterrupt:
+            partial, holds = self._partial()
             interrupted = SimulationInterrupted(
-                f"simulation interrupted after {self.done} of {self.steps} steps; "
-                f"error.solution holds them", solution=self.solution(failing=True))
+                f"simulation interrupted after {self.done} of {self.steps} steps; {holds}",
+                solution=partial)
             self._flush_after_failure(writer, interrupted)
             raise interrupted from None
         except MbsError as error:
@@ -463,11 +488,11 @@ class _Run:
             self._flush_after_failure(writer, error)
             raise
         except Exception as exc:  # user code or I/O: keep what was computed
+            partial, holds = self._partial()
             failure = SimulationError(
                 f"{self.solver.name}: the run stopped at step {self.done} (t = "
                 f"{self.t_start + self.done * self.h:.6g}) by {type(exc).__name__}: {exc}; "
-                f"error.solution holds the {self.done} accepted steps",
-                solution=self.solution(failing=True), step=self.done,
+                f"{holds}", solution=partial, step=self.done,
                 time=self.t_start + self.done * self.h, hint="see the exception's cause")
             self._flush_after_failure(writer, failure)
             raise failure from exc
@@ -524,15 +549,11 @@ class _Run:
                           self.iterations[row], self.work[row])
 
     def _store(self, k: int, result: StepResult) -> None:
-        # one dot product detects NaN/inf cheaply, and a state beyond 1e154, which no model
-        # in any units reaches without diverging (its square overflows)
-        if not math.isfinite(result.q.dot(result.q) + result.p.dot(result.p)):
-            finite = np.isfinite(result.q).all() and np.isfinite(result.p).all()
-            what = "values beyond 1e154 (the run diverged)" if finite else "non-finite values"
-            raise SolverError(
-                f"{self.solver.name}: step {k} produced {what}; reduce the step size",
-                solution=self.solution(failing=True), step=k,
-                time=self.t_start + k * self.h, hint="reduce the step size")
+        # one dot product detects NaN/inf cheaply, and a state beyond 1e75, which no model
+        # in any units reaches without diverging; below it, the check does not overflow and
+        # the energies and momenta (products of two such values) of the steps kept stay finite
+        if not result.q.dot(result.q) + result.p.dot(result.p) < DIVERGED_SQUARED_NORM:
+            self._raise_diverged(k, result)
         row = k - self.base
         self.q[row + 1], self.p[row + 1] = result.q, result.p
         self.velocities[row], self.lam[row], self.gam[row] = (
@@ -541,6 +562,28 @@ class _Run:
         self.work[row] = result.work
         self.iterations[row] = result.iterations
         self.done = k + 1
+
+    def _raise_diverged(self, k: int, result: StepResult) -> None:
+        """Stop a run whose step k is not finite or beyond 1e75, naming the step where the
+        state first grew a millionfold over its initial size (a scheme past its stability
+        limit grows by orders of magnitude per step long before it overflows)."""
+        finite = np.isfinite(result.q).all() and np.isfinite(result.p).all()
+        what = "values beyond 1e75 (the run diverged)" if finite else "non-finite values"
+        time = self.t_start + k * self.h
+        rows = self.done - self.base + 1
+        sizes = np.hypot(np.linalg.norm(self.q[:rows], axis=1),
+                         np.linalg.norm(self.p[:rows], axis=1))
+        onset = ""
+        partial, holds = self._partial()
+        grown = np.flatnonzero(sizes > DIVERGENCE_GROWTH * sizes[0]) if sizes[0] > 0 else []
+        if len(grown):
+            first = self.base + int(grown[0])
+            onset = (f"; the state had grown {DIVERGENCE_GROWTH:.0e}-fold from its initial "
+                     f"size by t = {self.t_start + first * self.h:.6g} (step {first - 1})")
+        raise SolverError(
+            f"{self.solver.name}: step {k} (t = {time:.6g} -> {time + self.h:.6g}) produced "
+            f"{what}{onset}; {holds}", solution=partial, step=k, time=time,
+            hint="reduce the step size below the scheme's stability limit")
 
     def _checkpoint(self) -> dict:
         """The solver's checkpoint, with the sub-steps per step a resumed run must take."""
@@ -563,11 +606,12 @@ class _Run:
                     return refined
                 newton_failure = failure
         except ForceFunctionError as failure:  # in the step or in its refinement
-            raise ForceFunctionError(f"{failure} (step {k}); error.solution holds the "
-                                     f"{self.done} accepted steps",
-                                     solution=self.solution(failing=True), step=k,
-                                     time=self.t_start + k * self.h,
-                                     hint="fix the function") from failure
+            partial, holds = self._partial()
+            # the user's exception stays the __cause__ of the error the run raises
+            raise ForceFunctionError(f"{failure} (step {k}); {holds}", solution=partial,
+                                     step=k, time=self.t_start + k * self.h,
+                                     hint="fix the function") from (failure.__cause__
+                                                                    or failure)
         residual = ("" if "residual" in str(newton_failure)
                     else f" (residual {newton_failure.residual_norm:.3e})")
         tried = (f", also as {2**self.max_refinements} sub-steps"
@@ -580,12 +624,14 @@ class _Run:
                     f"drive or load pushes it into but it cannot pass), where smaller steps "
                     f"do not help; check the geometry, drives and loads")
         else:
-            hint = self._force_jump(k) or hint
+            hint = (self._force_jump(k) or self._huge_force(k, newton_failure)
+                    or self._near_singularity(k) or hint)
+        partial, holds = self._partial()
         raise SolverError(
             f"{self.solver.name}: step {k} (t = {self.t_start + k * self.h:.6g} -> "
             f"{self.t_start + (k + 1) * self.h:.6g}) failed{tried}: {newton_failure}"
-            f"{residual}; hint: {hint}. error.solution holds the {self.done} accepted steps",
-            solution=self.solution(failing=True), step=k, time=self.t_start + k * self.h,
+            f"{residual}; hint: {hint}. {holds}",
+            solution=partial, step=k, time=self.t_start + k * self.h,
             residual_norm=newton_failure.residual_norm, hint=hint) from newton_failure
 
     #: A run warns once when more than half of its last REFINEMENT_WINDOW steps, and at
@@ -603,12 +649,12 @@ class _Run:
             return
         self.warned_refinement = True
         typical = 2 ** int(np.median(depths))
-        warnings.warn(
+        warn_user(
             f"simulate: {len(depths)} of the last {steps} steps of {self.solver.name} (up to "
             f"step {k}) needed sub-steps, typically {typical} per step: h = {self.h:g} is "
             f"beyond what the scheme takes on this model, the run goes on at a multiple of "
             f"the cost, and the states carry the errors of the steps before; reduce h",
-            RuntimeWarning, stacklevel=5)
+            RuntimeWarning)
 
     def _rank_loss_time(self, k: int) -> float | None:
         """:func:`mbs.analysis.rank_loss_time` from the last three nodes before step k (None
@@ -657,6 +703,43 @@ class _Run:
                 f"{size:.3g} here) where the state crosses a switching surface of its law: "
                 f"Newton's method cannot solve a step across a discontinuity at any step "
                 f"size; make the law continuous (e.g. tanh(s / eps) for sign(s))")
+
+    def _huge_force(self, k: int, failure: NewtonConvergenceError) -> str | None:
+        """Why step k's residual overflowed when an applied force is beyond any state a run
+        can reach (:data:`DIVERGED_SQUARED_NORM`): a hint naming the element, or None."""
+        if math.isfinite(failure.residual_norm) or not self.model.has_applied_forces:
+            return None
+        row = k - self.base
+        t = self.t_start + (k + 0.5) * self.h
+        try:
+            name, size = self.model.applied_forces.largest(
+                t, self.q[row], self.model.apply_inverse_mass(self.p[row]))
+        except MbsError:  # the law fails next to the state: the failure says enough
+            return None
+        if not size * size >= DIVERGED_SQUARED_NORM:
+            return None
+        return (f"the generalized force of {name!r} is {size:.3g} at t = {t:.6g}: no step "
+                f"size keeps a state driven that hard finite; check the law and its units")
+
+    def _near_singularity(self, k: int) -> str | None:
+        """Why step k failed when the state is within one step's travel of a potential's
+        singular configurations (a body falling into a central gravity's centre): a hint
+        naming the element, or None."""
+        row = k - self.base
+        q = self.q[row]
+        singular = self.model.potential_singular_distances(q)
+        if not singular:
+            return None
+        name, distance = min(singular, key=lambda item: item[1])
+        travel = self.h * float(np.linalg.norm(self.model.apply_inverse_mass(self.p[row])))
+        if row > 0:
+            travel = max(travel, float(np.linalg.norm(q - self.q[row - 1])))
+        if not distance < travel:
+            return None
+        return (f"the state at t = {self.t_start + k * self.h:.6g} is {distance:.3g} from "
+                f"where the potential {name!r} is singular (an attracting centre), less "
+                f"than one step's travel ({travel:.3g}): a body that reaches it cannot be "
+                f"continued; if the motion only passes close, reduce the step size there")
 
     def _substeps(self, k: int, q: np.ndarray, p: np.ndarray, count: int) -> StepResult:
         """Output step k as ``count`` steps of the solver, whose step size is h / count."""
@@ -831,12 +914,12 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
               f"{', ...' if len(stiff) > 4 else ''})")
     unstable = (" and beyond rattle's stability limit h omega = 2"
                 if solver.startswith("rattle") and h * omega > 2.0 else "")
-    warnings.warn(f"simulate: {force.type} {force.name!r} oscillates at up to omega = "
+    warn_user(f"simulate: {force.type} {force.name!r} oscillates at up to omega = "
                   f"{omega:.3g} rad per time unit (sqrt(k/m), or sqrt(k/I) for torsion, over "
                   f"the springs on its bodies; "
                   f"period {2 * math.pi / omega:.3g}); h omega = {h * omega:.3g} is beyond the "
                   f"accuracy of every scheme{unstable}{others}: choose h <= {0.2 / omega:.2g} "
-                  f"to resolve it, or a softer spring", RuntimeWarning, stacklevel=3)
+                  f"to resolve it, or a softer spring", RuntimeWarning)
 
 
 def _axis_inertias(model: Model, joint: str) -> dict[str, float]:
@@ -875,13 +958,13 @@ def _warn_if_removed_constraints_broke(solution: Solution) -> None:
     worst = int(np.argmax(removed))
     if removed[worst] > max(REMOVED_CONSTRAINT_LEVEL, 100.0 * kept):
         dropped = ", ".join(label for red in model.redundancies for label in red.removed_labels)
-        warnings.warn(f"simulate: the equations dropped at compile time as redundant "
+        warn_user(f"simulate: the equations dropped at compile time as redundant "
                       f"({dropped}) are violated by up to {removed[worst]:.3g} (at t = "
                       f"{solution.t[worst]:.6g}) while the kept ones hold to {kept:.1e}: they "
                       f"were not redundant along the motion. The initial state is a singular "
                       f"configuration of the mechanism (its constraints lose rank there, as a "
                       f"parallelogram folded flat); start from a regular pose near it",
-                      RuntimeWarning, stacklevel=4)
+                      RuntimeWarning)
 
 
 def _warn_if_potentials_left_their_range(solution: Solution) -> None:
@@ -891,11 +974,11 @@ def _warn_if_potentials_left_their_range(solution: Solution) -> None:
     if not isinstance(model, Model):
         return
     for name, state in model.potential_range_exits(solution.q):
-        warnings.warn(f"simulate: torsion spring {name!r} turned more than half a turn from "
+        warn_user(f"simulate: torsion spring {name!r} turned more than half a turn from "
                       f"its rest angle at t = {solution.t[state]:.6g}; beyond it the angle is "
                       f"read on the other side and the spring pushes the other way. A torsion "
                       f"spring holds for motions within half a turn of its rest angle",
-                      RuntimeWarning, stacklevel=4)
+                      RuntimeWarning)
 
 
 def _warn_if_angle_laws_saw_a_wrap(solution: Solution) -> None:
@@ -916,12 +999,12 @@ def _warn_if_angle_laws_saw_a_wrap(solution: Solution) -> None:
         k = int(beyond[0])
         if model.effort_jumps_at_half_turn(info.name, float(solution.t[k]),
                                            float(trajectory.rate[k])):
-            warnings.warn(f"simulate: {info.type} {info.name!r} reads the angle of joint "
+            warn_user(f"simulate: {info.type} {info.name!r} reads the angle of joint "
                           f"{joint!r}, which turned beyond +-pi at t = "
                           f"{solution.t[beyond[0]]:.6g}; the law receives the angle wrapped "
                           f"into (-pi, pi] (it jumps by 2 pi there): write angle errors "
                           f"wrapped, e.g. (target - angle + pi) % (2 * pi) - pi",
-                          RuntimeWarning, stacklevel=4)
+                          RuntimeWarning)
 
 
 def _warn_if_energy_is_lost(solution: Solution) -> None:
@@ -960,10 +1043,10 @@ def _warn_if_energy_is_lost(solution: Solution) -> None:
     solver = str(solution.stats["solver"])
     advice = ("reduce h" if solver.startswith("em") else
               "reduce h (or use 'em', which conserves energy at any step size)")
-    warnings.warn(f"simulate: {solver} at h = {solution.stats['h']:g} changed {what} by up to "
+    warn_user(f"simulate: {solver} at h = {solution.stats['h']:g} changed {what} by up to "
                   f"{change:.3g} from E0 = {energy[0]:.6g} ({change / scale:.2g} of the "
                   f"{scale:.3g} the motion exchanges{growth}): the step is beyond the scheme's "
-                  f"stability or accuracy limit; {advice}", RuntimeWarning, stacklevel=4)
+                  f"stability or accuracy limit; {advice}", RuntimeWarning)
 
 
 #: Steps per call of a compiled solver's kernel (Ctrl-C is seen between calls).

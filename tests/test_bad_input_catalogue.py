@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 177 inputs: 75 of models (bodies, joints, forces, systems), 43 of run
+The catalogue holds 181 inputs: 78 of models (bodies, joints, forces, systems), 44 of run
 options (step size, interval, solver names and options, step counts, streaming), 38 of files
 (stream directories, model JSON, solution archives) and 21 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 218 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 177 others
-(218 with tests/test_bad_input.py) pass.
+hold 222 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 181 others
+(222 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -368,7 +368,7 @@ MODELS = [
     Bad("drive-of-a-joint-name", lambda d: Drive("hinge", position=lambda t: t, name="motor"),
         T, r"Drive 'motor': joint must be a joint, got 'hinge'"),
     Bad("drive-position-text", lambda d: Drive(hinge()[1], position="fast", name="motor"),
-        T, r"Drive 'motor': position must be a real number, got 'fast'"),
+        T, r"Drive 'motor': position must be a real number or a function of t, got 'fast'"),
     Bad("drive-of-a-missing-coordinate", lambda d: Drive(
         hinge()[1], position=lambda t: t, coordinate="displacement", name="motor"),
         E, r"Drive 'motor': a Revolute joint has no 'displacement' coordinate \(it has angle\)"),
@@ -455,7 +455,8 @@ MODELS = [
     Bad("joint-damper-negative", lambda d: JointDamper(hinge()[1], -1.0, name="friction"),
         E, r"JointDamper 'friction': damping must be positive"),
     Bad("joint-torque-vector", lambda d: JointTorque(hinge()[1], (1.0, 0.0, 0.0), name="motor"),
-        T, r"JointTorque 'motor': torque must be a real number, got \(1.0, 0.0, 0.0\)"),
+        T, r"JointTorque 'motor': torque must be a real number or a function of t, got "
+           r"\(1.0, 0.0, 0.0\)"),
     Bad("joint-torque-on-a-joint-outside-the-system", lambda d: mbs.System().add(
         JointTorque(detached_hinge(), 1.0, name="motor")),
         E, r"JointTorque 'motor': joint 'hinge' is not in a system; add the joint first"),
@@ -477,6 +478,13 @@ MODELS = [
     Bad("user-potential-energy-text", lambda d: UserPotential(
         [SquaredDistance(mbs.System().ground, bead())], "quadratic", name="well"),
         T, r"UserPotential 'well': energy must be callable"),
+    Bad("squared-distance-within-one-body", lambda d: SquaredDistance(
+        arm := rigid(), arm, point_a=(0, 0, 0), point_b=(1, 0, 0)),
+        E, r"SquaredDistance: both points are on body 'arm', so their distance never changes"),
+    Bad("rotation-of-two-angles", lambda d: mbs.rotation_about_x(np.array([0.1, 0.2])),
+        T, r"rotation: angle must be a real number, got array\(\[0.1, 0.2\]\)"),
+    Bad("rotation-angle-text", lambda d: mbs.rotation_about_z("0.1"),
+        T, r"rotation: angle must be a real number, got '0.1'"),
     Bad("system-planar-gravity", lambda d: mbs.System(gravity=(0, -9.81)),
         E, r"System: gravity must have 3 components"),
     Bad("system-gravity-nan", lambda d: mbs.System(gravity=(0, 0, np.nan)),
@@ -511,7 +519,9 @@ OPTIONS = [
     Bad("end-nan", lambda d: run(t_end=np.nan), E, r"simulate: t_end must be finite"),
     Bad("start-text", lambda d: run(t_start="0"), T, r"simulate: t_start must be a real number"),
     Bad("solver-unknown", lambda d: run(solver="euler"),
-        E, r"unknown solver 'euler'; choose one of \['em'"),
+        E, r"unknown solver 'euler'; choose one of \['em'.*'vrkmk', 'vcg'\]"),
+    Bad("progress-text", lambda d: run(progress="no"),
+        T, r"progress must be True, False or None \(automatic\), got 'no'"),
     Bad("solver-number", lambda d: run(solver=3),
         T, r"solver must be a name \[.*\] or a Solver instance, got 3"),
     Bad("solver-option-of-another-scheme", lambda d: run(solver="em", theta=0.5),
@@ -674,7 +684,8 @@ FILES = [
         d, {**model_description(), "bodies": 5})),
         E, r"model.json: field 'bodies' must be a list of entries, got int"),
     Bad("model-file-load-force-text", lambda d: mbs.load_system(crafted_model(
-        d, "forces", 0, force="push")), T, r"Load 'push': force must be 3 numbers, got 'push'"),
+        d, "forces", 0, force="push")),
+        T, r"Load 'push': force must be 3 numbers or a function of t, got 'push'"),
     Bad("model-file-missing", lambda d: mbs.load_system(d / "none.json"),
         E, r"no such model file: .*none.json"),
     Bad("model-file-not-json", lambda d: mbs.load_system(model_file(d, "{bodies: []}")),

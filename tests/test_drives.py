@@ -363,3 +363,31 @@ def test_a_drive_without_a_rate_differences_its_position_exactly_late_in_a_run()
     solution = mbs.simulate(model, "em", h=0.01, t_start=t_start, t_end=t_start + 0.5)
     drive = solution.drive("motor")
     np.testing.assert_allclose(drive.rate, rate(drive.t), rtol=0, atol=1e-10)
+
+
+def law_on(start: float, end: float, law):
+    """``law`` defined on [start, end] only, like a table or a fitted curve."""
+    def position(t):
+        if not start <= t <= end:
+            raise ValueError(f"t = {t} outside the table [{start}, {end}]")
+        return law(t)
+    return position
+
+
+@pytest.mark.parametrize("scheme", ["em", "rattle", "lobatto"])
+def test_a_drive_law_defined_on_the_run_interval_only_is_enough(scheme):
+    """Without rate=, the rate at t_start and t_end comes from one-sided differences of the
+    same order: exact for this quadratic law up to round-off, about 11 eps |f| / 5e-5 (3e-11),
+    so the joint rate follows f'(t) = a t to Newton's tolerance at every node."""
+    acceleration = 4.0
+    model, _ = disc(law_on(0.0, 1.0, lambda t: 0.5 * acceleration * t**2), None)
+    solution = mbs.simulate(model, scheme, h=0.05, t_end=1.0)
+    assert solution.t[-1] == pytest.approx(1.0)
+    np.testing.assert_allclose(solution.drive("spin").rate, acceleration * solution.t,
+                               rtol=0, atol=1e-9)
+
+
+def test_a_drive_law_defined_at_one_instant_only_asks_for_its_rate():
+    with pytest.raises(ForceFunctionError, match=r"Drive 'spin'.*position function failed.*"
+                                                 r"outside the table.*give rate="):
+        disc(law_on(0.0, 0.0, lambda t: 0.0), None)

@@ -549,3 +549,18 @@ def test_the_energy_of_each_element_along_a_run():
     with pytest.raises(mbs.UnknownNameError, match="no element 'hinge' with a potential; "
                                                    "this model's: coil, gravity, rope"):
         run.potential_energy("hinge")
+
+
+def test_a_user_potential_of_one_invariant_needs_no_list():
+    """UserPotential(invariant, ...) is UserPotential([invariant], ...): the same energy,
+    0.5 pi^2 with pi = |x|^2 = 1.25 at the initial state (exact in floating point)."""
+    energies = []
+    for wrap in (lambda invariant: invariant, lambda invariant: [invariant]):
+        system = mbs.System()
+        bob = system.add(mbs.PointMass(1.0, name="bob"))
+        bob.set_state(position=(1.0, 0.5, 0.0))
+        system.add(UserPotential(wrap(SquaredDistance(system.ground, bob, point_a=(0, 0, 0))),
+                                 lambda pi: 0.5 * pi[0] ** 2, name="well"))
+        model = system.compile()
+        energies.append(model.potential(model.initial_state()[0]))
+    assert energies == [0.5 * 1.25**2] * 2

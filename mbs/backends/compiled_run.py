@@ -9,7 +9,6 @@ single steps (refinement, streaming) and still repeat itself bitwise on resume.
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,6 +16,7 @@ import scipy.sparse as sp
 
 from mbs.engine.cache import model_cache
 from mbs.engine.newton import NEWTON_HINT, NewtonConvergenceError
+from mbs.errors import warn_user
 from mbs.model import DENSE_LIMIT
 
 if TYPE_CHECKING:
@@ -53,8 +53,8 @@ class CompiledRun:
             reason = (f"large models (n > {DENSE_LIMIT}) use sparse linear algebra, which "
                       f"is not compiled")
         if reason is not None:
-            warnings.warn(f"{type(solver).__name__}: backend='compiled' falls back to the "
-                          f"numpy polynomial path: {reason}", stacklevel=5)
+            warn_user(f"{type(solver).__name__}: backend='compiled' falls back to the "
+                          f"numpy polynomial path: {reason}")
             return None
         # immutable arrays: built once per (model, scheme, h), like the tensor form
         cache = model_cache(model, "compiled_systems")

@@ -169,6 +169,14 @@ class AppliedForces:
                 return term.name, jump, size
         return None
 
+    def largest(self, t: float, q: np.ndarray, v: np.ndarray) -> tuple[str, float]:
+        """The term with the largest generalized force at (t, q, v): (name, max |Q|)."""
+        sizes = [(float(np.abs(term.evaluate(t, q[term.local.indices], v[term.local.indices],
+                                             False)[0]).max(initial=0.0)), term.name)
+                 for term in self.terms]
+        size, name = max(sizes)
+        return name, size
+
     def force(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Q(t, q, v), shape (n,)."""
         return self._evaluate(t, q, v, False)[0]
@@ -198,8 +206,13 @@ class _Value:
             self.uses_state = self.arguments > 1
         else:
             self.function, self.uses_state, self.arguments = None, False, 1
-            self.constant = (as_vector(value, size, what, owner) if size > 1
-                             else as_scalar(value, what, owner))
+            try:
+                self.constant = (as_vector(value, size, what, owner) if size > 1
+                                 else as_scalar(value, what, owner))
+            except ModelTypeError:
+                kind = f"{size} numbers" if size > 1 else "a real number"
+                raise ModelTypeError(f"{owner}: {what} must be {kind} or a function of t, got "
+                                     f"{value!r}") from None
 
     def __call__(self, t: float, *state):
         if self.function is None:

@@ -71,6 +71,14 @@ class InvariantTerm:
         return None
 
     @classmethod
+    def singular_distance(cls, pi: np.ndarray, params: dict) -> np.ndarray | None:
+        """For a V~ singular at some configurations (1/r at an attracting centre): per
+        element, the distance (in the model's length unit) from ``pi`` (n_elements,
+        n_invariants) to the nearest of them; None (the default) for a V~ regular
+        everywhere."""
+        return None
+
+    @classmethod
     def invariant_scales(cls, pi0: np.ndarray, params: dict) -> np.ndarray:
         """Characteristic magnitude of each invariant, (n_elements, n_invariants).
 

@@ -89,6 +89,10 @@ class CentralPointTerm(InvariantTerm):
     def hessian(cls, pi, params):
         return (-0.75 * params["mu_m"] * pi[:, 0] ** -2.5)[:, None, None]
 
+    @classmethod
+    def singular_distance(cls, pi, params):
+        return np.sqrt(np.abs(pi[:, 0]))
+
 
 class CentralGradientTerm(InvariantTerm):
     """Gravity gradient of a rigid body: the part of its central-gravity potential beyond the

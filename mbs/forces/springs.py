@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from mbs.bodies.base import Body
-from mbs.errors import ModelError, ModelTypeError
+from mbs.errors import ModelError, ModelTypeError, warn_user
 from mbs.forces.applied import joint_damper_term, two_point_damper
 from mbs.forces.base import (
     Force,
@@ -286,10 +284,10 @@ class Spring(_TwoPointForce):
             raise ModelError(f"{owner}: a spring-damper needs distinct attachment points (the "
                              f"damping acts along the line between them)")
         if self.rest_length is None and self.initial_length() == 0.0:
-            warnings.warn(f"{owner}: its two points coincide at the initial pose, so the "
+            warn_user(f"{owner}: its two points coincide at the initial pose, so the "
                           f"rest length (by default the initial distance) is 0: a zero-length "
                           f"spring; give rest_length= for another, or rest_length=0 to say "
-                          f"so", UserWarning, stacklevel=2)
+                          f"so", UserWarning)
 
     def applied_terms(self, context):
         if self.damping is None:

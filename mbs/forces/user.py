@@ -23,6 +23,10 @@ class SquaredDistance:
     """Invariant |x_b - x_a|^2 between two body points (world coordinates, initial pose)."""
 
     def __init__(self, body_a: Body, body_b: Body, point_a=None, point_b=None):
+        if body_a is body_b:
+            raise ModelError(f"SquaredDistance: both points are on body "
+                             f"{getattr(body_a, 'name', body_a)!r}, so their distance never "
+                             f"changes; give two different bodies")
         self.body_a, self.body_b = body_a, body_b
         self.point_a = None if point_a is None else as_vector(point_a, 3, "point_a",
                                                               "SquaredDistance")
@@ -79,7 +83,7 @@ class UserPotential(Force):
 
     Parameters
     ----------
-    invariants : list
+    invariants : list, or one invariant
         :class:`SquaredDistance`, :class:`PointComponent` or :class:`AxisProduct` objects.
         Angular momentum is conserved by the EM scheme when every invariant is symmetric
         under the rotation considered (e.g. squared distances between bodies).
@@ -96,6 +100,8 @@ class UserPotential(Force):
                  hessian: Callable | None = None, name: str | None = None):
         super().__init__(name)
         owner = f"UserPotential {self.name!r}"
+        if hasattr(invariants, "build"):  # one invariant, not in a list
+            invariants = [invariants]
         if not invariants:
             raise ModelError(f"{owner}: give at least one invariant")
         for invariant in invariants:

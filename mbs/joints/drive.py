@@ -32,6 +32,9 @@ from mbs.validation import as_scalar
 #: time, not relative to t, so that the error does not grow as a run goes on.
 RATE_DIFFERENCE_STEP = 1e-4
 
+#: Weights (times 12 width) of the fourth-order one-sided first difference.
+ONE_SIDED_WEIGHTS = np.array([-25.0, 48.0, -36.0, 16.0, -3.0])
+
 #: The coordinate each joint type can be driven in.
 DRIVEN_COORDINATES = {"Revolute": ("angle",), "Cylindrical": ("angle", "displacement"),
                       "Prismatic": ("displacement",)}
@@ -47,7 +50,8 @@ class Drive(UserConstraint):
         f(t): the angle (rad, relative to the initial pose) or displacement (m); a number
         holds the coordinate fixed at that value.
     rate : callable, optional
-        f'(t); by central differences of ``position`` when omitted.
+        f'(t); when omitted, by differences of ``position`` over 2e-4 in t: central, or
+        one-sided where ``position`` fails on one side of t (a table that ends there).
     coordinate : {"angle", "displacement"}, optional
         For a cylindrical joint (default "angle").
     name : str, optional
@@ -80,7 +84,11 @@ class Drive(UserConstraint):
         if callable(position):
             self.position = position
         else:
-            value = as_scalar(position, "position", owner)
+            try:
+                value = as_scalar(position, "position", owner)
+            except ModelTypeError:
+                raise ModelTypeError(f"{owner}: position must be a real number or a function "
+                                     f"of t, got {position!r}") from None
             self.position = lambda t: value
             rate = rate or (lambda t: 0.0)
         if rate is not None and not callable(rate):
@@ -179,13 +187,34 @@ class Drive(UserConstraint):
     def _difference_rate(self, t: float, step: float) -> float:
         """f'(t) by Richardson extrapolation of central differences over 2 step and 4 step,
         each divided by the distance of its two times as rounded (exact in floating point),
-        so that round-off in t itself does not enter."""
+        so that round-off in t itself does not enter.
+
+        Where f cannot be evaluated on one side of t (a table or law that ends at t, the end
+        of a run), the one-sided differences of the same order over the same span are used."""
         def central(width: float) -> float:
             ahead, behind = t + width, t - width
             return ((self._call(self.position, "position", ahead)
                      - self._call(self.position, "position", behind)) / (ahead - behind))
 
-        return (4.0 * central(step) - central(2.0 * step)) / 3.0
+        try:
+            return (4.0 * central(step) - central(2.0 * step)) / 3.0
+        except ForceFunctionError as central_failure:
+            self._call(self.position, "position", t)  # a failure at t itself is reported as is
+            for direction in (1.0, -1.0):
+                try:
+                    return self._one_sided_rate(t, direction * 0.5 * step)
+                except ForceFunctionError:
+                    continue
+            raise ForceFunctionError(f"{central_failure}; the drive's rate is taken from "
+                                     f"differences of the position within {2 * step:g} s of t: "
+                                     f"give rate=") from central_failure
+
+    def _one_sided_rate(self, t: float, width: float) -> float:
+        """f'(t) from f(t), f(t + width), ..., f(t + 4 width): the fourth-order one-sided
+        difference (-25, 48, -36, 16, -3) / 12, with error width^4 |f^(5)| / 5."""
+        times = t + width * np.arange(5)
+        values = np.array([self._call(self.position, "position", time) for time in times])
+        return float(ONE_SIDED_WEIGHTS @ values / (12.0 * width))
 
     def rate_mismatch(self, times) -> tuple[float, float, float, float] | None:
         """How far the given ``rate`` is from central differences of ``position``.

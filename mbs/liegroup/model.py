@@ -40,14 +40,13 @@ centre of mass) plus (phi - P) x p_phi about a pivot.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from mbs.bodies.point_mass import PointMass
 from mbs.bodies.rigid_body import RigidBody
-from mbs.errors import ModelError
+from mbs.errors import ModelError, warn_user
 from mbs.liegroup import so3
 from mbs.model import Model
 
@@ -597,9 +596,9 @@ def _warn_slender_bodies(system) -> None:
         if isinstance(body, RigidBody):
             moments = np.linalg.eigvalsh(body.inertia)
             if moments[-1] > SLENDER_RATIO * moments[0]:
-                warnings.warn(
+                warn_user(
                     f"RigidBody {body.name!r}: its principal moments of inertia span a ratio "
                     f"of {moments[-1] / moments[0]:.3g} (a slender or needle-like body); the "
                     f"Lie-group schemes lose accuracy on such bodies, their error growing with "
                     f"this ratio, and may fail. The director formulation (the default) is "
-                    f"unaffected", RuntimeWarning, stacklevel=5)
+                    f"unaffected", RuntimeWarning)

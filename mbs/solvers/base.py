@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from mbs.engine.newton import (
     newton,
     state_factorization,
 )
-from mbs.errors import ModelError, ModelTypeError
+from mbs.errors import ModelError, ModelTypeError, warn_user
 from mbs.model import Model
 
 #: max of an array without ndarray.max's Python-level wrapper (hot path of small models)
@@ -216,10 +215,9 @@ class Solver:
             if self.backend == "compiled":
                 self._compiled = CompiledRun.create(self)
         elif self.backend == "compiled":
-            warnings.warn(f"{type(self).__name__}: backend='compiled' falls back to the "
+            warn_user(f"{type(self).__name__}: backend='compiled' falls back to the "
                           f"assembled path: the step equations are not all quadratic forms "
-                          f"(a Drive, a UserConstraint, or a scheme without the tensor form)",
-                          stacklevel=4)
+                          f"(a Drive, a UserConstraint, or a scheme without the tensor form)")
         elif self.backend == "polynomial":
             from mbs.errors import ModelError
 

@@ -20,7 +20,6 @@ first step, because the next step's multipliers are mu' = lambda^+ and lambda^-'
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +28,7 @@ from scipy.linalg import lapack
 
 from mbs.engine.defects import extrapolation_coefficients
 from mbs.engine.newton import NewtonConvergenceError, NewtonState
-from mbs.errors import ModelError
+from mbs.errors import ModelError, warn_user
 from mbs.model import Model
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
 
@@ -239,12 +238,12 @@ class VariationalConversion(Solver):
                 "converted method has no forcing terms; use 'lobatto' (any order) or 'em'")
         if model.is_large:
             size = 3 * model.n + 3 * model.m
-            warnings.warn(
+            warn_user(
                 f"VariationalConversion: the model has n = {model.n} coordinates; every chord "
                 f"iteration factorises a dense matrix of size 3n + 3m = {size} and propagates "
                 f"a sensitivity of 2n = {2 * model.n} columns through the RK stages, so a "
                 f"step costs O(n^3); for high order on large models use 'lobatto' (sparse)",
-                RuntimeWarning, stacklevel=4)  # simulate -> run.begin -> start
+                RuntimeWarning)
         self.model, self.h = model, h
         self._table = table
         n = model.n

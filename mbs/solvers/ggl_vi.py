@@ -17,13 +17,12 @@ Here q^{n+theta} = (1 - theta) q^n + theta q^{n+1} and p^{n+1-theta} = theta p^n
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
-from mbs.errors import ModelError
+from mbs.errors import ModelError, warn_user
 from mbs.solvers.base import SchemeProperties, Solver
 
 #: Per variant: (order in q and p, constraints at the step end, multiplier times, equation of
@@ -110,19 +109,19 @@ class GGLVI(Solver):
             if self.theta < 0.5:
                 # g(q^{n+theta}) = 0 maps a normal deviation e_n of q^n to
                 # e_{n+1} = -(1 - theta)/theta e_n: growth for theta < 1/2.
-                warnings.warn(
+                warn_user(
                     f"GGLVI variant A with theta = {self.theta} < 1/2 amplifies the "
                     f"constraint drift of q^n by (1 - theta)/theta = "
                     f"{(1 - self.theta) / self.theta:.3g} per step, at any step size, and is "
-                    f"unstable; use theta = 1/2 (or variant B)", stacklevel=3)
+                    f"unstable; use theta = 1/2 (or variant B)")
             elif self.theta > 0.5:
                 # G v^{n+1} = 0 with M v^{n+1} = theta p^n + (1 - theta) p^{n+1} maps the
                 # normal momentum f_n = G M^-1 p^n to f_{n+1} = -theta/(1 - theta) f_n.
-                warnings.warn(
+                warn_user(
                     f"GGLVI variant A with theta = {self.theta} > 1/2 amplifies the momentum "
                     f"normal to the constraints (G M^-1 p^n) by theta/(1 - theta) = "
                     f"{self.theta / (1 - self.theta):.3g} per step, at any step size, and is "
-                    f"unstable; use theta = 1/2 (or variant B)", stacklevel=3)
+                    f"unstable; use theta = 1/2 (or variant B)")
         elif variant == "B":
             self.theta = 1.0 if self.theta is None else float(self.theta)
             self.vartheta = 0.5 if self.vartheta is None else float(self.vartheta)
