@@ -565,8 +565,9 @@ class _Run:
 
     def _raise_diverged(self, k: int, result: StepResult) -> None:
         """Stop a run whose step k is not finite or beyond 1e75, naming the step where the
-        state first grew a millionfold over its initial size (a scheme past its stability
-        limit grows by orders of magnitude per step long before it overflows)."""
+        state first grew a millionfold over the first state held in memory (a scheme past
+        its stability limit grows by orders of magnitude per step long before it
+        overflows)."""
         finite = np.isfinite(result.q).all() and np.isfinite(result.p).all()
         what = "values beyond 1e75 (the run diverged)" if finite else "non-finite values"
         time = self.t_start + k * self.h
@@ -578,8 +579,9 @@ class _Run:
         grown = np.flatnonzero(sizes > DIVERGENCE_GROWTH * sizes[0]) if sizes[0] > 0 else []
         if len(grown):
             first = self.base + int(grown[0])
-            onset = (f"; the state had grown {DIVERGENCE_GROWTH:.0e}-fold from its initial "
-                     f"size by t = {self.t_start + first * self.h:.6g} (step {first - 1})")
+            onset = (f"; the state had grown {DIVERGENCE_GROWTH:.0e}-fold from its size at "
+                     f"t = {self.t_start + self.base * self.h:.6g} by t = "
+                     f"{self.t_start + first * self.h:.6g} (step {first - 1})")
         raise SolverError(
             f"{self.solver.name}: step {k} (t = {time:.6g} -> {time + self.h:.6g}) produced "
             f"{what}{onset}; {holds}", solution=partial, step=k, time=time,
@@ -608,7 +610,9 @@ class _Run:
         except ForceFunctionError as failure:  # in the step or in its refinement
             partial, holds = self._partial()
             # the user's exception stays the __cause__ of the error the run raises
-            raise ForceFunctionError(f"{failure} (step {k}); {holds}", solution=partial,
+            start = self.t_start + k * self.h
+            raise ForceFunctionError(f"{failure} (step {k}, t = {start:.6g} -> "
+                                     f"{start + self.h:.6g}); {holds}", solution=partial,
                                      step=k, time=self.t_start + k * self.h,
                                      hint="fix the function") from (failure.__cause__
                                                                     or failure)

@@ -724,7 +724,7 @@ CALLBACKS = [
     Bad("load-returns-two-components-mid-run", lambda d: simulate_system(loaded(
         force=lambda t: (0.0, 0.0) if t > 0.02 else (0.0, 0.0, 0.0))),
         F, r"Load 'push': the force function returned \(0.0, 0.0\) at t = 0.025; it must "
-           r"return a real 3-vector \(step 2\)"),
+           r"return a real 3-vector \(step 2, t = 0.02 -> 0.03\)"),
     Bad("load-returns-nan", lambda d: simulate_system(loaded(force=lambda t: (np.nan, 0, 0))),
         E, r"Load 'push': the force function returned a non-finite value \(nan, 0, 0\) at "
            r"t = 0 \(evaluated at the initial state\)"),
@@ -784,7 +784,8 @@ CALLBACKS = [
     Bad("user-constraint-fails-mid-run", lambda d: simulate_system(falling_on_curve(
         lambda q: np.array([q @ q - 1.0]) if q[0] > 0.99 else 1 / 0,
         lambda q: 2.0 * q[None, :]), t_end=0.5),
-        F, r"UserConstraint 'curve': the function raised ZeroDivisionError .*\(step \d+\); "
+        F, r"UserConstraint 'curve': the function raised ZeroDivisionError .*\(step \d+, "
+           r"t = [0-9.]+ -> [0-9.]+\); "
            r"error.solution holds the \d+ accepted steps"),
     Bad("user-constraint-jacobian-returns-nan", lambda d: curve(
         lambda q: np.array([q @ q - 1.0]), lambda q: np.full((1, 3), np.nan)).compile(),

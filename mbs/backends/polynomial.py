@@ -509,7 +509,8 @@ class QuadraticSystem:
 
         Returns
         -------
-        x, iterations, factorisations, and R at the accepted x (for the enforced residuals).
+        x, iterations, factorisations, and R at the accepted x without the extra terms: its
+        constraint rows (the enforced residuals) are exact, the force rows are not.
         """
         tolerance = options.tolerance
         contraction, refactor_above = options.contraction, options.refactor_above
@@ -581,7 +582,9 @@ class QuadraticSystem:
                 # the multiplier blocks are outside the increment test: check them once
                 if not math.isfinite(step.dot(step)):
                     _raise_failure("increment", residual, iteration)
-                residual = self._residual(x, self._scratch)
+                # for the enforced constraint rows, which the extra terms (potentials and
+                # applied forces, in the momentum rows) do not touch: not evaluated again
+                residual = self._residual(x, self._scratch, extra=False)
                 if shift is None:
                     return x, iteration, factorizations, residual
                 self.shifted_solution = x  # x + S d, for quantities simpler in those
