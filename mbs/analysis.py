@@ -122,8 +122,8 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
         names = tuple(g.name for g in block)
         if columns.size > MAX_BLOCK_COLUMNS:
             warn_user(f"rank check skipped for a loop of {len(bodies)} bodies "
-                          f"({columns.size} coordinates); redundant constraints there are not "
-                          f"detected")
+                      f"({columns.size} coordinates); redundant constraints there are not "
+                      f"detected")
             results.append(BlockRank(names, joint_rows.size, joint_rows.size, ()))
             continue
         internal = np.concatenate([internal_rows[b] for b in bodies]) if bodies else np.zeros(

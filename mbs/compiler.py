@@ -132,18 +132,18 @@ def compile_system(system: System) -> Model:
                             f"{', '.join(red.removed_labels)})"
                             for red in redundancies)
         warn_user(f"redundant constraints removed: {removed}. The remaining equations "
-                      f"define the same motion near the initial state"
-                      + ("" if all(r.consistent for r in redundancies) else
-                         "; some removed equations do NOT hold at the initial state "
-                         "(inconsistent redundancy): initial_state() rejects that state and "
-                         "initial_state(project=True) must satisfy them too"))
+                  f"define the same motion near the initial state"
+                  + ("" if all(r.consistent for r in redundancies) else
+                     "; some removed equations do NOT hold at the initial state "
+                     "(inconsistent redundancy): initial_state() rejects that state and "
+                     "initial_state(project=True) must satisfy them too"))
     elif dependent.size:
         redundancies = [replace(red, removed=(), removed_labels=()) for red in redundancies]
         kept = "; ".join(f"{red.count} among {', '.join(red.joints)}" for red in redundancies)
         warn_user(f"redundant constraints kept (System(redundant='keep')): {kept}. The "
-                      f"Newton matrices of the implicit schemes are then singular: em, ggl-vi "
-                      f"and hbvm can lose accuracy or fail where a step is refined (rattle "
-                      f"copes); the default redundant='remove' drops a dependent subset")
+                  f"Newton matrices of the implicit schemes are then singular: em, ggl-vi "
+                  f"and hbvm can lose accuracy or fail where a step is refined (rattle "
+                  f"copes); the default redundant='remove' drops a dependent subset")
     model.degrees_of_freedom = dof
     model.redundancies = redundancies
     model.joint_coordinates = _joint_coordinates(system, context)
@@ -158,9 +158,9 @@ def compile_system(system: System) -> Model:
         timed = (" at t = 0 (a run from another t_start is checked at its start)"
                  if model.is_rheonomic else "")
         warn_user(f"initial state is inconsistent with the constraints{timed} (max |g| = "
-                      f"{g:.3e}, max |G v| = {gv:.3e}{worst}); "
-                      f"model.initial_state(project=True{', t=t_start' if timed else ''}) "
-                      f"projects it")
+                  f"{g:.3e}, max |G v| = {gv:.3e}{worst}); "
+                  f"model.initial_state(project=True{', t=t_start' if timed else ''}) "
+                  f"projects it")
     return model
 
 
@@ -355,10 +355,10 @@ def _check_user_derivatives(model: Model, user_blocks: list, q0: np.ndarray) -> 
         for what, mismatch in worst.items():
             if mismatch > DERIVATIVE_TOLERANCE:
                 warn_user(f"{owner}: the {what} function differs from central differences "
-                              f"of the {source if what != 'hessian' else 'first derivative'} "
-                              f"by {mismatch:.2g} (relative) at or next to the initial state; "
-                              + ("check it" if what == "jacobian" else
-                                 "check it, or omit it and let mbs use differences"))
+                          f"of the {source if what != 'hessian' else 'first derivative'} "
+                          f"by {mismatch:.2g} (relative) at or next to the initial state; "
+                          + ("check it" if what == "jacobian" else
+                             "check it, or omit it and let mbs use differences"))
 
 
 #: Times at which a drive's rate function is compared with differences of its position.
@@ -378,9 +378,9 @@ def _check_drive_rate(rate_mismatch, name: str) -> None:
     if found is not None and found[0] > DERIVATIVE_TOLERANCE:
         mismatch, t, given, difference = found
         warn_user(f"Drive {name!r}: rate(t) is not the derivative of position(t): at "
-                      f"t = {t:g} rate gives {given:.6g}, central differences of position "
-                      f"{difference:.6g} ({mismatch:.2g} relative); fix rate, or omit it and "
-                      f"let mbs use differences")
+                  f"t = {t:g} rate gives {given:.6g}, central differences of position "
+                  f"{difference:.6g} ({mismatch:.2g} relative); fix rate, or omit it and "
+                  f"let mbs use differences")
 
 
 def _check_finite(values: np.ndarray, row_magnitudes: np.ndarray, constraint_rows: dict) -> None:

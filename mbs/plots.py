@@ -478,7 +478,7 @@ def _warn_if_reference_limits(study: ConvergenceStudy, reference_error: float) -
                and np.nanmin(study.errors_q[solver]) < 3.0 * reference_error]
     if limited:
         warn_user(f"convergence_study: the errors of {', '.join(limited)} reach the "
-                      f"reference's own error (about {reference_error:.1e}), so their "
-                      f"observed orders are unreliable; use a more accurate reference, e.g. "
-                      f"reference_options={{'order': 6}}, reference_solver='lobatto' with "
-                      f"reference_options={{'stages': 5}}, or a larger reference_factor")
+                  f"reference's own error (about {reference_error:.1e}), so their "
+                  f"observed orders are unreliable; use a more accurate reference, e.g. "
+                  f"reference_options={{'order': 6}}, reference_solver='lobatto' with "
+                  f"reference_options={{'stages': 5}}, or a larger reference_factor")

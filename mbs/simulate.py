@@ -231,8 +231,8 @@ def step_count(h: float, t_start: float, t_end: float, caller: str) -> int:
                          f"{t_end - t_start}")
     if abs(steps * h - (t_end - t_start)) > 1e-9 * max(1.0, t_end - t_start):
         warn_user(f"{caller}: h = {h} does not divide the interval; {steps} "
-                      f"step{'s' if steps > 1 else ''} end{'s' if steps == 1 else ''} at "
-                      f"t = {t_start + steps * h}")
+                  f"step{'s' if steps > 1 else ''} end{'s' if steps == 1 else ''} at "
+                  f"t = {t_start + steps * h}")
     return steps
 
 
@@ -248,9 +248,9 @@ def _given_state(model: Model, q0: np.ndarray, p0: np.ndarray, project: bool,
         return model.consistent_state(q0, p0, False, t_start)
     except InconsistentInitialStateError as exc:
         warn_user(f"simulate: the initial_state violates the constraints: max |g(q0)| = "
-                      f"{exc.position_residual:.3e}, max |G M^-1 p0| = "
-                      f"{exc.velocity_residual:.3e}; the run starts from it as given (pass "
-                      f"project=True to project it onto the constraints)")
+                  f"{exc.position_residual:.3e}, max |G M^-1 p0| = "
+                  f"{exc.velocity_residual:.3e}; the run starts from it as given (pass "
+                  f"project=True to project it onto the constraints)")
         return q0, p0
 
 
@@ -374,8 +374,8 @@ class _Run:
         row_bytes = 8 * (3 * self.model.n + 2 * self.model.m + 4)
         if self.done * row_bytes > MAX_READBACK_BYTES:
             warn_user(f"simulate: the run's {self.done} steps are in the stream "
-                          f"{self.stream}; the solution holds the last {rows} (reading all "
-                          f"back would take {self.done * row_bytes / 2**30:.3g} GiB)")
+                      f"{self.stream}; the solution holds the last {rows} (reading all "
+                      f"back would take {self.done * row_bytes / 2**30:.3g} GiB)")
             return self.base, {name: array.copy() for name, array in held.items()}
         try:
             disk = read_stream(self.stream)
@@ -919,11 +919,11 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
     unstable = (" and beyond rattle's stability limit h omega = 2"
                 if solver.startswith("rattle") and h * omega > 2.0 else "")
     warn_user(f"simulate: {force.type} {force.name!r} oscillates at up to omega = "
-                  f"{omega:.3g} rad per time unit (sqrt(k/m), or sqrt(k/I) for torsion, over "
-                  f"the springs on its bodies; "
-                  f"period {2 * math.pi / omega:.3g}); h omega = {h * omega:.3g} is beyond the "
-                  f"accuracy of every scheme{unstable}{others}: choose h <= {0.2 / omega:.2g} "
-                  f"to resolve it, or a softer spring", RuntimeWarning)
+              f"{omega:.3g} rad per time unit (sqrt(k/m), or sqrt(k/I) for torsion, over "
+              f"the springs on its bodies; "
+              f"period {2 * math.pi / omega:.3g}); h omega = {h * omega:.3g} is beyond the "
+              f"accuracy of every scheme{unstable}{others}: choose h <= {0.2 / omega:.2g} "
+              f"to resolve it, or a softer spring", RuntimeWarning)
 
 
 def _axis_inertias(model: Model, joint: str) -> dict[str, float]:
@@ -963,12 +963,12 @@ def _warn_if_removed_constraints_broke(solution: Solution) -> None:
     if removed[worst] > max(REMOVED_CONSTRAINT_LEVEL, 100.0 * kept):
         dropped = ", ".join(label for red in model.redundancies for label in red.removed_labels)
         warn_user(f"simulate: the equations dropped at compile time as redundant "
-                      f"({dropped}) are violated by up to {removed[worst]:.3g} (at t = "
-                      f"{solution.t[worst]:.6g}) while the kept ones hold to {kept:.1e}: they "
-                      f"were not redundant along the motion. The initial state is a singular "
-                      f"configuration of the mechanism (its constraints lose rank there, as a "
-                      f"parallelogram folded flat); start from a regular pose near it",
-                      RuntimeWarning)
+                  f"({dropped}) are violated by up to {removed[worst]:.3g} (at t = "
+                  f"{solution.t[worst]:.6g}) while the kept ones hold to {kept:.1e}: they "
+                  f"were not redundant along the motion. The initial state is a singular "
+                  f"configuration of the mechanism (its constraints lose rank there, as a "
+                  f"parallelogram folded flat); start from a regular pose near it",
+                  RuntimeWarning)
 
 
 def _warn_if_potentials_left_their_range(solution: Solution) -> None:
@@ -979,10 +979,10 @@ def _warn_if_potentials_left_their_range(solution: Solution) -> None:
         return
     for name, state in model.potential_range_exits(solution.q):
         warn_user(f"simulate: torsion spring {name!r} turned more than half a turn from "
-                      f"its rest angle at t = {solution.t[state]:.6g}; beyond it the angle is "
-                      f"read on the other side and the spring pushes the other way. A torsion "
-                      f"spring holds for motions within half a turn of its rest angle",
-                      RuntimeWarning)
+                  f"its rest angle at t = {solution.t[state]:.6g}; beyond it the angle is "
+                  f"read on the other side and the spring pushes the other way. A torsion "
+                  f"spring holds for motions within half a turn of its rest angle",
+                  RuntimeWarning)
 
 
 def _warn_if_angle_laws_saw_a_wrap(solution: Solution) -> None:
@@ -1004,11 +1004,11 @@ def _warn_if_angle_laws_saw_a_wrap(solution: Solution) -> None:
         if model.effort_jumps_at_half_turn(info.name, float(solution.t[k]),
                                            float(trajectory.rate[k])):
             warn_user(f"simulate: {info.type} {info.name!r} reads the angle of joint "
-                          f"{joint!r}, which turned beyond +-pi at t = "
-                          f"{solution.t[beyond[0]]:.6g}; the law receives the angle wrapped "
-                          f"into (-pi, pi] (it jumps by 2 pi there): write angle errors "
-                          f"wrapped, e.g. (target - angle + pi) % (2 * pi) - pi",
-                          RuntimeWarning)
+                      f"{joint!r}, which turned beyond +-pi at t = "
+                      f"{solution.t[beyond[0]]:.6g}; the law receives the angle wrapped "
+                      f"into (-pi, pi] (it jumps by 2 pi there): write angle errors "
+                      f"wrapped, e.g. (target - angle + pi) % (2 * pi) - pi",
+                      RuntimeWarning)
 
 
 def _warn_if_energy_is_lost(solution: Solution) -> None:
@@ -1048,9 +1048,9 @@ def _warn_if_energy_is_lost(solution: Solution) -> None:
     advice = ("reduce h" if solver.startswith("em") else
               "reduce h (or use 'em', which conserves energy at any step size)")
     warn_user(f"simulate: {solver} at h = {solution.stats['h']:g} changed {what} by up to "
-                  f"{change:.3g} from E0 = {energy[0]:.6g} ({change / scale:.2g} of the "
-                  f"{scale:.3g} the motion exchanges{growth}): the step is beyond the scheme's "
-                  f"stability or accuracy limit; {advice}", RuntimeWarning)
+              f"{change:.3g} from E0 = {energy[0]:.6g} ({change / scale:.2g} of the "
+              f"{scale:.3g} the motion exchanges{growth}): the step is beyond the scheme's "
+              f"stability or accuracy limit; {advice}", RuntimeWarning)
 
 
 #: Steps per call of a compiled solver's kernel (Ctrl-C is seen between calls).

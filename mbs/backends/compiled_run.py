@@ -54,7 +54,7 @@ class CompiledRun:
                       f"is not compiled")
         if reason is not None:
             warn_user(f"{type(solver).__name__}: backend='compiled' falls back to the "
-                          f"numpy polynomial path: {reason}")
+                      f"numpy polynomial path: {reason}")
             return None
         # immutable arrays: built once per (model, scheme, h), like the tensor form
         cache = model_cache(model, "compiled_systems")

@@ -285,9 +285,9 @@ class Spring(_TwoPointForce):
                              f"damping acts along the line between them)")
         if self.rest_length is None and self.initial_length() == 0.0:
             warn_user(f"{owner}: its two points coincide at the initial pose, so the "
-                          f"rest length (by default the initial distance) is 0: a zero-length "
-                          f"spring; give rest_length= for another, or rest_length=0 to say "
-                          f"so", UserWarning)
+                      f"rest length (by default the initial distance) is 0: a zero-length "
+                      f"spring; give rest_length= for another, or rest_length=0 to say "
+                      f"so", UserWarning)
 
     def applied_terms(self, context):
         if self.damping is None:

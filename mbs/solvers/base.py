@@ -216,8 +216,8 @@ class Solver:
                 self._compiled = CompiledRun.create(self)
         elif self.backend == "compiled":
             warn_user(f"{type(self).__name__}: backend='compiled' falls back to the "
-                          f"assembled path: the step equations are not all quadratic forms "
-                          f"(a Drive, a UserConstraint, or a scheme without the tensor form)")
+                      f"assembled path: the step equations are not all quadratic forms "
+                      f"(a Drive, a UserConstraint, or a scheme without the tensor form)")
         elif self.backend == "polynomial":
             from mbs.errors import ModelError
 
