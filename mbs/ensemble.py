@@ -34,6 +34,7 @@ from mbs.engine.newton import NewtonOptions
 from mbs.errors import ModelError, SolverError
 from mbs.liegroup.model import LieGroupModel
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
+from mbs.run_context import subnormals_flushed
 from mbs.simulate import simulate, step_count
 from mbs.solvers import Solver, make_solver
 from mbs.validation import as_scalar
@@ -176,7 +177,7 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     p = np.empty((count, steps + 1, n))
     q[:, 0], p[:, 0] = q0, p0
     started = time.perf_counter()
-    with _single_threaded_blas():
+    with _single_threaded_blas(), subnormals_flushed():
         iterations = kernel.run(q, p)
     ensemble = EnsembleSolution(model, h * np.arange(steps + 1), q, p,
                                 {"solver": f"{batched.name} (ensemble)", "h": h,

@@ -37,7 +37,7 @@ from mbs.errors import (
 from mbs.liegroup.model import LieGroupModel
 from mbs.liegroup.simulation import LIE_GROUP_SOLVERS, is_lie_group_solver, lie_group_solver
 from mbs.model import Model
-from mbs.run_context import progress_bar, single_threaded_blas
+from mbs.run_context import progress_bar, single_threaded_blas, subnormals_flushed
 from mbs.solution import Solution
 from mbs.solvers import Solver, make_solver
 from mbs.solvers.base import StepResult
@@ -217,7 +217,8 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
                      **drive_rules(solver)}, q0, p0)
     # overflow in the scheme's arithmetic is caught as a non-finite residual or state and
     # reported with its cause; numpy's own warnings about it would only repeat it
-    with single_threaded_blas(), np.errstate(over="ignore", invalid="ignore"):
+    with (single_threaded_blas(), subnormals_flushed(),
+          np.errstate(over="ignore", invalid="ignore")):
         return run.execute(writer, flush_every, progress)
 
 
