@@ -62,7 +62,7 @@ ON_FAILURE = ("raise", "refine")
 #: the run as diverged.
 DIVERGED_SQUARED_NORM = 1e150
 
-#: The growth of |(q, p)| over its initial size that a diverged run's message dates.
+#: The growth of |(q, p)| over the first state held that a diverged run's message dates.
 DIVERGENCE_GROWTH = 1e6
 
 
