@@ -17,7 +17,6 @@ executor of a Dask cluster (``distributed.Client(...).get_executor()``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import time
@@ -34,7 +33,7 @@ from mbs.engine.newton import NewtonOptions
 from mbs.errors import ModelError, SolverError
 from mbs.liegroup.model import LieGroupModel
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
-from mbs.run_context import subnormals_flushed
+from mbs.run_context import single_threaded_blas, subnormals_flushed
 from mbs.simulate import simulate, step_count
 from mbs.solvers import Solver, make_solver
 from mbs.validation import as_scalar
@@ -177,7 +176,8 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     p = np.empty((count, steps + 1, n))
     q[:, 0], p[:, 0] = q0, p0
     started = time.perf_counter()
-    with _single_threaded_blas(), subnormals_flushed():
+    # BLAS on one thread: idle BLAS threads spinning on the cores slow the numba threads down
+    with single_threaded_blas(), subnormals_flushed():
         iterations = kernel.run(q, p)
     ensemble = EnsembleSolution(model, h * np.arange(steps + 1), q, p,
                                 {"solver": f"{batched.name} (ensemble)", "h": h,
@@ -401,17 +401,6 @@ def _clearly_consistent(model: Model, q0: np.ndarray, p0: np.ndarray) -> np.ndar
                                       np.abs(velocities)).max(axis=1))
     return ((position <= 0.5 * POSITION_TOLERANCE)
             & (velocity <= 0.5 * VELOCITY_TOLERANCE * scale))
-
-
-def _single_threaded_blas():
-    """BLAS limited to one thread while the ensemble runs: its operands are small, and idle
-    BLAS threads spinning on the cores slow the numba threads (and numpy) down several fold.
-    A no-op without threadpoolctl."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _numba_kernels():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import platform
 import sys
 from collections.abc import Iterator
@@ -63,20 +64,35 @@ _EXCEPTION_MASKS = 0x1F80
 #: Offset of the MXCSR word in glibc's x86-64 ``fenv_t`` (32 bytes; <bits/fenv.h>).
 _MXCSR_OFFSET = 28
 _FENV_BYTES = 32
-_LIBM: ctypes.CDLL | None | bool = False  # False: not looked up yet
 
 
+@functools.cache
 def _libm() -> ctypes.CDLL | None:
     """glibc's libm where the MXCSR can be set through fegetenv/fesetenv (Linux, x86-64),
     else None."""
-    global _LIBM
-    if _LIBM is False:
-        _LIBM = None
-        if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64"):
-            name = ctypes.util.find_library("m")
-            with contextlib.suppress(OSError):
-                _LIBM = ctypes.CDLL(name) if name else None
-    return _LIBM
+    if not (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")):
+        return None
+    name = ctypes.util.find_library("m")
+    try:
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+def _environments() -> tuple[ctypes.Array, ctypes.Array] | None:
+    """(the thread's floating-point environment, the same with FTZ and DAZ set), or None
+    where the MXCSR cannot be set (or does not hold the expected exception masks)."""
+    libm = _libm()
+    saved = ctypes.create_string_buffer(64)
+    if libm is None or libm.fegetenv(saved) != 0:
+        return None
+    flushed = bytearray(saved.raw[:_FENV_BYTES])
+    mxcsr = int.from_bytes(flushed[_MXCSR_OFFSET:_MXCSR_OFFSET + 4], "little")
+    if mxcsr & _EXCEPTION_MASKS != _EXCEPTION_MASKS:
+        return None
+    flushed[_MXCSR_OFFSET:_MXCSR_OFFSET + 4] = (mxcsr | _FLUSH_TO_ZERO_BITS).to_bytes(
+        4, "little")
+    return saved, ctypes.create_string_buffer(bytes(flushed), 64)
 
 
 @contextlib.contextmanager
@@ -90,22 +106,11 @@ def subnormals_flushed() -> Iterator[None]:
     step with many of them costs several times a normal one. Values that small are zero for
     every model, and results without them are bitwise the same. The setting is the calling
     thread's (the run's BLAS is single-threaded) and is restored afterwards."""
-    libm = _libm()
-    saved = ctypes.create_string_buffer(64)
-    if libm is None or libm.fegetenv(saved) != 0:
-        yield
-        return
-    flushed = bytearray(saved.raw)
-    mxcsr = int.from_bytes(flushed[_MXCSR_OFFSET:_MXCSR_OFFSET + 4], "little")
-    if mxcsr & _EXCEPTION_MASKS != _EXCEPTION_MASKS:  # not the MXCSR as expected: leave it
-        yield
-        return
-    flushed[_MXCSR_OFFSET:_MXCSR_OFFSET + 4] = (mxcsr | _FLUSH_TO_ZERO_BITS).to_bytes(
-        4, "little")
-    if libm.fesetenv(ctypes.create_string_buffer(bytes(flushed[:_FENV_BYTES]), 64)) != 0:
+    environments = _environments()
+    if environments is None or _libm().fesetenv(environments[1]) != 0:
         yield
         return
     try:
         yield
     finally:
-        libm.fesetenv(saved)
+        _libm().fesetenv(environments[0])
