@@ -59,6 +59,17 @@ def _factored_rows_kernel(x, map_indptr, map_indices, map_values, uv_step, half,
         residual[start + k] = total + constant[k]
 
 
+def _linear_step_kernel(linear_x, indptr, indices, values, data, out
+                        ):  # pragma: no cover - compiled by numba
+    """``out = linear_x + T_Jd @ data`` for a CSR ``T_Jd`` in one pass (compiled with numba
+    by :func:`_evaluate_compiled`), in the order of the SciPy mat-vec it replaces."""
+    for k in range(out.size):
+        total = 0.0
+        for t in range(indptr[k], indptr[k + 1]):
+            total += values[t] * data[indices[t]]
+        out[k] = linear_x[k] + total
+
+
 _EVALUATE: dict = {}
 
 
@@ -73,7 +84,8 @@ def _evaluate_compiled() -> dict | None:
 
         _EVALUATE.update(
             (name, numba.njit(cache=True, nogil=True)(function)) for name, function in
-            (("evaluate", _evaluate_kernel), ("factored_rows", _factored_rows_kernel)))
+            (("evaluate", _evaluate_kernel), ("factored_rows", _factored_rows_kernel),
+             ("linear_step", _linear_step_kernel)))
     return _EVALUATE
 
 
@@ -134,6 +146,8 @@ class SparseQuadraticSystem:
                                self._tensor_jx.data, _newton._kernel_index(self._indptr),
                                _newton._kernel_index(self._indices))
         index = _newton._kernel_index
+        self._data_kernel_arrays = (index(self._tensor_jd.indptr),
+                                    index(self._tensor_jd.indices), self._tensor_jd.data)
         self._override_kernel_arrays = [
             (index(uv_map.indptr), index(uv_map.indices), uv_map.data, index(row_sum.indptr),
              index(row_sum.indices), row_sum.data)
@@ -151,7 +165,14 @@ class SparseQuadraticSystem:
         self.constant_step = (self.constant + self.linear_data @ data
                               + 0.5 * np.bincount(self._dd_rows, weights=dd * data[self._dd_cols],
                                                   minlength=self.n_equations))
-        self._linear_step = self._linear_x + self._tensor_jd @ data
+        kernels = _evaluate_compiled()
+        if kernels is None:
+            self._linear_step = self._linear_x + self._tensor_jd @ data
+        else:
+            # one pass over the pattern instead of a mat-vec into a temporary and a sum
+            self._linear_step = np.empty(self._linear_x.size)
+            kernels["linear_step"](self._linear_x, *self._data_kernel_arrays, data,
+                                   self._linear_step)
         self._override_step = [(o[0], o[1], o[2], o[3] @ data + o[4], o[5], o[6], o[7])
                                for o in self._overrides]
         self._extra = extra

@@ -241,6 +241,11 @@ class _SchurPattern:
     def symbolic_for(self, values: np.ndarray) -> _StaticLU:
         """The pivot order and factor patterns SuperLU chooses for S with ``values``
         (factorised on first use, then kept; the last :data:`_SYMBOLICS_KEPT`)."""
+        for kept_values, symbolic in self.symbolics.values():
+            # a run hands back the array it was given (``_StaticLU.values``): found without
+            # hashing the values, which costs as much as a refactorisation on large chains
+            if kept_values is values:
+                return symbolic
         key = hashlib.blake2b(values.tobytes(), digest_size=16).digest()
         kept = self.symbolics.get(key)
         if kept is not None and np.array_equal(kept[0], values):
