@@ -854,7 +854,7 @@ class Model:
         jacobian = self._all_jacobian(q, t)
         matrix = sp.vstack([jacobian, sp.csr_matrix(np.array(rows))]).tocsr()
         target = np.concatenate([-self._all_time_derivative(q, t), rates])
-        p = p - matrix.T @ self._solve_gram(matrix, matrix @ self.apply_inverse_mass(p) - target)
+        p = self._corrected_momentum(matrix, p, target)
         reached = np.array([self.joint_coordinate(name, q, self.apply_inverse_mass(p))[1]
                             for name in names])
         missed = [f"{name} (asked {rate:.6g}, possible {got:.6g})"
@@ -888,19 +888,25 @@ class Model:
             previous = size
             jac = self._all_jacobian(q, t)
             q -= self.apply_inverse_mass(jac.T @ self._solve_gram(jac, residual))
-        jac = self._all_jacobian(q, t)
-        time_derivative = self._all_time_derivative(q, t)
+        return q, self._corrected_momentum(self._all_jacobian(q, t), p,
+                                           -self._all_time_derivative(q, t))
+
+    def _corrected_momentum(self, matrix: sp.csr_matrix, p: np.ndarray, target: np.ndarray
+                            ) -> np.ndarray:
+        """The M-nearest momentum to p with ``matrix M^-1 p = target``: p - A^T (A M^-1
+        A^T)^+ (A M^-1 p - target), corrected again while the residual still halves (up to
+        four solves). One least-squares solve of an ill-conditioned Gram matrix (a
+        parallelogram's redundant rows, a spatial loop's nearly dependent ones) leaves the
+        residual at its condition number times round-off, not at round-off."""
         previous = np.inf
         for _ in range(4):
-            # a few corrections: one lstsq solve of an ill-conditioned Gram matrix (a
-            # parallelogram's redundant rows) leaves the residual at cond * eps, not eps
-            velocity = jac @ self.apply_inverse_mass(p) + time_derivative
-            size = float(np.max(np.abs(velocity), initial=0.0))
+            residual = matrix @ self.apply_inverse_mass(p) - target
+            size = float(np.max(np.abs(residual), initial=0.0))
             if size == 0.0 or size > 0.5 * previous:
                 break
             previous = size
-            p = p - jac.T @ self._solve_gram(jac, velocity)
-        return q, p
+            p = p - matrix.T @ self._solve_gram(matrix, residual)
+        return p
 
     def _solve_gram(self, jac: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray:
         """Least-squares solution of (G M^-1 G^T) x = rhs (redundant constraints allowed)."""

@@ -93,6 +93,59 @@ def test_initial_joint_rates_are_met_exactly_on_a_closed_loop():
     assert solution.joint("crank_pivot").rate[0] == pytest.approx(10.0, rel=1e-10)
 
 
+def spatial_four_bar() -> mbs.System:
+    """A crank-rocker closed by a spherical and a universal joint (no redundant rows), in
+    the x-z plane under gravity: ground link 0.4 m, crank 0.1, coupler 0.35, rocker 0.3."""
+    ground_link, crank, coupler, rocker = 0.4, 0.1, 0.35, 0.3
+    y_axis = np.array([0.0, 1.0, 0.0])
+    pivot, rocker_pivot = np.zeros(3), np.array([ground_link, 0.0, 0.0])
+    angle = np.radians(50.0)
+    pin_a = crank * np.array([np.cos(angle), 0.0, np.sin(angle)])
+    # pin B: the intersection of the coupler's and the rocker's circles, above the line A-C
+    chord = rocker_pivot - pin_a
+    distance = np.linalg.norm(chord)
+    along = (coupler**2 - rocker**2 + distance**2) / (2.0 * distance)
+    direction = chord / distance
+    normal = np.array([-direction[2], 0.0, direction[0]])
+    pin_b = pin_a + along * direction + np.sqrt(coupler**2 - along**2) * normal
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+
+    def bar(name, start, end, mass):
+        length = np.linalg.norm(end - start)
+        axis = (end - start) / length
+        body = mbs.RigidBody.from_shape("box", mass=mass, lx=length, ly=0.02, lz=0.02,
+                                        name=name)
+        body.set_state(position=0.5 * (start + end),
+                       rotation=np.column_stack([axis, y_axis, np.cross(axis, y_axis)]))
+        return system.add(body)
+
+    links = (bar("crank", pivot, pin_a, 0.3), bar("coupler", pin_a, pin_b, 0.8),
+             bar("rocker", rocker_pivot, pin_b, 0.6))
+    system.add(mbs.joints.Revolute(system.ground, links[0], point=pivot, axis=y_axis,
+                                   name="pivot"))
+    system.add(mbs.joints.Revolute(links[0], links[1], point=pin_a, axis=y_axis, name="pin_a"))
+    system.add(mbs.joints.Spherical(links[1], links[2], point=pin_b, name="pin_b"))
+    rocker_axis = (pin_b - rocker_pivot) / rocker
+    system.add(mbs.joints.Universal(links[2], system.ground, point=rocker_pivot,
+                                    axis_a=np.cross(y_axis, rocker_axis), axis_b=y_axis,
+                                    name="pin_c"))
+    return system
+
+
+def test_joint_rates_on_a_spatial_loop_meet_the_velocity_constraints_to_round_off():
+    """The Gram matrix of a spatial loop is ill-conditioned: one least-squares solve left
+    max |G v| at ~300 units of round-off of the largest row sum_j |G_ij v_j|; the start must
+    be as consistent as the states the schemes keep, within a few units."""
+    model = compiled(spatial_four_bar())
+    q, p = model.initial_state(project=True, joint_rates={"pivot": 7.0})
+    velocity = model.apply_inverse_mass(p)
+    jacobian = model.constraint_jacobian(q)
+    terms = np.max(abs(jacobian) @ np.abs(velocity))
+    assert np.max(np.abs(jacobian @ velocity)) <= 16 * np.finfo(float).eps * terms
+    rate = model.joint_coordinate("pivot", q, velocity)[1]
+    assert rate == pytest.approx(7.0, rel=1e-12)
+
+
 def test_coupled_joint_rates_get_a_clear_error():
     model = compiled(slider_crank())
     with pytest.raises(ModelError, match="do not allow the joint rates.*guide"):

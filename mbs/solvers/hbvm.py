@@ -192,7 +192,7 @@ class HBVM(Solver):
         Jacobian. It handles stiff potentials (a k = 1e5 spring at h = 0.01, where the
         fixed-point iteration diverges) and fast rotations (the heavy top at h omega ~ 1.4).
         A step whose fixed-point sweeps fail (stiffness, or nearly singular constraints at a
-        mechanism's dead point, where they stall at any step size) is solved by "newton";
+        mechanism's dead point, where they can stall at any step size) is solved by "newton";
         ``stats["newton_steps"]`` counts them.
         Models with loads, dampers, actuators or drives always use "newton": applied forces
         enter at the nodes Y_l with the stage polynomial's velocity, and the step's work is
@@ -361,7 +361,7 @@ class HBVM(Solver):
                 p1 = p - self.h * force[0]  # (52)
             except NewtonConvergenceError as sweeps:
                 # the sweeps contract by about h times the largest frequency and by the
-                # conditioning of the constraints: near a mechanism's dead point they stall
+                # conditioning of the constraints: near a mechanism's dead point they can stall
                 # at any step size, where Newton's method still converges
                 try:
                     gamma, p1, lam, iterations, work = self._solve_newton(q, p, v0)
