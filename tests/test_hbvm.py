@@ -594,8 +594,8 @@ def test_fixed_point_hbvm_passes_a_mechanisms_dead_point():
     t ~ 0.52: the constraints are nearly singular there. Whether the fixed-point sweeps
     stall at such a point (relative increments ~2e-12 for 100 sweeps) depends on round-off
     (a start consistent to 1e-12 rather than 1e-15 makes them stall); a stalled step is
-    solved by Newton's method, the fallback test_newton_handles_stiffness_where_fixed_point_
-    fails checks on every step. Either way the run follows the lobatto reference."""
+    solved by Newton's method, the fallback that the stiff-spring test checks on every
+    step. Either way the run follows the lobatto reference."""
     z = (0.0, 0.0, 1.0)
     system = mbs.System()
     up = mbs.rotation_about_z(np.pi / 2)
