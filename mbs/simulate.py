@@ -614,7 +614,7 @@ class _Run:
             start = self.t_start + k * self.h
             raise ForceFunctionError(f"{failure} (step {k}, t = {start:.6g} -> "
                                      f"{start + self.h:.6g}); {holds}", solution=partial,
-                                     step=k, time=self.t_start + k * self.h,
+                                     step=k, time=start,
                                      hint="fix the function") from (failure.__cause__
                                                                     or failure)
         residual = ("" if "residual" in str(newton_failure)

@@ -287,7 +287,7 @@ class Spring(_TwoPointForce):
             warn_user(f"{owner}: its two points coincide at the initial pose, so the "
                       f"rest length (by default the initial distance) is 0: a zero-length "
                       f"spring; give rest_length= for another, or rest_length=0 to say "
-                      f"so", UserWarning)
+                      f"so")
 
     def applied_terms(self, context):
         if self.damping is None:

@@ -150,8 +150,6 @@ class Solver:
     composed_in_pairs = False
 
     def __post_init__(self):
-        from mbs.errors import ModelError
-
         if self.initial_guess not in ("explicit", "advanced", "simple"):
             raise ModelError(f"{type(self).__name__}: initial_guess must be 'explicit', "
                              f"'advanced' or 'simple', got {self.initial_guess!r}")
@@ -219,8 +217,6 @@ class Solver:
                       f"assembled path: the step equations are not all quadratic forms "
                       f"(a Drive, a UserConstraint, or a scheme without the tensor form)")
         elif self.backend == "polynomial":
-            from mbs.errors import ModelError
-
             raise ModelError(f"{type(self).__name__}: backend={self.backend!r} needs "
                              f"quadratic time-independent constraints only (no UserConstraint, "
                              f"no Drive) and step equations written as terms (every implicit "
