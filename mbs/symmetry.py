@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mbs.errors import ForceFunctionError
 from mbs.model import POSITION_TOLERANCE, Model
 
 #: A relative invariance defect below this counts as round-off.
@@ -75,6 +76,18 @@ def _products(model: Model, t: float, q: np.ndarray, p: np.ndarray, kind: str, a
     return np.vstack(rows), np.hstack([np.ravel(b) for b in bounds]), generator
 
 
+def _evaluable_products(model: Model, states: list[tuple[float, np.ndarray, np.ndarray]],
+                        kind: str, about):
+    """:func:`_products` at each of ``states`` where the model's functions can be evaluated.
+    A state at which a load or a user potential raises (the last state of a run that this
+    stopped) says nothing about the symmetry and is left out."""
+    for t, q, p in states:
+        try:
+            yield _products(model, t, q, p, kind, about)
+        except ForceFunctionError:
+            continue
+
+
 def _relative(products: np.ndarray, bound: np.ndarray) -> np.ndarray:
     """|products| / bound, 0 where the bound vanishes (nothing to break the symmetry)."""
     out = np.zeros_like(products)
@@ -94,8 +107,7 @@ def invariance_defects(model: Model, states: list[tuple[float, np.ndarray, np.nd
     residual (schemes such as GGL-VI A enforce g only between step ends)."""
     axes = np.eye(3) if axes is None else np.atleast_2d(np.asarray(axes, dtype=float))
     worst = np.zeros(axes.shape[0])
-    for t, q, p in states:
-        products, row_bounds, generator = _products(model, t, q, p, kind, about)
+    for products, row_bounds, generator in _evaluable_products(model, states, kind, about):
         sizes = np.linalg.norm(axes @ generator, axis=1)
         defects = _relative(products @ axes.T, row_bounds[:, None] * sizes[None, :])
         worst = np.maximum(worst, defects.max(axis=0))
@@ -116,8 +128,7 @@ def conserved_directions(model: Model, states: list[tuple[float, np.ndarray, np.
     linear in e. The directions need not be world axes: under gravity along
     (0.6, 0, -0.8), the linear momentum is conserved in the plane normal to it."""
     scaled = []
-    for t, q, p in states:
-        products, row_bounds, generator = _products(model, t, q, p, kind, about)
+    for products, row_bounds, generator in _evaluable_products(model, states, kind, about):
         if not (np.all(np.isfinite(generator)) and np.all(np.isfinite(products))):
             return np.zeros((0, 3))  # states that are not numbers show no symmetry
         bound = row_bounds * np.linalg.norm(generator, 2)

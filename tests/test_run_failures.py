@@ -42,6 +42,32 @@ def test_an_exception_in_user_code_keeps_the_steps_done():
     assert np.min(np.linalg.norm(solution.q, axis=1)) ** 2 >= 1.1  # all before the fault
 
 
+def test_the_steps_of_a_run_stopped_by_a_load_at_a_step_point_can_be_summarised_and_saved(
+        tmp_path):
+    """The load raises at t = 0.3, a step point: the last state of error.solution is where
+    it fails, and the momentum check of the summary and of save_solution leaves it out."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    body = system.add(mbs.RigidBody(mass=1.0, inertia=(1.0, 1.0, 1.0), name="body"))
+    body.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.joints.Spherical(system.ground, body, point=(0.0, 0.0, 0.0)))
+
+    def thrust(t):
+        if t >= 0.3 - 1e-12:
+            raise ZeroDivisionError("the thrust law ends at t = 0.3")
+        return (0.0, 0.0, 1.0)
+
+    system.add(mbs.forces.Load(body, force=thrust, name="thruster"))
+    with pytest.raises(mbs.ForceFunctionError) as error:
+        mbs.simulate(system.compile(), "em", h=0.01, t_end=1.0)
+    solution = error.value.solution
+    assert solution.t[-1] == pytest.approx(0.3)
+    assert "vertical angular momentum" in solution.conservation_summary()
+    path = tmp_path / "partial.npz"
+    mbs.save_solution(solution, path)
+    loaded = mbs.load_solution(path, solution.model)
+    np.testing.assert_array_equal(loaded.q, solution.q)
+
+
 def test_a_failing_stream_write_reports_it_and_keeps_the_steps(tmp_path, monkeypatch):
     model = pendulum_with_a_faulty_potential(fails_below=0.0)  # never fails
     writes = []
