@@ -318,6 +318,7 @@ class _Run:
         self.iterations = np.zeros(rows, dtype=int)
         self.started = time.perf_counter()
         self.resumed_at = None  # the step a resumed run starts from
+        self.solver_state = (-1, None)  # (steps done, solver checkpoint) of a streamed run
         self.warned_refinement = False
         # angle drives can converge half a turn off (see Drive.branch_error)
         self.checks_branches = isinstance(self.model, Model) and self.model.has_branch_checks
@@ -448,6 +449,7 @@ class _Run:
                     count = min(_BATCH_STEPS, self.steps - k)
                     if writer is not None:
                         count = min(count, flush_every - self.done % flush_every)
+                        self._keep_solver_state()
                     done = self.solver.run_compiled(
                         self.q, self.p, self.velocities, self.lam, self.gam, self.enforced,
                         self.iterations, k - self.base, count)
@@ -463,6 +465,8 @@ class _Run:
                     if done == count:
                         continue
                 restarts = len(self.restarts)
+                if writer is not None:
+                    self._keep_solver_state()
                 self._store(k, self._advance(k))
                 k += 1
                 if writer is not None:
@@ -534,11 +538,19 @@ class _Run:
         error's message (the steps stay in ``error.solution``)."""
         if writer is None:
             return
+        done, checkpoint = self.solver_state
         try:
-            writer.flush(self._checkpoint())
+            writer.flush(checkpoint if done == self.done else self._checkpoint())
         except Exception as exc:  # the disk, not the run, failed: report both
             error.args = (f"{error.args[0] if error.args else error} (the last steps could "
                           f"not be written to the stream: {type(exc).__name__}: {exc})",)
+
+    def _keep_solver_state(self) -> None:
+        """Keep the solver's checkpoint before the next step (or block of steps): a step
+        that an exception or Ctrl-C stops may have changed the solver's state (a composition
+        its sub-steps), and the checkpoint flushed with the steps done must be the one an
+        uninterrupted run had after them, for a resumed run to repeat it bitwise."""
+        self.solver_state = (self.done, self._checkpoint())
 
     def _append(self, writer: StreamWriter, first: int, last: int) -> None:
         """Buffer the stored steps first .. last - 1 in the stream (a restart redoes steps

@@ -171,6 +171,43 @@ def test_heavy_top_resume_at_a_random_step_is_bitwise(solver, options, tmp_path)
     np.testing.assert_array_equal(resumed.p, reference.p)
 
 
+@pytest.mark.parametrize("options, fail_after", [({}, 150), ({}, 151), ({}, 152), ({}, 153),
+                                                 ({"order": 4}, 150)],
+                         ids=["em-150", "em-151", "em-152", "em-153", "em-order-4-150"])
+def test_a_run_stopped_by_a_load_inside_a_step_resumes_bitwise(options, fail_after, tmp_path):
+    """A load that raises in the middle of a step (at each of the load's evaluations within
+    an EM step; in a composition, after some of its sub-steps) stops the run; the stream
+    holds the steps before it with the solver state an uninterrupted run had after them, so
+    the resumed run repeats that run bitwise."""
+    calls = {"count": 0, "fail_after": None}
+
+    def push(t):
+        calls["count"] += 1
+        if calls["fail_after"] is not None and calls["count"] > calls["fail_after"]:
+            raise RuntimeError("the load's data source went away")
+        return (0.0, 0.0, 0.5 * np.sin(3.0 * t))
+
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bar = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.5, ly=0.05, lz=0.05,
+                                              name="bar"))
+    bar.set_state(position=(0.25, 0.0, 0.0), angular_velocity=(0.0, 0.0, 1.0),
+                  velocity=(0.0, 0.25, 0.0))
+    system.add(mbs.joints.Spherical(system.ground, bar, point=(0.0, 0.0, 0.0)))
+    system.add(mbs.forces.Load(bar, force=push, name="push"))
+    model = system.compile()
+    reference = mbs.simulate(model, "em", h=0.01, t_end=0.6, **options)
+    stream = str(tmp_path / "run")
+    calls["count"], calls["fail_after"] = 0, fail_after
+    with pytest.raises(mbs.SimulationError) as error:
+        mbs.simulate(model, "em", h=0.01, t_end=0.6, output=stream, flush_every=7, **options)
+    done = error.value.solution.t.size - 1
+    assert 0 < done < 60 and read_stream(stream)["q"].shape[0] == done + 1
+    calls["fail_after"] = None
+    resumed = mbs.simulate(model, "em", h=0.01, t_end=0.6, resume=stream, **options)
+    np.testing.assert_array_equal(resumed.q, reference.q)
+    np.testing.assert_array_equal(resumed.p, reference.p)
+
+
 FLUSHES_SUBNORMALS = sys.platform.startswith("linux") and os.uname().machine == "x86_64"
 
 
