@@ -29,6 +29,7 @@ from mbs.errors import (
     InconsistentInitialStateError,
     MbsError,
     ModelError,
+    ModelTypeError,
     SimulationError,
     SimulationInterrupted,
     SolverError,
@@ -151,6 +152,8 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
     t_start = as_scalar(t_start, "t_start", "simulate")
     if t_end <= t_start:
         raise ModelError(f"simulate: t_end = {t_end} must be greater than t_start = {t_start}")
+    if project not in (True, False):  # "no" would read as True
+        raise ModelTypeError(f"simulate: project must be True or False, got {project!r}")
     if on_failure not in ON_FAILURE:
         raise ModelError(f"simulate: on_failure must be one of {ON_FAILURE}, got "
                          f"{on_failure!r}")

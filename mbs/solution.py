@@ -126,7 +126,8 @@ class DriveTrajectory:
         second-order estimate of the drive's work (``Solution.work`` holds the scheme's own,
         exact for "em").
     t : (N+1,)
-        The node times (of position, rate and work; effort_n belongs to [t_n, t_{n+1}]).
+        The node times (of position, rate and work; effort_n belongs to [t_n, t_{n+1}],
+        whose midpoints are :attr:`effort_times`).
     """
 
     name: str
@@ -136,6 +137,13 @@ class DriveTrajectory:
     effort: np.ndarray
     work: np.ndarray
     t: np.ndarray = field(kw_only=True)
+
+    @property
+    def effort_times(self) -> np.ndarray:
+        """The step midpoints (t_n + t_{n+1}) / 2, (N,): the times to compare ``effort``
+        with, e.g. a torque law of time (the times of ForceTrajectory and
+        ReactionTrajectory)."""
+        return 0.5 * (self.t[1:] + self.t[:-1])
 
 
 @dataclass(eq=False)
@@ -378,8 +386,9 @@ class Solution:
         return values
 
     def force(self, name: str) -> ForceTrajectory:
-        """The effort and the work of load, damper or actuator ``name`` in each step (see
-        :class:`ForceTrajectory`); springs with ``damping=`` report their damper."""
+        """The effort of load, damper or actuator ``name`` in each step and its work up to
+        each node (cumulative, see :class:`ForceTrajectory`); springs with ``damping=``
+        report their damper."""
         applied = getattr(self.model, "applied_forces", None)
         terms = [] if applied is None else [term for term in applied.terms
                                             if term.name == name]

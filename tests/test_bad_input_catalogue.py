@@ -522,6 +522,8 @@ OPTIONS = [
         E, r"unknown solver 'euler'; choose one of \['em'.*'vrkmk', 'vcg'\]"),
     Bad("progress-text", lambda d: run(progress="no"),
         T, r"progress must be True, False or None \(automatic\), got 'no'"),
+    Bad("project-text", lambda d: run(project="no"),
+        T, r"simulate: project must be True or False, got 'no'"),
     Bad("solver-number", lambda d: run(solver=3),
         T, r"solver must be a name \[.*\] or a Solver instance, got 3"),
     Bad("solver-option-of-another-scheme", lambda d: run(solver="em", theta=0.5),
