@@ -277,7 +277,8 @@ def test_compiled_backend_runs_a_drive_on_the_assembled_path():
     for the compiled backend warns and gives the assembled run, bitwise."""
     model, _ = disc(lambda t: 0.5 * t**2, lambda t: t)
     plain = mbs.simulate(model, "em", h=0.01, t_end=0.2, project=True)
-    with pytest.warns(UserWarning, match="falls back to the assembled path"):
+    with pytest.warns(UserWarning, match="falls back to the assembled path: the "
+                      "constraints of 'spin' are not quadratic forms"):
         compiled = mbs.simulate(model, "em", h=0.01, t_end=0.2, project=True,
                                 backend="compiled")
     np.testing.assert_array_equal(compiled.q, plain.q)

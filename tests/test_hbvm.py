@@ -636,3 +636,13 @@ def test_fixed_point_hbvm_passes_a_mechanisms_dead_point():
     # both fourth order at h = 0.005: they differ by ~1e-8 rad here
     crank, exact = solution.joint("O").position, reference.joint("O").position
     assert np.abs(crank - exact).max() < 1e-6
+
+
+def test_compiled_backend_names_why_the_fixed_point_iteration_stays_in_python(top):
+    """The fixed-point sweeps are not a tensor form: backend='compiled' warns with that
+    reason (and what does run in the kernel) and gives the numpy run bitwise."""
+    plain = mbs.simulate(top, "hbvm", h=0.002, t_end=0.01)
+    with pytest.warns(UserWarning, match="fixed-point iteration evaluates its own stage "
+                      r"functions \(iteration='newton' runs in the kernel\)"):
+        compiled = mbs.simulate(top, "hbvm", h=0.002, t_end=0.01, backend="compiled")
+    np.testing.assert_array_equal(compiled.q, plain.q)

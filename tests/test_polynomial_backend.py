@@ -205,7 +205,8 @@ def test_polynomial_backend_rejects_user_constraints():
     sol = mbs.simulate(model, EnergyMomentum(), h=1e-3, t_end=0.01)  # auto: assembled path
     assert sol.stats["completed"]
     # "compiled" asks for speed, not for a path: it warns and takes the assembled one
-    with pytest.warns(UserWarning, match="falls back to the assembled path"):
+    with pytest.warns(UserWarning, match="falls back to the assembled path: the "
+                      "constraints of 'quartic' are not quadratic forms"):
         compiled_run = mbs.simulate(model, EnergyMomentum(backend="compiled"), h=1e-3,
                                     t_end=0.01)
     np.testing.assert_array_equal(compiled_run.q, sol.q)

@@ -214,8 +214,7 @@ class Solver:
                 self._compiled = CompiledRun.create(self)
         elif self.backend == "compiled":
             warn_user(f"{type(self).__name__}: backend='compiled' falls back to the "
-                      f"assembled path: the step equations are not all quadratic forms "
-                      f"(a Drive, a UserConstraint, or a scheme without the tensor form)")
+                      f"assembled path: {self._no_tensor_form(model)}")
         elif self.backend == "polynomial":
             raise ModelError(f"{type(self).__name__}: backend={self.backend!r} needs "
                              f"quadratic time-independent constraints only (no UserConstraint, "
@@ -490,6 +489,16 @@ class Solver:
     def _polynomial_applies(self, model: Model) -> bool:
         return (type(self)._equations is not Solver._equations
                 and model.quadratic_constraint_table is not None)
+
+    def _no_tensor_form(self, model: Model) -> str:
+        """Why the step equations have no tensor form (which the compiled kernel runs)."""
+        if model.quadratic_constraint_table is None:
+            names = [joint.name for joint in model.joints
+                     if joint.type in ("Drive", "UserConstraint")]
+            named = ", ".join(repr(name) for name in names) or "a drive or user constraint"
+            return (f"the constraints of {named} are not quadratic forms (drives and user "
+                    f"constraints are evaluated element by element)")
+        return f"the {self.name} scheme writes no tensor form of its step equations"
 
     def _polynomial_key(self) -> tuple:
         """What the polynomial step equations depend on besides the model and h."""

@@ -436,6 +436,12 @@ class HBVM(Solver):
         # the fixed-point iteration evaluates its own stage functions
         return self.iteration == "newton" and super()._polynomial_applies(model)
 
+    def _no_tensor_form(self, model) -> str:
+        if self.iteration != "newton":
+            return ("the fixed-point iteration evaluates its own stage functions "
+                    "(iteration='newton' runs in the kernel)")
+        return super()._no_tensor_form(model)
+
     def _equations(self, layout, shifted: bool = False):
         """(50a) multiplied by M and the line-integral condition (51) over the data (q0, p0)
         and the unknowns (gamma_0 .. gamma_{s-1}, p1, lambda), with the stages Y_l = q0 +
