@@ -55,6 +55,8 @@ _FORCE_ARGS = {
 _JOINT_EFFORTS = {JointTorque: "torque", JointForce: "force", JointDamper: "damping"}
 #: Springs on a joint: their constructor arguments after the joint.
 _JOINT_SPRINGS = {TorsionSpring: ("stiffness", "rest_angle", "damping")}
+_BODY_FIELDS = {"RigidBody": ("mass", "inertia", "shape", "state"),
+                "PointMass": ("mass", "radius", "state")}
 _BY_NAME = {cls.__name__: cls for cls in (*_JOINT_ARGS, *_FORCE_ARGS, *_JOINT_EFFORTS,
                                           *_JOINT_SPRINGS, Load, CentralGravity,
                                           UniformGravity)}
@@ -176,6 +178,7 @@ def system_from_dict(data: dict, source: str = "model description") -> System:
             if not isinstance(state, dict):
                 raise ModelError(f"{where}: field 'state' must be an object with position, "
                                  f"velocity, ..., got {type(state).__name__}")
+            _known_fields(entry, _BODY_FIELDS.get(kind, ()), where)
             if kind == "RigidBody":
                 body = RigidBody(_field(entry, "mass", where), _field(entry, "inertia", where),
                                  name=_field(entry, "name", where), shape=entry.get("shape"))
@@ -218,11 +221,37 @@ def _body(system: System, name, where: str):
         raise ModelError(f"{where}: unknown body {name!r}") from None
 
 
+def _known_fields(entry: dict, fields: tuple[str, ...], where: str) -> None:
+    """Refuse fields the entry's type does not have: a misspelt one (``dampng``) would
+    otherwise be ignored, and the element built without it."""
+    unknown = sorted(set(entry) - {"type", "name", *fields})
+    if unknown and fields:
+        raise ModelError(f"{where}: unknown field{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(map(repr, unknown))} for a {entry['type']}; its fields "
+                         f"are {', '.join(map(repr, ('type', 'name', *fields)))}")
+
+
+def _element_fields(cls) -> tuple[str, ...]:
+    """The fields an element of type ``cls`` has in a model file (see system_to_dict)."""
+    if cls in _JOINT_ARGS or cls in _FORCE_ARGS:
+        return ("body_a", "body_b", *(_JOINT_ARGS.get(cls) or _FORCE_ARGS[cls]))
+    if cls in _JOINT_EFFORTS:
+        return ("joint", _JOINT_EFFORTS[cls])
+    if cls in _JOINT_SPRINGS:
+        return ("joint", *_JOINT_SPRINGS[cls])
+    if cls is Load:
+        return ("body", "force", "torque", "point", "frame")
+    if cls is CentralGravity:
+        return ("mu", "center", "gravity_gradient", "bodies")
+    return ("acceleration", "bodies")
+
+
 def _element(system: System, entry: dict, where: str):
     kind = _field(entry, "type", where)
     cls = _BY_NAME.get(kind)
     if cls is None:
         raise ModelError(f"{where}: unknown element type {kind!r}")
+    _known_fields(entry, _element_fields(cls), where)
     name = entry.get("name")
     if cls in _JOINT_ARGS or cls in _FORCE_ARGS:
         args = _JOINT_ARGS.get(cls) or _FORCE_ARGS[cls]

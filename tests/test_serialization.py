@@ -71,6 +71,9 @@ def test_round_trip_reproduces_simulation_bitwise(build, tmp_path):
     (lambda d: d["joints"][0].update(body_b="nobody"), "unknown body 'nobody'"),
     (lambda d: d["joints"][0].update(type="Weld"), "unknown element type"),
     (lambda d: d["bodies"][0].update(mass=-1.0), "mass must be positive"),
+    (lambda d: d["forces"][0].update(dampng=0.5),
+     r"forces\[0\]: unknown field 'dampng' for a \w+; its fields are 'type', 'name'"),
+    (lambda d: d["bodies"][0].update(inertia_tensor=1.0), "unknown field 'inertia_tensor'"),
 ])
 def test_malformed_files_raise_clear_errors(mutate, message):
     data = json.loads(json.dumps(system_to_dict(rich_system())))
