@@ -595,7 +595,8 @@ def _digests(model) -> tuple[str, dict[str, str], str]:
 def _add_parameters(attributes: dict, update: Callable, add: Callable, depth: int = 0) -> None:
     """Feed the numeric parameters among an applied term's ``attributes`` to the digest: its
     arrays, numbers and constant values, one level into the objects holding them (its
-    coordinates, its law, a load's value); a user function counts by its presence only."""
+    coordinates, its law, a load's value); a user function or callable object counts by its
+    presence only."""
     for key in sorted(attributes):
         value = attributes[key]
         if key == "name" or key.startswith("_"):
@@ -610,7 +611,10 @@ def _add_parameters(attributes: dict, update: Callable, add: Callable, depth: in
         elif isinstance(value, dict):
             _add_parameters({f"{key}.{k}": item for k, item in value.items()}, update, add,
                             depth)
-        elif isinstance(value, (types.FunctionType, types.MethodType, functools.partial)):
+        elif isinstance(value, (types.FunctionType, types.MethodType, functools.partial)) or (
+                callable(value) and not type(value).__module__.startswith("mbs.")):
+            # a user's callable object counts as a function: its attributes are its own
+            # state (a counter, a cache), which changes as the run calls it
             update(f"{key}:function".encode())
         elif hasattr(value, "__dict__") and depth < 2:
             update(f"{key}:{type(value).__name__}".encode())

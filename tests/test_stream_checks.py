@@ -149,3 +149,30 @@ def test_compiled_blocks_stream_and_resume_as_the_run_in_memory(tmp_path, scheme
         np.testing.assert_array_equal(run.stats["newton_iterations"],
                                       whole.stats["newton_iterations"])
 
+
+
+def test_a_load_given_as_a_callable_object_with_its_own_state_resumes(tmp_path):
+    """A callable object counts as a function, like a plain one: its attributes (here a
+    call counter, which the run changes) are the user's state, not model parameters."""
+
+    class Thrust:
+        def __init__(self):
+            self.evaluations = 0
+
+        def __call__(self, t):
+            self.evaluations += 1
+            return (0.0, 0.0, 0.5 * np.sin(3.0 * t))
+
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    body = system.add(mbs.RigidBody(mass=1.0, inertia=(0.01, 0.02, 0.02), name="body"))
+    body.set_state(position=(0.25, 0.0, 0.0))
+    system.add(mbs.joints.Spherical(system.ground, body, point=(0.0, 0.0, 0.0)))
+    thrust = Thrust()
+    system.add(mbs.forces.Load(body, force=thrust, name="thrust"))
+    model = system.compile()
+    path = str(tmp_path / "run")
+    mbs.simulate(model, "em", h=0.01, t_end=0.1, output=path)
+    assert thrust.evaluations > 0
+    resumed = mbs.simulate(model, "em", h=0.01, t_end=0.2, resume=path)
+    whole = mbs.simulate(model, "em", h=0.01, t_end=0.2)
+    np.testing.assert_array_equal(resumed.q, whole.q)
