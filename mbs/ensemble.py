@@ -369,10 +369,17 @@ def _initial_arrays(model: Model, initial_states) -> tuple[np.ndarray, np.ndarra
             q0, p0 = (np.asarray(a, dtype=float) for a in initial_states)
         else:
             states = np.asarray(initial_states, dtype=float)
-            q0, p0 = states[:, 0], states[:, 1]
+            q0 = p0 = None
+            if states.ndim == 3 and states.shape[1] == 2:
+                q0, p0 = states[:, 0], states[:, 1]
     except (TypeError, ValueError, IndexError) as exc:
         raise ModelError(f"simulate_ensemble: initial_states must be (Q0, P0) of shape (K, "
                          f"{model.n}) or an array (K, 2, {model.n})") from exc
+    if q0 is None:
+        raise ModelError(f"simulate_ensemble: initial_states must be a pair (Q0, P0) of arrays "
+                         f"(K, {model.n}) or one array (K, 2, {model.n}), got one array of "
+                         f"shape {states.shape}" + (" (the momenta P0 are missing)"
+                                                    if states.shape[-1:] == (model.n,) else ""))
     if q0.ndim != 2 or q0.shape != p0.shape or q0.shape[1] != model.n or not len(q0):
         raise ModelError(f"simulate_ensemble: initial states must have shape (K, {model.n}) "
                          f"with K >= 1 members, got {q0.shape} and {p0.shape}")

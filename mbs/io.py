@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from mbs.errors import MbsError, ModelError, SolutionFileNotFoundError
+from mbs.errors import MbsError, ModelError, ModelTypeError, SolutionFileNotFoundError
 from mbs.hdf5 import save_hdf5 as save_hdf5  # re-exported: mbs.io.save_hdf5
 from mbs.liegroup.model import LieGroupModel
 from mbs.model import BodyInfo, ElementInfo, Model
@@ -232,6 +232,9 @@ def _info_record(info) -> dict:
 
 def save_solution(solution: Solution, path) -> Path:
     """Write ``solution`` to ``path`` (.npz appended if missing); see the module docstring."""
+    if not isinstance(solution, Solution):
+        raise ModelTypeError(f"save_solution: expected a Solution (from mbs.simulate), got "
+                             f"{type(solution).__name__}")
     path = Path(path)
     if path.is_dir():
         raise ModelError(f"save_solution: {path} is a directory; give a file name")

@@ -573,6 +573,10 @@ OPTIONS = [
     Bad("ensemble-states-of-the-wrong-size", lambda d: mbs.simulate_ensemble(
         pendulum(), (np.zeros((2, 2)), np.zeros((2, 2))), h=0.01, t_end=0.02),
         E, r"simulate_ensemble: initial states must have shape \(K, 3\)"),
+    Bad("ensemble-states-without-momenta", lambda d: mbs.simulate_ensemble(
+        pendulum(), np.zeros((2, 3)), h=0.01, t_end=0.02),
+        E, r"initial_states must be a pair \(Q0, P0\) of arrays \(K, 3\) or one array "
+           r"\(K, 2, 3\), got one array of shape \(2, 3\) \(the momenta P0 are missing\)"),
     Bad("ensemble-with-a-start-time", lambda d: mbs.simulate_ensemble(
         pendulum(), [pendulum().initial_state()], h=0.01, t_end=0.02, t_start=0.01),
         E, r"simulate_ensemble: t_start belong to single runs \(mbs.simulate\); ensemble "
@@ -696,6 +700,8 @@ FILES = [
         with_damaged_first_chunk(d)),
         E, r"chunk_000001.npz: its contents do not match the checksum in the manifest "
            r"\(damaged or replaced\); the stream cannot be continued"),
+    Bad("save-an-array-as-a-solution", lambda d: mbs.save_solution(np.zeros(3), d / "x.npz"),
+        T, r"save_solution: expected a Solution \(from mbs.simulate\), got ndarray"),
     Bad("save-a-model-onto-a-directory", lambda d: mbs.save_system(pendulum_system(), d),
         E, r"save_system: .* is a directory; give a file name"),
     Bad("save-a-load-function", lambda d: mbs.save_system(loaded(force=lambda t: (0, 0, 0)),
