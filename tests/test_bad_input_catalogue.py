@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 181 inputs: 78 of models (bodies, joints, forces, systems), 44 of run
-options (step size, interval, solver names and options, step counts, streaming), 38 of files
+The catalogue holds 184 inputs: 78 of models (bodies, joints, forces, systems), 46 of run
+options (step size, interval, solver names and options, step counts, streaming), 39 of files
 (stream directories, model JSON, solution archives) and 21 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 222 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 181 others
-(222 with tests/test_bad_input.py) pass.
+hold 225 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 184 others
+(225 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
