@@ -532,8 +532,11 @@ def _cmd_convergence(args) -> int:
     from mbs.plots import convergence_study
 
     module, _, _, title = load_example(args.target)
-    if len(args.h) < 2:
-        raise UsageError("--h: give at least two step sizes, e.g. 0.004,0.002,0.001")
+    if len(set(args.h)) < 2:
+        raise UsageError("--h: give at least two different step sizes, e.g. "
+                         "0.004,0.002,0.001")
+    if len(set(args.h)) < len(args.h):
+        raise UsageError(f"--h: each step size once, got {','.join(map(str, args.h))}")
     t_end = args.t_end or 50.0 * max(args.h)
     print(f"{title}: convergence study\n")
     convergence_study(module.build, args.solvers, args.h, t_end,

@@ -115,6 +115,10 @@ def test_bad_names_and_values(capsys, tmp_path):
     assert main(["run", "heavy-top", "--resolution", "big"]) == 2
     assert main(["convergence", "heavy-top", "--h", "0.01"]) == 2
     assert "at least two" in capsys.readouterr().err
+    assert main(["convergence", "heavy-top", "--h", "0.004,0.004"]) == 2
+    assert "at least two different" in capsys.readouterr().err
+    assert main(["convergence", "heavy-top", "--h", "0.004,0.002,0.004"]) == 2
+    assert "each step size once" in capsys.readouterr().err
     bad = tmp_path / "nobuild.py"
     bad.write_text("x = 1\n")
     assert main(["run", str(bad)]) == 2
