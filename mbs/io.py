@@ -425,6 +425,8 @@ def _read_solution(archive, header: dict, model: Model | None, path: Path) -> So
                 "enforced_residuals": (steps, 2), "step_work": (steps,)}
     for name, array in data.items():
         _shape(array, expected[name], name, path)
+    for name in ("t", "q", "p"):  # step quantities may be NaN where a scheme has none
+        data[name] = _finite(data[name], name, path)
     stats = {k: _decode(v) for k, v in _mapping(header.get("stats"), "stats", path).items()}
     for key in archive.files:
         if key.startswith("stats."):

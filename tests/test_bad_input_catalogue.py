@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 184 inputs: 78 of models (bodies, joints, forces, systems), 46 of run
-options (step size, interval, solver names and options, step counts, streaming), 39 of files
+The catalogue holds 185 inputs: 78 of models (bodies, joints, forces, systems), 46 of run
+options (step size, interval, solver names and options, step counts, streaming), 40 of files
 (stream directories, model JSON, solution archives) and 21 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 225 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 184 others
-(225 with tests/test_bad_input.py) pass.
+hold 226 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 185 others
+(226 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -720,6 +720,9 @@ FILES = [
     Bad("solution-times-as-text", lambda d: mbs.load_solution(solution_file(
         d, t=np.array(["0", "1"]))), E, r"run.npz: the array 't' holds <U1 values, not real "
                                         r"numbers"),
+    Bad("solution-state-not-a-number", lambda d: mbs.load_solution(solution_file(
+        d, q=np.full((6, 3), np.nan))),
+        E, r"run.npz: q holds non-finite values; the file is damaged"),
     Bad("solution-wall-time-text", lambda d: mbs.load_solution(solution_file(
         d, {"stats.wall_time": "fast"})),
         E, r"run.npz: stats field 'wall_time' has the wrong type \(str\)"),
