@@ -499,8 +499,13 @@ class Solution:
             else:  # E0 small against the motion (or zero): relative to the kinetic energy
                 measure = (f"max |E - E0| / max T = {change / scale:.3e} (T kinetic energy, "
                            f"max T = {scale:.6g})")
+            # a scheme that conserves it only approximately says how, so that its error is
+            # not read as a fault
+            kept = getattr(self.solver_properties, "energy", "-")
+            scheme = ("" if kept == "-" or kept.startswith("exact")
+                      else f"; {self.stats.get('solver')}: {kept}")
             return (f"energy            E0 = {energy[0]:.12g}, {measure}  (conserved by "
-                    f"this model)")
+                    f"this model{scheme})")
         work = self.work
         scale = max(scale, float(np.max(np.abs(work))))
         return (f"energy balance    E0 = {energy[0]:.12g}, E_end - E0 = "

@@ -236,6 +236,20 @@ def test_summary_labels_what_the_model_conserves_and_handles_zero_references():
     assert "angular momentum  J0 = [1.  0.  2.5]" in text
 
 
+def test_the_summary_says_how_a_scheme_that_does_not_conserve_energy_exactly_keeps_it():
+    """RATTLE's energy error is its bounded oscillation, declared in its properties: the
+    energy line says so next to the model's verdict, EM's (exact) does not add it."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=1.0))
+    model = system.compile()
+    lines = {name: mbs.simulate(model, name, h=0.01, t_end=0.5).conservation_summary()
+             .splitlines()[1] for name in ("rattle", "em")}
+    assert lines["rattle"].endswith("(conserved by this model; rattle: bounded oscillation)")
+    assert lines["em"].endswith("(conserved by this model)")
+
+
 def test_summary_calls_a_momentum_cancelled_to_round_off_zero():
     """Two discs on a hinge, spun up against each other by a motor from rest: their angular
     momenta cancel, so the total is zero up to the rounding of their sum, which the summary
