@@ -164,10 +164,18 @@ class Composition(Solver):
     def step(self, t: float, q: np.ndarray, p: np.ndarray) -> StepResult:
         """The sub-steps in turn. The step's multipliers are the sub-steps' weighted by
         their fractions gamma_i: the mean constraint force of the step (its impulse / h),
-        as the base scheme's multiplier is of its own step."""
+        as the base scheme's multiplier is of its own step.
+
+        In the run's first step each sub-step after the first starts its multipliers from
+        the constraint forces of the sub-step before (its own warm start has none yet):
+        from zero, the explicit guess of a long backward sub-step can lie far enough off the
+        constraints for Newton to settle on another root of the step equations."""
         iterations, position, velocity, work = 0, 0.0, 0.0, 0.0
         multiplier = velocity_multiplier = 0.0
+        result = None
         for solver, offset, fraction in zip(self.substeps, self._offsets, self.coefficients):
+            if result is not None:
+                solver._warm.seed(result.multiplier)
             result = solver.step(t + offset * self.h, q, p)
             q, p = result.q, result.p
             iterations += result.iterations
@@ -237,8 +245,10 @@ class Composition(Solver):
         to :meth:`step`, with every sub-step's warm start as before it."""
         from mbs.backends.compiled import run_composed
 
-        runs = [solver._compiled for solver in self.substeps]
         warm = [solver._warm for solver in self.substeps]
+        if not all(w.started for w in warm):
+            return 0  # the first step seeds the sub-steps' multipliers (see :meth:`step`)
+        runs = [solver._compiled for solver in self.substeps]
         older = [w.older() for w in warm]
         lam, gam = np.array([w.lam for w in warm]), np.array([w.gam for w in warm])
         lam_before = np.array([o[0] for o in older])
