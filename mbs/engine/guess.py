@@ -123,16 +123,16 @@ class WarmStart:
         elif len(multipliers) == 1:
             self.record(multipliers[0], velocity_multipliers[0])
 
-    def seed(self, lam: np.ndarray) -> None:
-        """Before the run's first step only: start lambda from ``lam``, the constraint
-        forces of a neighbouring sub-step of a composition, instead of zero."""
-        if self.lam_before is None:
-            self.lam = lam.copy()
-
     @property
     def started(self) -> bool:
         """Whether a step has been recorded (the warm start holds a step's multipliers)."""
         return self.lam_before is not None
+
+    def seed(self, lam: np.ndarray) -> None:
+        """Before the run's first step only: start lambda from ``lam``, the constraint
+        forces of a neighbouring sub-step of a composition, instead of zero."""
+        if not self.started:
+            self.lam = lam.copy()
 
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
         """The warm start of (lambda, gamma) for the next step."""
