@@ -36,12 +36,19 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from mbs.elements import Element
 from mbs.errors import MbsError, ModelError, ModelTypeError, SolutionFileNotFoundError
 from mbs.hdf5 import save_hdf5 as save_hdf5  # re-exported: mbs.io.save_hdf5
 from mbs.liegroup.model import LieGroupModel
 from mbs.model import BodyInfo, ElementInfo, Model
 from mbs.safe_files import load_json, open_archive
-from mbs.solution import DriveTrajectory, Solution, vertical_axis
+from mbs.solution import (
+    DriveTrajectory,
+    Solution,
+    element_name,
+    reference_point,
+    vertical_axis,
+)
 from mbs.streaming import (
     load_stream,
     model_differences,
@@ -177,8 +184,9 @@ class LoadedSolution(Solution):
     _reference: tuple = (np.zeros(3), None)
     _drives: dict | None = None
 
-    def drive(self, name: str) -> DriveTrajectory:
+    def drive(self, name: str | Element) -> DriveTrajectory:
         """As stored when saving (the drive's coordinate needs the joint code)."""
+        name = element_name(name)
         if not self._drives or name not in self._drives:
             return super().drive(name)
         return self._drives[name]
@@ -198,14 +206,16 @@ class LoadedSolution(Solution):
 
     def conserved_directions(self, about=(0.0, 0.0, 0.0)
                              ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """As stored when saving (the check needs the force and constraint code): about the
-        origin and about :meth:`momentum_reference_point`; (None, None) about another point
-        or for files written without."""
-        about = np.asarray(about, dtype=float)
+        """As stored when saving (the check needs the force and constraint code): the linear
+        momentum's directions, and the angular momentum's about the origin and about
+        :meth:`momentum_reference_point` (None about another point); (None, None) for files
+        written without."""
+        about = reference_point(about, "Solution.conserved_directions")
+        linear = self._conserved_directions[0]
         if np.array_equal(about, self._reference[0]) and self._reference[1] is not None:
-            return self._conserved_directions[0], self._reference[1]
+            return linear, self._reference[1]
         if np.any(about != 0.0):
-            return None, None
+            return linear, None
         return self._conserved_directions
 
     def _summary_point(self) -> tuple[np.ndarray, tuple | None]:
@@ -378,6 +388,10 @@ def load_solution(path, model: Model | None = None) -> Solution:
     if path.suffix.lower() in (".h5", ".hdf5"):
         raise ModelError(f"{path}: HDF5 files (save_hdf5) are for other tools to read; "
                          f"load_solution reads the .npz files of save_solution and streams")
+    if path.is_dir():
+        raise ModelError(f"{path} is a directory but not a stream of simulate(output=...) "
+                         f"(it has no manifest); give the .npz file of save_solution or the "
+                         f"stream's directory")
     if not path.is_file():
         raise SolutionFileNotFoundError(2, f"no such solution file: {path}; check the path "
                                            f"(save_solution writes <name>.npz)", str(path))

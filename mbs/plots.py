@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from mbs.errors import MbsError, ModelError, warn_user
-from mbs.solution import vertical_axis
+from mbs.solution import reference_point
 from mbs.solvers import REGISTRY
 
 #: Exact zeros are drawn at this value on logarithmic axes.
@@ -32,12 +32,20 @@ def _figure(rows: int = 1, height: float = 3.2, width: float = 7.0):
     return fig, list(axes)
 
 
-def _save(fig, path) -> None:
+def _figure_path(path) -> Path | None:
+    """``path`` as a Path of a figure type matplotlib writes here (None stays None)."""
     if path is None:
-        return
+        return None
     path = Path(path)
     if path.suffix.lower() not in (".png", ".pdf", ".svg"):
         raise ModelError(f"cannot save a figure as {str(path)!r}: use .png, .pdf or .svg")
+    return path
+
+
+def _save(fig, path) -> None:
+    path = _figure_path(path)
+    if path is None:
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150)
 
@@ -61,8 +69,10 @@ def _label(solution, labels, i) -> str:
 
 
 def energy_scale(solution) -> float:
-    """max(|E0|, max T, max |W|): the scale of relative energy errors (as in
-    conservation_summary; W the work of loads, dampers, motors and drives)."""
+    """max(|E0|, max T, max |W|): the scale of the plotted relative energy errors (W the
+    work of loads, dampers, motors and drives). ``conservation_summary`` divides by |E0|
+    alone unless it is below half the largest kinetic energy, so its relative error can be
+    the larger of the two."""
     energy = solution.energy()
     return max(abs(float(energy[0])), float(np.max(np.abs(solution.kinetic_energy()))),
                float(np.max(np.abs(solution.work))), 1e-300)
@@ -105,24 +115,6 @@ def plot_energy(solutions, path=None, *, components: bool = False, labels=None,
     return fig
 
 
-def _field_forces(model) -> bool:
-    uniform = model.gravity is not None and float(np.linalg.norm(model.gravity)) > 0.0
-    return uniform or any("Gravity" in f.type for f in model.forces)
-
-
-def _momentum_directions(solution, point) -> tuple[np.ndarray, np.ndarray]:
-    """Bases (rows) of the conserved directions of the linear and the angular momentum about
-    ``point``: :meth:`mbs.Solution.conserved_directions`, or for models in other
-    coordinates what uniform gravity leaves (no linear, the vertical angular component)."""
-    linear, angular = solution.conserved_directions(point)
-    if linear is not None:
-        return linear, angular
-    model = solution.model
-    vertical = vertical_axis(model.gravity)
-    linear = np.zeros((0, 3)) if _field_forces(model) else np.eye(3)
-    return linear, np.eye(3) if vertical is None else vertical[None, :]
-
-
 def _vector_text(vector: np.ndarray) -> str:
     return "(" + ", ".join(f"{v:.3g}" for v in vector + 0.0) + ")"
 
@@ -137,19 +129,21 @@ def _directions_text(directions: np.ndarray) -> str:
     return f"{len(directions)} directions"
 
 
-def _momentum_panel(ax, t, values: np.ndarray, directions: np.ndarray, label: str,
+def _momentum_panel(ax, t, values: np.ndarray, directions: np.ndarray | None, label: str,
                     symbol: str, name: str) -> None:
     """The error of the conserved part of ``values`` (its projection on ``directions``)
-    relative to max |values|, or the components when the model conserves none."""
-    if not len(directions):
+    relative to max |values|, or the components when the model conserves none or when that
+    is not known (``directions`` None)."""
+    if directions is None or not len(directions):
         for c, axis in enumerate("xyz"):
             ax.plot(t, values[:, c], label=f"{label}: {symbol}{axis}")
-        ax.set_ylabel(f"{name}\n(not conserved by this model)")
+        ax.set_ylabel(f"{name}\n" + ("(not conserved by this model)" if directions is not None
+                                     else "(not checked: loaded without its model)"))
         return
     scale = max(float(np.max(np.linalg.norm(values, axis=1))), 1e-300)
     drift = np.linalg.norm((values - values[0]) @ directions.T, axis=1)
     ax.plot(t, drift / scale, label=label)
-    ax.set_ylabel(f"$|P({symbol} - {symbol}_0)| / \\max|{symbol}|$\n(conserved: "
+    ax.set_ylabel(f"{name}: $|P({symbol} - {symbol}_0)| / \\max|{symbol}|$\n(conserved: "
                   f"{_directions_text(directions)})")
 
 
@@ -170,8 +164,8 @@ def plot_momentum(solutions, path=None, *, about=None, labels=None,
     for i, sol in enumerate(solutions):
         label = _label(sol, labels, i)
         point = (sol.momentum_reference_point() if about is None
-                 else np.asarray(about, dtype=float))
-        linear_directions, angular_directions = _momentum_directions(sol, point)
+                 else reference_point(about, "plot_momentum"))
+        linear_directions, angular_directions = sol.conserved_directions(point)
         _momentum_panel(axes[0], sol.t, sol.angular_momentum(point), angular_directions,
                         label, "J", "angular momentum about " + _vector_text(point))
         _momentum_panel(axes[1], sol.t, sol.linear_momentum(), linear_directions, label,
@@ -364,6 +358,7 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     from mbs.simulate import simulate
     from mbs.solution import Solution
 
+    _figure_path(path)  # a figure type that cannot be written fails before the runs
     model = _model_of(build_or_model)
     solvers = list(solvers)
     if not solvers:

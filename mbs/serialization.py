@@ -154,7 +154,9 @@ def save_system(system: System, path: str | os.PathLike) -> None:
     path = Path(path)
     if path.is_dir():
         raise ModelError(f"save_system: {path} is a directory; give a file name")
-    path.write_text(json.dumps(system_to_dict(system), indent=1))
+    text = json.dumps(system_to_dict(system), indent=1)
+    path.parent.mkdir(parents=True, exist_ok=True)  # as save_solution and the plots do
+    path.write_text(text)
 
 
 def system_from_dict(data: dict, source: str = "model description") -> System:
@@ -204,6 +206,10 @@ def load_system(path: str | os.PathLike) -> System:
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"no such model file: {path}")
+    if path.suffix.lower() == ".npz":
+        raise ModelError(f"{path}: an .npz file holds a solution (save_solution), not a "
+                         f"model; read it with mbs.load_solution, and a model with the JSON "
+                         f"file of save_system")
     text = read_text(path, MAX_MODEL_BYTES, "a model file")
     return system_from_dict(load_json(text, path), str(path))
 

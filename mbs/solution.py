@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from mbs.elements import Element
 from mbs.errors import ModelError, UnknownNameError
 from mbs.model import Model
 from mbs.symmetry import conserved_directions, generic_states, in_span
+from mbs.validation import as_vector
 
 #: A momentum below this fraction of the terms it is summed from is zero to round-off (the
 #: rounding of a sum of k terms is at most about k eps of their sizes).
@@ -319,6 +321,7 @@ class Solution:
 
     def angular_momentum(self, about=(0.0, 0.0, 0.0)) -> np.ndarray:
         """(N+1, 3) about the point ``about``."""
+        about = reference_point(about, "Solution.angular_momentum")
         return self.model.angular_momentum(self.q, self.p, about=about)
 
     def constraint_residuals(self) -> dict[str, np.ndarray]:
@@ -346,18 +349,21 @@ class Solution:
                 "enforced_velocity": self.enforced_residuals[:, 1]}
 
     # -- bodies and joints -------------------------------------------------------------------
-    def joint(self, name: str, kind: str | None = None) -> JointTrajectory:
+    def joint(self, name: str | Element, kind: str | None = None) -> JointTrajectory:
         """Angle (revolute, cylindrical) or displacement (prismatic; ``kind="displacement"``
-        for a cylindrical joint's slide) of joint ``name`` and its rate at the nodes."""
+        for a cylindrical joint's slide) of joint ``name`` and its rate at the nodes. Here
+        and in the other accessors an element may be given as its name or itself."""
+        name = element_name(name)
         position, rate = self.model.joint_coordinate_path(name, self.q, self.velocities, kind)
         kind = kind or next(iter(self.model.joint_coordinates[name]))
         if kind == "angle":
             position = np.unwrap(position)
         return JointTrajectory(name, kind, position, rate, t=self.t)
 
-    def drive(self, name: str) -> DriveTrajectory:
+    def drive(self, name: str | Element) -> DriveTrajectory:
         """The driven coordinate of drive ``name``, the reaction the drive exerts and its
         work."""
+        name = element_name(name)
         drives = getattr(self.model, "drives", {})
         if name not in drives:
             raise UnknownNameError(f"no drive {name!r}; drives: {', '.join(drives) or 'none'}")
@@ -375,20 +381,23 @@ class Solution:
         values = self.multipliers[:, rows]
         rule = self.stats.get("drive_effort")
         if rule == "none":
-            raise ModelError(f"solver {self.stats.get('solver')!r} keeps multipliers that are "
-                             f"not the constraint forces of its steps (see its "
-                             f"multiplier_times in mbs.solvers.solver_table()); run em, rattle "
-                             f"or lobatto for joint reactions")
+            kept = getattr(self.solver_properties, "multiplier_times", None) or (
+                "see multiplier_times in mbs.solvers.solver_table()")
+            raise ModelError(f"solver {self.stats.get('solver')!r} keeps no constraint forces "
+                             f"of its steps (its multipliers: {kept}); run em, rattle or "
+                             f"lobatto in the director formulation for joint reactions and "
+                             f"drive efforts")
         if rule == "mean":
             return 0.5 * (values + self.velocity_multipliers[:, rows])
         if rule == "centred":
             return _without_alternation(values)
         return values
 
-    def force(self, name: str) -> ForceTrajectory:
+    def force(self, name: str | Element) -> ForceTrajectory:
         """The effort of load, damper or actuator ``name`` in each step and its work up to
         each node (cumulative, see :class:`ForceTrajectory`); springs with ``damping=``
         report their damper."""
+        name = element_name(name)
         applied = getattr(self.model, "applied_forces", None)
         terms = [] if applied is None else [term for term in applied.terms
                                             if term.name == name]
@@ -414,7 +423,8 @@ class Solution:
                     effort[k] += (value @ row) / (row @ row)
         return ForceTrajectory(name, middle, effort, np.concatenate([[0.0], np.cumsum(work)]))
 
-    def reaction(self, name: str, body: str | None = None) -> ReactionTrajectory:
+    def reaction(self, name: str | Element, body: str | Element | None = None
+                 ) -> ReactionTrajectory:
         """The force and torque joint ``name`` exerts on ``body`` (default: its second body,
         or its first when the second is the ground) in each step.
 
@@ -429,7 +439,8 @@ class Solution:
         joints that keep theirs carry the removed equations' share: such reactions are not
         unique.
         """
-        model = self.model
+        model, name = self.model, element_name(name)
+        body = None if body is None else element_name(body)
         if not isinstance(model, Model):
             raise ModelError("Solution.reaction needs the compiled model of the director "
                              "formulation: a Lie-group run has no multipliers, and a loaded "
@@ -441,7 +452,11 @@ class Solution:
         moving = [b for b in joints[name].bodies if b in {info.name for info in model.bodies}]
         body = moving[-1] if body is None else body
         if body not in moving:
-            raise ModelError(f"joint {name!r} acts on {', '.join(moving)}, not on {body!r}")
+            if body in joints[name].bodies:  # the ground: no coordinates, no force rows
+                raise ModelError(f"joint {name!r}: {body!r} has no coordinates; the reaction on "
+                                 f"it is minus the one on {moving[-1]!r}")
+            raise ModelError(f"joint {name!r} acts on {', '.join(joints[name].bodies)}, not on "
+                             f"{body!r}")
         rows = model.constraint_rows[name]
         midpoints = 0.5 * (self.q[:-1] + self.q[1:])
         times = 0.5 * (self.t[:-1] + self.t[1:])
@@ -454,8 +469,9 @@ class Solution:
             torque = np.cross(directors, generalized[:, 3:].reshape(-1, 3, 3)).sum(axis=1)
         return ReactionTrajectory(name, body, times, generalized[:, :3].copy(), torque)
 
-    def body(self, name: str) -> BodyTrajectory:
+    def body(self, name: str | Element) -> BodyTrajectory:
         """Trajectory of body ``name``."""
+        name = element_name(name)
         info = self.model.body(name)
         coords = self.q[:, info.coordinates]
         rates = self.velocities[:, info.coordinates]
@@ -469,14 +485,14 @@ class Solution:
         return BodyTrajectory(name, coords[:, :3].copy(), rates[:, :3].copy(), rotation,
                               omega, omega_body, t=self.t)
 
-    def point(self, body: str, at) -> tuple[np.ndarray, np.ndarray]:
+    def point(self, body: str | Element, at) -> tuple[np.ndarray, np.ndarray]:
         """Position and velocity, (N+1, 3) each, of the point of ``body`` that was at ``at``
         (world coordinates) at the solution's first node; a point mass's are its own.
 
         The point is x = phi + sum_i X_i d_i with its body coordinates X_i = d_i . (at - phi)
         at the start, and its velocity the same combination of the coordinates' velocities
         M^-1 p: exact in the director formulation, which needs no angular velocity."""
-        info = self.model.body(body)
+        info = self.model.body(element_name(body))
         at = np.asarray(at, dtype=float)
         if at.shape != (3,) or not np.all(np.isfinite(at)):
             raise ModelError(f"Solution.point: at must be 3 finite world coordinates, got "
@@ -524,6 +540,7 @@ class Solution:
         need not be world axes: under gravity along (0.6, 0, -0.8) the linear momentum is
         conserved in the plane normal to it. (None, None) for models in other
         coordinates."""
+        about = reference_point(about, "Solution.conserved_directions")
         if not isinstance(self.model, Model):
             return None, None
         return self._directions(about, self._check_states())
@@ -645,17 +662,12 @@ class Solution:
         """Whether the momentum is conserved by this model (``lost``: the directions along
         which it is not, when it is along others), and which elements usually break it
         where it is not (``constant``: though it stayed constant in this run). ``conserved``
-        comes from the invariance check of :mod:`mbs.symmetry`; None (models in other
-        coordinates): from the element types alone."""
-        hints = self._momentum_hints(angular, about)
+        comes from the invariance check of :mod:`mbs.symmetry`; None: not known (a solution
+        loaded without its model, about a point the file holds no check for)."""
         if conserved is None:
-            blocking = [h for h in hints if h != "joints to the ground" or not angular]
-            if blocking:
-                return f"  (not conserved: {', '.join(blocking)})"
-            if angular and "joints to the ground" in hints:
-                return ("  (conserved when the joints to the ground allow turning about this "
-                        "axis)")
-            return "  (conserved by this model)"
+            return ("  (not checked: a solution loaded without its model holds the check for "
+                    "the points saved with it; load_solution(path, model=...) checks any)")
+        hints = self._momentum_hints(angular, about)
         why = (", ".join(hints) if hints
                else "the potential, constraints or forces are not invariant")
         if not conserved:
@@ -732,6 +744,7 @@ class Solution:
         momenta = None
         if about is None:
             about, momenta = self._summary_point()
+        about = reference_point(about, "Solution.conservation_summary")
         energy = self.energy()
         kinetic = float(np.max(np.abs(self.kinetic_energy())))
         # |E0|, unless it is small against the motion (a zero of the potential chosen near
@@ -773,6 +786,18 @@ class Solution:
             f"{np.max(res['enforced_velocity'], initial=0):.3e} (velocity)",
         ]
         return "\n".join(lines)
+
+
+def element_name(element: str | Element) -> str:
+    """The name of a body, joint or force given by its name or as the element itself."""
+    return element.name if isinstance(element, Element) else element
+
+
+def reference_point(about, owner: str) -> np.ndarray:
+    """``about``, the point an angular momentum is taken about, as 3 finite coordinates;
+    anything else is refused naming ``owner``, the function it was given to."""
+    return as_vector(about, 3, "about (the point the angular momentum is taken about)",
+                     owner)
 
 
 def _oriented(vector: np.ndarray) -> np.ndarray:

@@ -136,6 +136,16 @@ def test_convergence_command(capsys):
     assert len(errors) == 2 and errors[1] < errors[0]
 
 
+def test_convergence_refuses_a_figure_type_before_running(capsys, tmp_path, monkeypatch):
+    def no_run(*args, **kwargs):
+        raise AssertionError("a run was made before the figure type was checked")
+
+    monkeypatch.setattr(sys.modules["mbs.simulate"], "simulate", no_run)
+    code = main(["convergence", "pendulum-3d", "--h", "0.02,0.01", "--t-end", "0.2",
+                 "--plot", str(tmp_path / "study.jpg")])
+    assert code == 2 and "use .png, .pdf or .svg" in capsys.readouterr().err
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mbs", *args], capture_output=True,
                           text=True, timeout=120)

@@ -176,6 +176,37 @@ def test_a_top_pivoted_off_the_origin_summarises_the_same_after_loading(tmp_path
     assert f"about {np.array2string(pivot)}" in loaded.conservation_summary()
 
 
+def test_a_loaded_solution_claims_nothing_about_points_its_file_holds_no_check_for(tmp_path):
+    """A body tethered by a spring to (1, 2, 3) conserves its angular momentum about a
+    point P only along P - anchor, and no linear momentum. Loaded without the model, the
+    linear verdict (the same for every point) is kept, and about another point than the
+    saved ones neither the summary nor the plot calls the angular momentum conserved."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from mbs import plots
+
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(mass=1.0, inertia=(0.15, 0.2, 0.25), name="b"))
+    body.set_state(position=(1.5, 2.0, 3.0), velocity=(0.0, 1.0, 0.3),
+                   angular_velocity=(1.0, 2.0, 3.0))
+    system.add(mbs.forces.Spring(system.ground, body, stiffness=10.0, rest_length=0.2,
+                                 point_a=(1.0, 2.0, 3.0)))
+    solution = mbs.simulate(system.compile(), "em", h=0.005, t_end=0.5)
+    loaded = mbs.load_solution(mbs.save_solution(solution, tmp_path / "tether.npz"))
+    point = (7.0, 7.0, 7.0)
+    linear, angular = loaded.conserved_directions(point)
+    assert linear.shape == (0, 3) and angular is None
+    summary = loaded.conservation_summary(about=point).splitlines()
+    assert "(not checked: a solution loaded without its model" in summary[2]
+    assert "(not conserved: forces from the ground)" in summary[3]
+    figure = plots.plot_momentum(loaded, about=point)
+    assert "not checked" in figure.axes[0].get_ylabel()
+    assert "not conserved" in figure.axes[1].get_ylabel()
+    in_memory = solution.conservation_summary(about=point).splitlines()[2]
+    assert "along (0.6838, 0.5698, 0.4558)" in in_memory and "(conserved;" in in_memory
+
+
 def test_a_solution_loaded_without_its_model_names_the_fix_for_joint_coordinates(tmp_path):
     """Joint angles need the model's joint geometry, which the file does not hold; two
     solutions compare by identity (their fields are arrays)."""
@@ -193,3 +224,33 @@ def test_a_solution_loaded_without_its_model_names_the_fix_for_joint_coordinates
     np.testing.assert_array_equal(mbs.load_solution(path, model=model).joint("hinge").position,
                                   solution.joint("hinge").position)
     assert solution == solution and solution != mbs.load_solution(path, model=model)
+
+
+def test_model_and_solution_files_name_the_reader_each_needs(tmp_path):
+    """save_system creates missing folders as save_solution does; a solution archive given
+    to load_system, and a folder that is no stream given to load_solution, say what to read
+    them with."""
+    system = mbs.System()
+    system.add(mbs.PointMass(1.0, name="p"))
+    path = tmp_path / "models" / "nested" / "model.json"
+    mbs.save_system(system, path)
+    assert mbs.load_system(path).summary(print_it=False) == system.summary(print_it=False)
+    solution = mbs.simulate(system.compile(), "em", h=0.1, t_end=0.2)
+    archive = mbs.save_solution(solution, tmp_path / "runs" / "run.npz")
+    with pytest.raises(mbs.ModelError, match="holds a solution .* mbs.load_solution"):
+        mbs.load_system(archive)
+    with pytest.raises(mbs.ModelError, match="is a directory but not a stream"):
+        mbs.load_solution(tmp_path / "runs")
+
+
+def test_accessors_take_elements_as_well_as_their_names():
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(0.3, 0.0, -0.4))
+    rod = system.add(mbs.joints.Distance(system.ground, bob, length=0.5, name="rod"))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.05)
+    assert np.array_equal(solution.body(bob).position, solution.body("bob").position)
+    assert np.array_equal(solution.point(bob, (0.3, 0.0, -0.4))[0],
+                          solution.point("bob", (0.3, 0.0, -0.4))[0])
+    assert np.array_equal(solution.reaction(rod, body=bob).force,
+                          solution.reaction("rod", body="bob").force)

@@ -150,3 +150,19 @@ def test_momentum_plot_shows_the_conserved_components_about_the_pivot():
 
     about_origin = plots.plot_momentum(run, about=(0.0, 0.0, 0.0)).axes[0]
     assert len(about_origin.lines) == 3 and "not conserved" in about_origin.get_ylabel()
+
+
+def test_a_reference_point_that_is_not_three_numbers_is_refused(pendulum_runs):
+    """Every function taking the point of an angular momentum names itself and the point."""
+    solution = pendulum_runs[0]
+    calls = {"Solution.angular_momentum": lambda about: solution.angular_momentum(about),
+             "Solution.conservation_summary":
+                 lambda about: solution.conservation_summary(about=about),
+             "Solution.conserved_directions": lambda about: solution.conserved_directions(about),
+             "plot_momentum": lambda about: plots.plot_momentum(solution, about=about)}
+    for owner, call in calls.items():
+        with pytest.raises(mbs.ModelError, match=rf"{owner}: about \(the point the angular "
+                                                 rf"momentum is taken about\) must have 3 "):
+            call((1.0, 2.0))
+        with pytest.raises(mbs.ModelTypeError, match=f"{owner}: about .* must be 3 numbers"):
+            call("origin")

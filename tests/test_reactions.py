@@ -75,14 +75,31 @@ def test_reaction_lookups_are_checked(tmp_path):
         mbs.load_solution(tmp_path / "run.npz").reaction("rod")
     with pytest.raises(mbs.UnknownNameError, match="no joint 'bar'; joints: rod"):
         solution.reaction("bar")
-    with pytest.raises(mbs.ModelError, match="joint 'rod' acts on bob, not on 'ground'"):
+    with pytest.raises(mbs.ModelError, match="'ground' has no coordinates; the reaction on "
+                                             "it is minus the one on 'bob'"):
         solution.reaction("rod", body="ground")
+    with pytest.raises(mbs.ModelError, match="joint 'rod' acts on ground, bob, not on 'rod'"):
+        solution.reaction("rod", body="rod")
 
 
 def test_vi_conversion_refuses_reactions():
     """Its multipliers act at the shifted points of the standard layer; taken as step
     forces they give a rod force off by far more than the step error."""
     solution = pendulum("vi-conversion", 0.01, {})
-    with pytest.raises(mbs.ModelError, match="'vi-conversion' keeps multipliers that are not "
-                                             "the constraint forces of its steps"):
+    with pytest.raises(mbs.ModelError, match="'vi-conversion' keeps no constraint forces of "
+                                             "its steps"):
         solution.reaction("rod")
+
+
+def test_a_lie_group_run_refuses_reactions():
+    """The Lie-group methods have no multipliers (NaN in the Solution): a reaction from
+    them would be NaN."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    top = system.add(mbs.RigidBody(mass=1.0, inertia=(0.02, 0.02, 0.01), name="top"))
+    top.set_state(position=(0.0, 0.0, 0.1), angular_velocity=(0.0, 0.0, 20.0))
+    system.add(mbs.joints.Spherical(system.ground, top, point=(0, 0, 0), name="pivot"))
+    solution = mbs.simulate(system.compile(formulation="lie-group"), "vrkmk", h=0.01,
+                            t_end=0.05)
+    with pytest.raises(mbs.ModelError, match=r"no constraint forces of its steps \(its "
+                                             r"multipliers: none \(no multipliers\)\)"):
+        solution.reaction("pivot")

@@ -53,6 +53,14 @@ def test_frame_selection_depends_on_playback_not_steps():
     assert select_frames(t_long, frames=7)[0].size == 7
     with pytest.raises(mbs.ModelError):
         select_frames(t_long, fps=0.0)
+    # the frame rate is the video's also when frames= sets the count (checked before any
+    # file is written); a frame count is a whole number
+    with pytest.raises(mbs.ModelError, match="fps must be positive, got 0"):
+        select_frames(t_long, fps=0, frames=5)
+    with pytest.raises(mbs.ModelError, match="frames must be a whole number of at least 1, "
+                                             "got 2.7"):
+        select_frames(t_long, frames=2.7)
+    assert select_frames(t_long, frames=np.int64(3))[0].size == 3
 
 
 def test_snapshot_is_not_blank_and_the_top_moves(tmp_path, top_solution):

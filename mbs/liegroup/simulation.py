@@ -167,6 +167,7 @@ class LieGroupSolver(Solver):
     method: Any = None
     lie_model: LieGroupModel | None = None
     _cache: tuple | None = field(default=None, init=False, repr=False)
+    drive_effort = "none"  # no multipliers: no reactions or drive efforts from them
 
     def __post_init__(self):
         super().__post_init__()

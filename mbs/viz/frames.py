@@ -8,6 +8,8 @@ rendering cost independent of the simulation length.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from mbs.errors import ModelError
@@ -18,11 +20,16 @@ def frame_count(t_start: float, t_end: float, fps: float = 30.0, speed: float = 
     round((t_end - t_start) / speed * fps) intervals of 1 / fps between frames, plus the
     frame at t_end, so that frame k, shown at k / fps, is the motion at t_start + k speed /
     fps."""
+    _check_playback(fps, speed)
+    return max(2, int(round((t_end - t_start) / speed * fps)) + 1)
+
+
+def _check_playback(fps: float, speed: float) -> None:
+    """Refuse a frame rate or real-time factor that is not a positive number."""
     if not fps > 0.0:
         raise ModelError(f"fps must be positive, got {fps!r}")
     if not speed > 0.0:
         raise ModelError(f"speed (real-time factor) must be positive, got {speed!r}")
-    return max(2, int(round((t_end - t_start) / speed * fps)) + 1)
 
 
 def select_frames(t: np.ndarray, fps: float = 30.0, speed: float = 1.0,
@@ -45,6 +52,7 @@ def select_frames(t: np.ndarray, fps: float = 30.0, speed: float = 1.0,
     indices : (F,) int, the node shown in each frame (nearest node to the frame time).
     times : (F,) the frame times, evenly spaced over the range, both ends included.
     """
+    _check_playback(fps, speed)  # the video's frame rate, also when frames= sets the count
     t = np.asarray(t, dtype=float)
     if t.ndim != 1 or t.size == 0:
         raise ModelError("the solution has no time nodes")
@@ -58,9 +66,9 @@ def select_frames(t: np.ndarray, fps: float = 30.0, speed: float = 1.0,
     if frames is None:
         count = frame_count(t0, t1, fps, speed) if t1 > t0 else 1
     else:
+        if not isinstance(frames, numbers.Integral) or frames < 1:
+            raise ModelError(f"frames must be a whole number of at least 1, got {frames!r}")
         count = int(frames)
-        if count < 1:
-            raise ModelError(f"frames must be at least 1, got {frames!r}")
     times = np.linspace(t0, t1, count) if count > 1 else np.array([t1])
     return nearest_nodes(t, times), times
 
