@@ -115,6 +115,11 @@ class Model:
         self.bodies = bodies
         self.joints = joints
         self.forces = forces
+        # the rigid bodies and their directors' coordinates, (bodies, 3, 3)
+        self._rigid = [body.name for body in bodies if body.kind == "rigid"]
+        self._director_columns = np.array(
+            [np.arange(body.coordinates.start + 3, body.coordinates.start + 12)
+             for body in bodies if body.kind == "rigid"], dtype=np.int64).reshape(-1, 3, 3)
         self._q0 = q0
         largest = float(np.max(np.abs(q0))) if q0.size else 0.0
         self._length_scale = largest if largest > 0.0 else 1.0
@@ -457,6 +462,16 @@ class Model:
                 errors.append(error)
         return errors
 
+    def mirrored_bodies(self, q: np.ndarray) -> list[str]:
+        """The rigid bodies whose directors (d1, d2, d3) at q form a left-handed frame,
+        det = -1: a mirror image of a rotation, which satisfies every orthonormality
+        constraint but no continuous motion from a rotation reaches."""
+        if not self._rigid:
+            return []
+        d1, d2, d3 = np.moveaxis(q[self._director_columns], 1, 0)
+        determinants = np.einsum("ij,ij->i", d1, np.cross(d2, d3))
+        return [self._rigid[i] for i in np.flatnonzero(determinants < 0.0)]
+
     @property
     def drive_rows(self) -> np.ndarray:
         """The constraint rows of the drives (rheonomic constraints)."""
@@ -786,6 +801,11 @@ class Model:
                 raise ModelError(f"initial state: {name}[{bad[0]}] = {value[bad[0]]} is not "
                                  f"finite ({bad.size} such entries); give finite coordinates "
                                  f"and momenta")
+        mirrored = self.mirrored_bodies(np.asarray(q, dtype=float))
+        if mirrored:
+            raise ModelError(f"initial state: the directors of {', '.join(map(repr, mirrored))} "
+                             f"form a left-handed frame (a mirror image, det = -1); give a "
+                             f"rotation (det = +1), e.g. reverse one director")
         if self.is_consistent(q, p, t):
             return q, p
         g, gv = self._residuals(q, p, t)

@@ -23,6 +23,7 @@ import scipy.sparse as sp
 
 from mbs import solvers
 from mbs.analysis import MAX_BLOCK_COLUMNS, rank_loss_time
+from mbs.engine.guess import FAR_ROOT_ITERATIONS, mirrored_frames
 from mbs.engine.newton import NewtonConvergenceError
 from mbs.errors import (
     ForceFunctionError,
@@ -325,6 +326,8 @@ class _Run:
         self.warned_refinement = False
         # angle drives can converge half a turn off (see Drive.branch_error)
         self.checks_branches = isinstance(self.model, Model) and self.model.has_branch_checks
+        self.has_frames = isinstance(self.model, Model) and any(
+            body.kind == "rigid" for body in self.model.bodies)
 
     def begin(self, q0: np.ndarray, p0: np.ndarray) -> None:
         self.q[0], self.p[0] = q0, p0
@@ -453,9 +456,7 @@ class _Run:
                     if writer is not None:
                         count = min(count, flush_every - self.done % flush_every)
                         self._keep_solver_state()
-                    done = self.solver.run_compiled(
-                        self.q, self.p, self.velocities, self.lam, self.gam, self.enforced,
-                        self.iterations, k - self.base, count)
+                    done = self._run_block(k - self.base, count)
                     k += done
                     self.done = k
                     if writer is not None and done:
@@ -547,6 +548,26 @@ class _Run:
         except Exception as exc:  # the disk, not the run, failed: report both
             error.args = (f"{error.args[0] if error.args else error} (the last steps could "
                           f"not be written to the stream: {type(exc).__name__}: {exc})",)
+
+    def _run_block(self, row: int, count: int) -> int:
+        """Steps from row ``row`` of the arrays in the compiled kernel (at most ``count``);
+        returns the steps done. A step that ended on a mirrored frame
+        (:func:`~mbs.engine.guess.mirrored_frames`, which the kernel does not test) is not
+        kept: the block is repeated up to it from the solver's state before, and the step
+        is left to :meth:`_advance`."""
+        arrays = (self.q, self.p, self.velocities, self.lam, self.gam, self.enforced,
+                  self.iterations)
+        before = self.solver.checkpoint() if self.has_frames else None
+        done = self.solver.run_compiled(*arrays, row, count)
+        if before is None:
+            return done
+        for step in row + np.flatnonzero(self.iterations[row:row + done]
+                                         > FAR_ROOT_ITERATIONS):
+            if mirrored_frames(self.model, self.q[step + 1], int(self.iterations[step])):
+                self.solver.restore(before)
+                return (self.solver.run_compiled(*arrays, row, step - row) if step > row
+                        else 0)
+        return done
 
     def _keep_solver_state(self) -> None:
         """Keep the solver's checkpoint before the next step (or block of steps): a step
@@ -785,6 +806,13 @@ class _Run:
                 raise NewtonConvergenceError(
                     "; ".join(errors), 0.0, 0.0, result.iterations,
                     "reduce the step size: the drive turns too far in one step")
+        # the schemes of the director solvers test this before accepting a step; a scheme
+        # of its own (stages, line integrals) is refined here
+        mirrored = (mirrored_frames(self.model, result.q, result.iterations)
+                    if self.has_frames else None)
+        if mirrored is not None:
+            raise NewtonConvergenceError(mirrored, 0.0, 0.0, result.iterations,
+                                         "reduce the step size")
         return result
 
     def _refine(self, q, p, k) -> StepResult | None:

@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.engine.cache import model_cache
+from mbs.engine.guess import mirrored_frames
 from mbs.engine.newton import NEWTON_HINT, NewtonConvergenceError
 from mbs.errors import warn_user
 from mbs.model import DENSE_LIMIT
@@ -190,9 +191,17 @@ class CompiledRun:
 
     def step(self, q0: np.ndarray, p0: np.ndarray) -> tuple:
         """One step: (q1, p1, velocity, lambda, gamma, iterations, enforced, factorisations);
-        raises NewtonConvergenceError when the kernel fails."""
+        raises NewtonConvergenceError when the kernel fails or ends on a mirrored frame
+        (:func:`~mbs.engine.guess.mirrored_frames`), leaving the warm start as before."""
+        warm = self.solver._warm
+        before = warm.checkpoint()
         result = self.single_step(self.run, q0, p0)
-        self.solver._warm.record(result[3], result[4])
+        mirrored = mirrored_frames(self.solver.model, result[0], result[5])
+        if mirrored is not None:
+            warm.restore(before)
+            raise NewtonConvergenceError(mirrored, 0.0, 0.0, result[5],
+                                         "the step is redone from the advanced guess")
+        warm.record(result[3], result[4])
         return result
 
     def single_step(self, run, q0: np.ndarray, p0: np.ndarray) -> tuple:

@@ -79,6 +79,23 @@ def far_from_guess(solution: np.ndarray, guess: np.ndarray, state: np.ndarray,
                                                   _max(np.abs(guess - state))))
 
 
+def mirrored_frames(model: Model, q: np.ndarray, iterations: int) -> str | None:
+    """Why a step that Newton solved in ``iterations`` from a guess near the state reached
+    ``q`` on another root of its equations: the frames of rigid bodies that it turned into
+    their mirror images (:meth:`~mbs.model.Model.mirrored_bodies`), or None. A mirror image
+    meets every orthonormality constraint, so energy, constraints and joint angles can look
+    right; only Newton iterations that travel far from the guess reach it, so steps solved
+    in at most :data:`FAR_ROOT_ITERATIONS` are not checked."""
+    if iterations <= FAR_ROOT_ITERATIONS:
+        return None
+    bodies = model.mirrored_bodies(q)
+    if not bodies:
+        return None
+    return (f"Newton converged on the mirror image (directors of determinant -1) of the "
+            f"frame of {', '.join(repr(name) for name in bodies)}: another root of the step "
+            f"equations")
+
+
 class WarmStart:
     """Multipliers and predictor defects carried from step to step.
 

@@ -14,7 +14,13 @@ from mbs.backends.polynomial import QuadraticSystemBuilder, explicit_predictor_m
 from mbs.engine.cache import model_cache
 from mbs.engine.defects import MAX_CORRECTION_DEGREE
 from mbs.engine.equations import EquationLayout, ModelEquations
-from mbs.engine.guess import FAR_ROOT_FLOOR, ExplicitPredictor, WarmStart, far_from_guess
+from mbs.engine.guess import (
+    FAR_ROOT_FLOOR,
+    ExplicitPredictor,
+    WarmStart,
+    far_from_guess,
+    mirrored_frames,
+)
 from mbs.engine.newton import (
     SIMPLIFIED_NEWTON_ABOVE,
     NewtonConvergenceError,
@@ -675,6 +681,10 @@ class Solver:
                 f"explicit guess, farther than the step moves: possibly another root of the "
                 f"step equations", 0.0, 0.0, iterations,
                 "the step is redone from the advanced guess")
+        mirrored = mirrored_frames(self.model, x[:q0.size], iterations)
+        if mirrored is not None:
+            raise NewtonConvergenceError(mirrored, 0.0, 0.0, iterations,
+                                         "the step is redone from the advanced guess")
         self._warm.remember(x, x0, explicit)
         return x, iterations, residual
 
