@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.linalg import null_space
 
 from mbs import solvers
 from mbs.analysis import MAX_BLOCK_COLUMNS, rank_loss_time
@@ -728,6 +729,9 @@ class _Run:
             previous = (self.q[row - 1], model.apply_inverse_mass(self.p[row - 1]))
             paths = [(state, tuple(3.0 * a - 2.0 * b for a, b in zip(state, previous))),
                      (previous, state)]
+        across = self._velocities_across(row, self.t_start + k * self.h)
+        if across is not None:  # a law of the rates at a state at rest (a relay's sign(rate))
+            paths.append(((state[0], -across), (state[0], across)))
         found = None
         for start, end in paths:
             try:
@@ -744,6 +748,20 @@ class _Run:
                 f"{size:.3g} here) where the state crosses a switching surface of its law: "
                 f"Newton's method cannot solve a step across a discontinuity at any step "
                 f"size; make the law continuous (e.g. tanh(s / eps) for sign(s))")
+
+    def _velocities_across(self, row: int, t: float) -> np.ndarray | None:
+        """A velocity w the constraints allow at node ``row`` in a generic direction (every
+        joint rate nonzero), of the model's length per second: the path from -w to w
+        crosses every switching surface of the rates at once. None for large models."""
+        model = self.model
+        if model.n > MAX_BLOCK_COLUMNS:
+            return None
+        jacobian = model.constraint_jacobian(self.q[row], t) if model.m else np.zeros((0, model.n))
+        basis = null_space(jacobian.toarray() if sp.issparse(jacobian) else jacobian)
+        if not basis.size:
+            return None
+        direction = basis @ np.random.default_rng(0).standard_normal(basis.shape[1])
+        return model.length_scale * direction / np.abs(direction).max()
 
     def _huge_force(self, k: int, failure: NewtonConvergenceError) -> str | None:
         """Why step k's residual overflowed when an applied force is beyond any state a run

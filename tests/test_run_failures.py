@@ -294,6 +294,19 @@ def test_a_force_law_that_jumps_in_the_state_is_named_when_no_step_size_helps(h)
     assert 0.0 < error.value.solution.t[-1] < 0.2  # the first crossing, near t = 0.05
 
 
+def test_a_friction_relay_at_rest_is_named():
+    """Coulomb friction -3 sign(rate) on a link released from rest beside its lowest point:
+    the law jumps where the state is, at rate 0, which no extrapolation of a state at rest
+    moves across; the failure still names it."""
+    model = relay_pendulum(lambda angle, rate: -3.0 * np.sign(rate))
+    q, p = model.initial_state()
+    tilted = mbs.rotation_about_y(0.3)
+    q = np.concatenate([tilted @ q[:3], (q[3:].reshape(3, 3) @ tilted.T).ravel()])
+    with pytest.raises(mbs.SolverError, match="generalized force of 'relay' jumps by") as error:
+        mbs.simulate(model, "em", h=0.01, t_end=0.5, initial_state=(q, p))
+    assert "reduce the step size" not in error.value.hint
+
+
 def test_the_jump_test_tells_a_jump_from_a_steep_continuous_law():
     """On a path across the switching surface (the link turned from 0.5 to 0.7 rad, s from
     -0.1 to 0.1): sign(s) flips the generalized force, a jump of the size of its entries;
