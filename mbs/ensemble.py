@@ -42,8 +42,8 @@ from mbs.validation import as_scalar
 @dataclass
 class EnsembleSolution:
     """States of every member: ``q``, ``p`` of shape (K, N+1, n) at times ``t`` (N+1,);
-    ``work`` (K, N+1) the cumulative work of the applied forces (see
-    :attr:`mbs.Solution.work`), None for conservative models."""
+    ``work`` (K, N+1) the cumulative work of the applied forces and drives (see
+    :attr:`mbs.Solution.work`), None for models without either."""
 
     model: Model
     t: np.ndarray
@@ -293,7 +293,7 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
         "wall_time": time.perf_counter() - started})
     return EnsembleSolution(
         first.model, first.t, q, p, stats,
-        work=np.stack([m.work for m in members]) if first.model.has_applied_forces else None)
+        work=np.stack([m.work for m in members]) if first.model.non_conservative else None)
 
 
 def _padded(rows: list[np.ndarray], steps: int) -> np.ndarray:
