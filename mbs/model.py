@@ -934,7 +934,13 @@ class Model:
         if not (np.all(np.isfinite(gram.data)) and np.all(np.isfinite(rhs))):
             raise ArithmeticError("non-finite constraint values or Jacobian")
         if not self.is_large:
-            return np.linalg.lstsq(gram.toarray(), rhs, rcond=1e-12)[0]
+            # scaled to a unit diagonal first: the equations of a gram-and-millimetre body
+            # beside a tonne-and-metre one differ in size by far more than the rank cut-off
+            # (which tells redundant equations apart), not in how independent they are
+            scale = np.sqrt(np.abs(gram.diagonal()))
+            scale[scale == 0.0] = 1.0
+            dense = gram.toarray() / np.outer(scale, scale)
+            return np.linalg.lstsq(dense, rhs / scale, rcond=1e-12)[0] / scale
         rhs_norm = np.linalg.norm(rhs)
         try:
             solution = spla.splu(gram.tocsc()).solve(rhs)
