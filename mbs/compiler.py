@@ -118,6 +118,10 @@ def compile_system(system: System) -> Model:
     dependent = np.concatenate([r.dependent_rows for r in ranks] + [np.zeros(0, dtype=int)])
     if dependent.size and system.redundant == "remove":
         removed_table = table.rows(np.sort(dependent))
+        owner = np.empty(model.m, dtype=object)
+        for name, rows in constraint_rows.items():
+            owner[rows] = name
+        removed_names = tuple(owner[np.sort(dependent)])
         table, constraint_rows, joint_infos, user_blocks = _remove_rows(
             table, dependent, constraint_rows, joint_infos, user_blocks)
         model = Model(
@@ -127,12 +131,15 @@ def compile_system(system: System) -> Model:
             point_blocks=model.point_blocks, director_blocks=model.director_blocks,
             degrees_of_freedom=0, redundancies=[], gravity=system.gravity,
             constraint_rows=constraint_rows, removed_constraints=removed_table,
-            applied_forces=applied)
+            removed_names=removed_names, applied_forces=applied)
         removed = "; ".join(f"{red.count} among {', '.join(red.joints)} (dropped "
                             f"{', '.join(red.removed_labels)})"
                             for red in redundancies)
         warn_user(f"redundant constraints removed: {removed}. The remaining equations "
-                  f"define the same motion near the initial state"
+                  f"define the same motion near the initial state, unless that is a "
+                  f"singular configuration of the mechanism (a parallelogram folded flat), "
+                  f"where the constraints lose rank without being redundant along the "
+                  f"motion: simulate warns when the dropped equations are then violated"
                   + ("" if all(r.consistent for r in redundancies) else
                      "; some removed equations do NOT hold at the initial state "
                      "(inconsistent redundancy): initial_state() rejects that state and "

@@ -98,6 +98,7 @@ class Model:
                  redundancies: list[Redundancy], gravity: np.ndarray | None,
                  constraint_rows: dict[str, np.ndarray],
                  removed_constraints: QuadraticTable | None = None,
+                 removed_names: tuple[str, ...] = (),
                  applied_forces=None):
         self.n = n
         #: Work-doing forces Q(t, q, v) (:class:`mbs.forces.applied.AppliedForces`), or None.
@@ -134,6 +135,7 @@ class Model:
         # projection) for the initial state, so an inconsistent redundancy is caught.
         self._removed = (removed_constraints if removed_constraints is not None
                          else constraint_table.rows(np.zeros(0, dtype=int)))
+        self._removed_names = tuple(removed_names)  # the element of each removed row
         self.constraints_are_quadratic = not user_constraints
         #: Remarks from compile() that are not errors (e.g. bodies connected to nothing).
         self.notes: list[str] = []
@@ -701,15 +703,17 @@ class Model:
 
     def _worst_constraints(self, q: np.ndarray, p: np.ndarray, t: float) -> str:
         """", largest in joint 'x' (position) and 'y' (velocity)": the elements whose
-        equations the state violates most (among the equations kept at compile time)."""
+        equations the state violates most (the redundant ones removed at compile time
+        included)."""
         names = np.empty(self.m, dtype=object)
         for name, rows in self.constraint_rows.items():
             names[rows] = name
-        if not self.m:
+        names = np.concatenate([names, np.array(self._removed_names, dtype=object)])
+        if not names.size:
             return ""
-        position = np.abs(self.constraints(q, t))
-        velocity = np.abs(self.constraint_jacobian(q, t) @ self.apply_inverse_mass(p)
-                          + self.constraint_time_derivative(q, t))
+        position = np.abs(self._all_constraints(q, t))
+        velocity = np.abs(self._all_jacobian(q, t) @ self.apply_inverse_mass(p)
+                          + self._all_time_derivative(q, t))
         _, _, scale = self._residuals_and_scale(q, p, t)
         worst = [f"{names[int(np.argmax(values))]!r} ({level})"
                  for values, level, tolerance in (

@@ -302,3 +302,20 @@ def test_kept_redundant_equations_are_reported_as_kept():
     assert red.count == 3 and red.removed == ()
     assert "(consistent, kept)" in system.summary(model, print_it=False)
     assert model.degrees_of_freedom == 1
+
+
+def test_an_inconsistent_state_names_a_violated_equation_that_was_removed_as_redundant():
+    """Two rods from the origin to one point mass, of lengths 1.0 and 1.1: compile() keeps
+    one equation and removes the other as redundant; whichever the state violates is named."""
+    for position, violated in ((1.0, "rod2"), (1.1, "rod1")):
+        system = mbs.System(gravity=(0.0, 0.0, -9.81))
+        mass = system.add(mbs.PointMass(mass=1.0, name="b"))
+        mass.set_state(position=(position, 0.0, 0.0))
+        system.add(mbs.joints.Distance(system.ground, mass, length=1.0, name="rod1"))
+        system.add(mbs.joints.Distance(system.ground, mass, length=1.1, name="rod2"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # redundant and inconsistent: warned about
+            model = system.compile()
+        with pytest.raises(mbs.InconsistentInitialStateError,
+                           match=f"largest in '{violated}' \\(position\\)"):
+            mbs.simulate(model, "em", h=0.01, t_end=0.1)
