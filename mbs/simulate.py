@@ -24,7 +24,7 @@ from scipy.linalg import null_space
 
 from mbs import solvers
 from mbs.analysis import MAX_BLOCK_COLUMNS, rank_loss_time
-from mbs.engine.guess import FAR_ROOT_ITERATIONS, mirrored_frames
+from mbs.engine.guess import FAR_ROOT_ITERATIONS, MIRROR_MOTION, mirrored_frames
 from mbs.engine.newton import NewtonConvergenceError
 from mbs.errors import (
     ForceFunctionError,
@@ -562,9 +562,12 @@ class _Run:
         done = self.solver.run_compiled(*arrays, row, count)
         if before is None:
             return done
-        for step in row + np.flatnonzero(self.iterations[row:row + done]
-                                         > FAR_ROOT_ITERATIONS):
-            if mirrored_frames(self.model, self.q[step + 1], int(self.iterations[step])):
+        motion = np.abs(self.q[row + 1:row + done + 1] - self.q[row:row + done]).max(axis=1,
+                                                                                    initial=0)
+        for step in row + np.flatnonzero((self.iterations[row:row + done] > FAR_ROOT_ITERATIONS)
+                                         & (motion > MIRROR_MOTION)):
+            if mirrored_frames(self.model, self.q[step], self.q[step + 1],
+                               int(self.iterations[step])):
                 self.solver.restore(before)
                 return (self.solver.run_compiled(*arrays, row, step - row) if step > row
                         else 0)
@@ -803,21 +806,22 @@ class _Run:
     def _substeps(self, k: int, q: np.ndarray, p: np.ndarray, count: int) -> StepResult:
         """Output step k as ``count`` steps of the solver, whose step size is h / count."""
         if count == 1:
-            return self._checked(self.solver.step(self.t_start + k * self.h, q, p),
+            return self._checked(self.solver.step(self.t_start + k * self.h, q, p), q,
                                  self.t_start + (k + 1) * self.h)
         total, work, h_sub = 0, 0.0, self.h / count
         for i in range(count):
             t = self.t_start + k * self.h + i * h_sub
-            result = self._checked(self.solver.step(t, q, p), t + h_sub)
+            result = self._checked(self.solver.step(t, q, p), q, t + h_sub)
             q, p = result.q, result.p
             total += result.iterations
             work += result.work
         result.iterations, result.work = total, work
         return result
 
-    def _checked(self, result: StepResult, t: float) -> StepResult:
-        """``result``, unless a drive converged on the wrong solution of its equation: then
-        the step failed like a Newton iteration that did not converge, and is refined."""
+    def _checked(self, result: StepResult, q0: np.ndarray, t: float) -> StepResult:
+        """``result`` of the step from ``q0`` to time t, unless a drive converged on the
+        wrong solution of its equation or a frame on its mirror image: then the step failed
+        like a Newton iteration that did not converge, and is refined."""
         if self.checks_branches:
             errors = self.model.constraint_branch_errors(result.q, t)
             if errors:
@@ -826,7 +830,7 @@ class _Run:
                     "reduce the step size: the drive turns too far in one step")
         # the schemes of the director solvers test this before accepting a step; a scheme
         # of its own (stages, line integrals) is refined here
-        mirrored = (mirrored_frames(self.model, result.q, result.iterations)
+        mirrored = (mirrored_frames(self.model, q0, result.q, result.iterations)
                     if self.has_frames else None)
         if mirrored is not None:
             raise NewtonConvergenceError(mirrored, 0.0, 0.0, result.iterations,

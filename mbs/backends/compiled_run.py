@@ -196,7 +196,7 @@ class CompiledRun:
         warm = self.solver._warm
         before = warm.checkpoint()
         result = self.single_step(self.run, q0, p0)
-        mirrored = mirrored_frames(self.solver.model, result[0], result[5])
+        mirrored = mirrored_frames(self.solver.model, q0, result[0], result[5])
         if mirrored is not None:
             warm.restore(before)
             raise NewtonConvergenceError(mirrored, 0.0, 0.0, result[5],

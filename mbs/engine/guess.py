@@ -79,16 +79,24 @@ def far_from_guess(solution: np.ndarray, guess: np.ndarray, state: np.ndarray,
                                                   _max(np.abs(guess - state))))
 
 
-def mirrored_frames(model: Model, q: np.ndarray, iterations: int) -> str | None:
-    """Why a step that Newton solved in ``iterations`` from a guess near the state reached
-    ``q`` on another root of its equations: the frames of rigid bodies that it turned into
-    their mirror images (:meth:`~mbs.model.Model.mirrored_bodies`), or None. A mirror image
-    meets every orthonormality constraint, so energy, constraints and joint angles can look
-    right; only Newton iterations that travel far from the guess reach it, so steps solved
-    in at most :data:`FAR_ROOT_ITERATIONS` are not checked."""
-    if iterations <= FAR_ROOT_ITERATIONS:
+#: A step from a rotation to the mirror image of one moves some director component by at
+#: least 2/3 (for a rotation R and a reflection S, |R - S|_F^2 = 6 - 2 tr(R^T S) >= 4):
+#: steps that move every coordinate by less than this are not tested for one.
+MIRROR_MOTION = 0.5
+
+
+def mirrored_frames(model: Model, q0: np.ndarray, q1: np.ndarray, iterations: int
+                    ) -> str | None:
+    """Why a step from ``q0`` that Newton solved in ``iterations`` reached ``q1`` on
+    another root of its equations: the frames of rigid bodies that it turned into their
+    mirror images (:meth:`~mbs.model.Model.mirrored_bodies`), or None. A mirror image meets
+    every orthonormality constraint, so energy, constraints and joint angles can look
+    right. Only Newton iterations that travel far from the guess reach it, and only steps
+    that move a coordinate by :data:`MIRROR_MOTION`: others are not checked (the common
+    case costs one comparison)."""
+    if iterations <= FAR_ROOT_ITERATIONS or not _max(np.abs(q1 - q0)) > MIRROR_MOTION:
         return None
-    bodies = model.mirrored_bodies(q)
+    bodies = model.mirrored_bodies(q1)
     if not bodies:
         return None
     return (f"Newton converged on the mirror image (directors of determinant -1) of the "

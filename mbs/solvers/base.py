@@ -681,7 +681,7 @@ class Solver:
                 f"explicit guess, farther than the step moves: possibly another root of the "
                 f"step equations", 0.0, 0.0, iterations,
                 "the step is redone from the advanced guess")
-        mirrored = mirrored_frames(self.model, x[:q0.size], iterations)
+        mirrored = mirrored_frames(self.model, q0, x[:q0.size], iterations)
         if mirrored is not None:
             raise NewtonConvergenceError(mirrored, 0.0, 0.0, iterations,
                                          "the step is redone from the advanced guess")
