@@ -507,6 +507,15 @@ class Solution:
                 np.einsum("k,nkc->nc", weights, rates.reshape(-1, 4, 3)))
 
     # -- summary --------------------------------------------------------------------------
+    def _scheme_keeps(self, quantity: str) -> str:
+        """"; <solver>: <how it keeps it>" for a ``quantity`` ("energy", "momentum") that
+        the scheme conserves only approximately (its declared property), so that its error
+        is not read as a fault; empty where it declares it exact."""
+        kept = getattr(self.solver_properties, quantity, "-")
+        if kept == "-" or kept.startswith("exact"):
+            return ""
+        return f"; {self.stats.get('solver')}: {kept}"
+
     def _energy_line(self, energy: np.ndarray, scale: float) -> str:
         if not self.model.non_conservative:
             change = np.max(np.abs(energy - energy[0]))
@@ -515,13 +524,8 @@ class Solution:
             else:  # E0 small against the motion (or zero): relative to the kinetic energy
                 measure = (f"max |E - E0| / max T = {change / scale:.3e} (T kinetic energy, "
                            f"max T = {scale:.6g})")
-            # a scheme that conserves it only approximately says how, so that its error is
-            # not read as a fault
-            kept = getattr(self.solver_properties, "energy", "-")
-            scheme = ("" if kept == "-" or kept.startswith("exact")
-                      else f"; {self.stats.get('solver')}: {kept}")
             return (f"energy            E0 = {energy[0]:.12g}, {measure}  (conserved by "
-                    f"this model{scheme})")
+                    f"this model{self._scheme_keeps('energy')})")
         work = self.work
         scale = max(scale, float(np.max(np.abs(work))))
         return (f"energy balance    E0 = {energy[0]:.12g}, E_end - E0 = "
@@ -674,9 +678,10 @@ class Solution:
             if constant:
                 return f"  (constant in this run, though no symmetry of the model keeps it: {why})"
             return f"  (not conserved: {why})"
+        scheme = self._scheme_keeps("momentum")
         if lost is None:
-            return "  (conserved by this model)"
-        return f"  (conserved; not {lost}: {why})"
+            return f"  (conserved by this model{scheme})"
+        return f"  (conserved; not {lost}: {why}{scheme})"
 
     def _momentum_line(self, label: str, symbol: str, values: np.ndarray,
                        directions: np.ndarray | None, angular: bool, about, scale: float

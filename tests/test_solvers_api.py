@@ -250,6 +250,24 @@ def test_the_summary_says_how_a_scheme_that_does_not_conserve_energy_exactly_kee
     assert lines["em"].endswith("(conserved by this model)")
 
 
+def test_the_summary_says_how_a_scheme_that_does_not_conserve_momentum_exactly_keeps_it():
+    """The spherical pendulum's vertical angular momentum: exact for RATTLE, to O(h^r) for
+    vi-conversion (its discrete Noether momentum is another) and not guaranteed for hbvm,
+    as their properties declare."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.0, 0.0, 0.0), velocity=(0.0, 2.0, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=1.0))
+    model = system.compile()
+    lines = {name: mbs.simulate(model, name, h=0.01, t_end=0.5).conservation_summary()
+             .splitlines()[2] for name in ("rattle", "vi-conversion", "hbvm")}
+    assert lines["rattle"].endswith("(conserved by this model)")
+    assert lines["vi-conversion"].endswith("(conserved by this model; vi-conversion: discrete "
+                                           "Noether momentum mu . (xi q_bar) exact; the "
+                                           "continuous one to O(h^r))")
+    assert lines["hbvm"].endswith("(conserved by this model; hbvm: not guaranteed)")
+
+
 def test_summary_calls_a_momentum_cancelled_to_round_off_zero():
     """Two discs on a hinge, spun up against each other by a motor from rest: their angular
     momenta cancel, so the total is zero up to the rounding of their sum, which the summary
@@ -324,3 +342,20 @@ def test_a_solution_prints_as_one_line(top, tmp_path):
                               f"model={top!r})")
     loaded = mbs.load_solution(mbs.save_solution(solution, tmp_path / "run.npz"))
     assert repr(loaded).startswith("LoadedSolution(solver='rattle', h=0.01, steps=50, ")
+
+
+def test_options_of_the_high_order_methods_are_checked_where_they_are_given():
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    top = system.add(mbs.RigidBody(mass=1.0, inertia=(0.02, 0.02, 0.01), name="top"))
+    top.set_state(position=(0.0, 0.0, 0.1), angular_velocity=(0.0, 0.0, 20.0))
+    system.add(mbs.joints.Spherical(system.ground, top, point=(0, 0, 0)))
+    model = system.compile()
+    with pytest.raises(mbs.ModelError, match="tableau must be a LobattoTableau"):
+        mbs.simulate(model, "lobatto", stages=3, tableau="gauss-2", h=0.01, t_end=0.02)
+    with pytest.raises(mbs.ModelError, match="max_iterations must be a whole number of at "
+                                             "least 1, got 0"):
+        mbs.simulate(system.compile(formulation="lie-group"), "vrkmk", max_iterations=0,
+                     h=0.01, t_end=0.02)
+    assert mbs.solvers.make_solver("em", order=4.0).name == "em-order4"
+    with pytest.warns(UserWarning, match="backend='compiled' has no effect"):
+        mbs.simulate(model, "vi-conversion", backend="compiled", h=0.01, t_end=0.02)

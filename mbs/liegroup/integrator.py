@@ -32,6 +32,7 @@ the dipole test with a small J_3) costs many iterations per step.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -73,6 +74,11 @@ class SolverSettings:
             raise ValueError(f"tol must be positive, got {self.tol!r}")
         if self.max_iterations is None:
             object.__setattr__(self, "max_iterations", 20 if self.method == "newton" else 300)
+        if (isinstance(self.max_iterations, bool)
+                or not isinstance(self.max_iterations, numbers.Integral)
+                or self.max_iterations < 1):
+            raise ValueError(f"max_iterations must be a whole number of at least 1, got "
+                             f"{self.max_iterations!r}")
 
 
 @dataclass

@@ -138,6 +138,7 @@ class Composition(Solver):
                              f"rattle or ggl-vi-a with theta = 1/2: symmetric, second "
                              f"order), got {getattr(self.base, 'name', self.base)!r}")
         self.coefficients = composition_coefficients(self.order, self.method)
+        self.order = int(self.order)  # 4.0 names the scheme "order4" as 4 does
         if self.base.composed_in_pairs:
             self.coefficients = np.repeat(0.5 * self.coefficients, 2)
         self.method = self.method or DEFAULT_COMPOSITION[self.order]

@@ -27,7 +27,7 @@ import numpy as np
 
 from mbs.engine.equations import weighted_sum
 from mbs.engine.newton import NewtonOptions
-from mbs.errors import ModelError
+from mbs.errors import ModelError, ModelTypeError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult
 
 
@@ -165,6 +165,9 @@ class Lobatto(Solver):
     def __post_init__(self):
         super().__post_init__()
         if self.tableau is not None:
+            if not isinstance(self.tableau, LobattoTableau):
+                raise ModelTypeError(f"lobatto: tableau must be a LobattoTableau (or give "
+                                     f"stages=2 .. 10), got {self.tableau!r}")
             self.tableau.check()
             self.stages = self.tableau.stages
             return
