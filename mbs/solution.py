@@ -511,9 +511,9 @@ class Solution:
         """"; <solver>: <how it keeps it>" for a ``quantity`` ("energy", "momentum") that
         the scheme conserves only approximately (its declared property), so that its error
         is not read as a fault; empty where it declares it exact."""
-        kept = getattr(self.solver_properties, quantity, "-")
-        if kept == "-" or kept.startswith("exact"):
-            return ""
+        kept = getattr(self.solver_properties, quantity, None)
+        if not isinstance(kept, str) or kept in ("", "-") or kept.startswith("exact"):
+            return ""  # exact, or not known (a file written without the properties)
         return f"; {self.stats.get('solver')}: {kept}"
 
     def _energy_line(self, energy: np.ndarray, scale: float) -> str:
