@@ -101,10 +101,16 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
         Rounded up to even numbers.
     camera : {"fixed", "follow", "lvlh"}, optional
         Default: "follow" when ``follow`` is given, else "fixed".
-    follow : body name, view : preset or 3-vector,
-    zoom : float, center : attracting centre for "lvlh" (default: the central gravity's
-        centre, else the origin); see :mod:`mbs.viz.camera`. Every camera is framed so that
-        all bodies stay in view.
+    follow : str, optional
+        Name of the body the camera follows.
+    view : str or 3-vector
+        Viewing direction: a preset name ("iso" by default) or a vector.
+    zoom : float
+        Magnification of the framed view.
+    center : 3-vector, optional
+        Attracting centre for "lvlh" (default: the central gravity's centre, else the
+        origin); see :mod:`mbs.viz.camera`. Every camera is framed so that all bodies stay
+        in view.
     quality : int
         FFmpeg quality 0-10 (MP4 only).
     progress : bool or None
