@@ -116,11 +116,7 @@ class Model:
         self.bodies = bodies
         self.joints = joints
         self.forces = forces
-        # the rigid bodies and their directors' coordinates, (bodies, 3, 3)
         self._rigid = [body.name for body in bodies if body.kind == "rigid"]
-        self._director_columns = np.array(
-            [np.arange(body.coordinates.start + 3, body.coordinates.start + 12)
-             for body in bodies if body.kind == "rigid"], dtype=np.int64).reshape(-1, 3, 3)
         self._q0 = q0
         largest = float(np.max(np.abs(q0))) if q0.size else 0.0
         self._length_scale = largest if largest > 0.0 else 1.0
@@ -470,7 +466,8 @@ class Model:
         constraint but no continuous motion from a rotation reaches."""
         if not self._rigid:
             return []
-        d1, d2, d3 = np.moveaxis(q[self._director_columns], 1, 0)
+        # director_blocks: the 3-blocks of d1, d2, d3 of each rigid body, in body order
+        d1, d2, d3 = np.moveaxis(q.reshape(-1, 3)[self.director_blocks].reshape(-1, 3, 3), 1, 0)
         determinants = np.einsum("ij,ij->i", d1, np.cross(d2, d3))
         return [self._rigid[i] for i in np.flatnonzero(determinants < 0.0)]
 
