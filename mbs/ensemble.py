@@ -385,6 +385,11 @@ def _initial_arrays(model: Model, initial_states) -> tuple[np.ndarray, np.ndarra
                          f"with K >= 1 members, got {q0.shape} and {p0.shape}")
     if not (np.all(np.isfinite(q0)) and np.all(np.isfinite(p0))):
         raise ModelError("simulate_ensemble: initial states must be finite")
+    mirrored = np.flatnonzero((model.frame_determinants(q0) < 0.0).any(axis=1))[:10].tolist()
+    if mirrored:
+        raise ModelError(f"simulate_ensemble: members {mirrored} start with the directors of "
+                         f"a body forming a left-handed frame (a mirror image, det = -1); "
+                         f"give rotations (det = +1)")
     unsure = np.flatnonzero(~_clearly_consistent(model, q0, p0))
     bad = [int(k) for k in unsure if not model.is_consistent(q0[k], p0[k])]
     if bad:

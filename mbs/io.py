@@ -194,7 +194,7 @@ class LoadedSolution(Solution):
     def force(self, name: str):
         """Not stored: a force's effort and work need its law. Load the file with its model,
         ``mbs.load_solution(path, model)``, to get a full Solution with :meth:`force`."""
-        raise ModelError(f"force({name!r}): the effort and work of a load, damper or "
+        raise ModelError(f"force({element_name(name)!r}): the effort and work of a load, damper or "
                          f"actuator need its law, which a solution file does not store; load "
                          f"the file with its compiled model, mbs.load_solution(path, "
                          f"model=build().compile())")

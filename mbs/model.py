@@ -117,6 +117,10 @@ class Model:
         self.joints = joints
         self.forces = forces
         self._rigid = [body.name for body in bodies if body.kind == "rigid"]
+        #: The coordinates of the rigid bodies' directors d1, d2, d3 (9 per body, in body
+        #: order).
+        self.director_columns = (3 * np.asarray(director_blocks, dtype=np.int64)[:, None]
+                                 + np.arange(3)).ravel()
         self._q0 = q0
         largest = float(np.max(np.abs(q0))) if q0.size else 0.0
         self._length_scale = largest if largest > 0.0 else 1.0
@@ -466,10 +470,16 @@ class Model:
         constraint but no continuous motion from a rotation reaches."""
         if not self._rigid:
             return []
-        # director_blocks: the 3-blocks of d1, d2, d3 of each rigid body, in body order
-        d1, d2, d3 = np.moveaxis(q.reshape(-1, 3)[self.director_blocks].reshape(-1, 3, 3), 1, 0)
-        determinants = np.einsum("ij,ij->i", d1, np.cross(d2, d3))
-        return [self._rigid[i] for i in np.flatnonzero(determinants < 0.0)]
+        return [self._rigid[i] for i in np.flatnonzero(self.frame_determinants(q) < 0.0)]
+
+    def frame_determinants(self, q: np.ndarray) -> np.ndarray:
+        """det(d1, d2, d3) of every rigid body at q (n,) or at each row of Q (K, n): +1 for
+        a rotation, -1 for its mirror image; shape (bodies,) or (K, bodies)."""
+        d = np.asarray(q)[..., self.director_columns]
+        d = d.reshape(*d.shape[:-1], -1, 9)  # d1, d2, d3 of each body
+        return (d[..., 0] * (d[..., 4] * d[..., 8] - d[..., 5] * d[..., 7])
+                - d[..., 1] * (d[..., 3] * d[..., 8] - d[..., 5] * d[..., 6])
+                + d[..., 2] * (d[..., 3] * d[..., 7] - d[..., 4] * d[..., 6]))
 
     @property
     def drive_rows(self) -> np.ndarray:

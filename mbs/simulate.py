@@ -562,8 +562,9 @@ class _Run:
         done = self.solver.run_compiled(*arrays, row, count)
         if before is None:
             return done
-        motion = np.abs(self.q[row + 1:row + done + 1] - self.q[row:row + done]).max(axis=1,
-                                                                                    initial=0)
+        columns = self.model.director_columns
+        motion = np.abs(self.q[row + 1:row + done + 1, columns]
+                        - self.q[row:row + done, columns]).max(axis=1, initial=0.0)
         for step in row + np.flatnonzero((self.iterations[row:row + done] > FAR_ROOT_ITERATIONS)
                                          & (motion > MIRROR_MOTION)):
             if mirrored_frames(self.model, self.q[step], self.q[step + 1],
@@ -732,8 +733,11 @@ class _Run:
             previous = (self.q[row - 1], model.apply_inverse_mass(self.p[row - 1]))
             paths = [(state, tuple(3.0 * a - 2.0 * b for a, b in zip(state, previous))),
                      (previous, state)]
-        across = self._velocities_across(row, self.t_start + k * self.h)
-        if across is not None:  # a law of the rates at a state at rest (a relay's sign(rate))
+        # at rest the extrapolation stands still: a law of the rates that jumps at rest (a
+        # relay's sign(rate)) is crossed along a velocity the constraints allow instead
+        at_rest = not np.abs(state[1]).max(initial=0.0) > AT_REST * model.length_scale / self.h
+        across = self._velocities_across(row, self.t_start + k * self.h) if at_rest else None
+        if across is not None:
             paths.append(((state[0], -across), (state[0], across)))
         found = None
         for start, end in paths:
@@ -754,8 +758,9 @@ class _Run:
 
     def _velocities_across(self, row: int, t: float) -> np.ndarray | None:
         """A velocity w the constraints allow at node ``row`` in a generic direction (every
-        joint rate nonzero), of the model's length per second: the path from -w to w
-        crosses every switching surface of the rates at once. None for large models."""
+        rate the constraints leave free nonzero), of the model's length per second: the
+        path from -w to w crosses every switching surface of those rates at once. None for
+        large models."""
         model = self.model
         if model.n > MAX_BLOCK_COLUMNS:
             return None
@@ -1121,5 +1126,8 @@ def _warn_if_energy_is_lost(solution: Solution) -> None:
 
 #: Steps per call of a compiled solver's kernel (Ctrl-C is seen between calls).
 _BATCH_STEPS = 256
+#: A node whose velocities are below this fraction of the model's length per step is at
+#: rest for the jump search of a failed step (:meth:`_Run._force_jump`).
+AT_REST = 1e-12
 
 

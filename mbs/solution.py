@@ -558,12 +558,12 @@ class Solution:
                           ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Which components of the linear momentum (along x, y, z) and of the angular
         momentum about ``about`` (about the axes x, y, z through it) the model conserves:
-        booleans, True where the axis lies among :meth:`conserved_directions`. (None, None)
-        for models in other coordinates."""
+        booleans, True where the axis lies among :meth:`conserved_directions`; None where that
+        is not known (a solution loaded without its model, about a point its file holds no
+        check for)."""
         linear, angular = self.conserved_directions(about)
-        if linear is None:
-            return None, None
-        return in_span(linear, np.eye(3)), in_span(angular, np.eye(3))
+        return tuple(None if directions is None else in_span(directions, np.eye(3))
+                     for directions in (linear, angular))
 
     #: Candidate points tried by :meth:`conservation_summary` besides the origin.
     SUMMARY_POINTS = 6

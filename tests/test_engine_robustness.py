@@ -498,6 +498,11 @@ def test_a_step_onto_the_mirror_image_of_a_frame_is_redone():
     with pytest.raises(mbs.ModelError, match="'crank' form a left-handed frame"):
         mbs.simulate(solution.model, "rattle", h=0.05, t_end=0.1,
                      initial_state=(mirrored, solution.p[0]))
+    with pytest.raises(mbs.ModelError, match=r"members \[1\] start with the directors of a "
+                                             r"body forming a left-handed frame"):
+        mbs.simulate_ensemble(solution.model, (np.stack([solution.q[0], mirrored]),
+                                               np.stack([solution.p[0]] * 2)),
+                              h=0.05, t_end=0.1)
 
 
 @pytest.mark.parametrize("backend", ["auto", "compiled"])

@@ -254,3 +254,15 @@ def test_accessors_take_elements_as_well_as_their_names():
                           solution.point("bob", (0.3, 0.0, -0.4))[0])
     assert np.array_equal(solution.reaction(rod, body=bob).force,
                           solution.reaction("rod", body="bob").force)
+
+
+def test_a_loaded_solution_says_which_momenta_it_knows_are_conserved_about_a_point(tmp_path):
+    """About a point the file holds no check for, the linear verdict stays (it holds for
+    every point) and the angular one is unknown (None)."""
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(mass=1.0, inertia=(0.15, 0.2, 0.25), name="b"))
+    body.set_state(velocity=(0.0, 1.0, 0.3), angular_velocity=(1.0, 2.0, 3.0))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.1)
+    loaded = mbs.load_solution(mbs.save_solution(solution, tmp_path / "free.npz"))
+    linear, angular = loaded.conserved_momenta((7.0, 7.0, 7.0))
+    assert linear.tolist() == [True, True, True] and angular is None

@@ -307,6 +307,16 @@ def test_a_friction_relay_at_rest_is_named():
     assert "reduce the step size" not in error.value.hint
 
 
+def test_a_rate_law_far_from_its_jump_is_not_blamed_for_a_failed_step():
+    """The same relay on a link spinning at 40 rad/s, whose rate never comes near zero: a
+    step too large for Newton is not put down to the law's jump at rest."""
+    model = relay_pendulum(lambda angle, rate: -0.01 * np.sign(rate))
+    state = model.initial_state(joint_rates={"hinge": 40.0})
+    with pytest.raises(mbs.SolverError) as error:
+        mbs.simulate(model, "em", h=0.3, t_end=3.0, initial_state=state, on_failure="raise")
+    assert "jumps" not in error.value.hint and "reduce the step size" in error.value.hint
+
+
 def test_the_jump_test_tells_a_jump_from_a_steep_continuous_law():
     """On a path across the switching surface (the link turned from 0.5 to 0.7 rad, s from
     -0.1 to 0.1): sign(s) flips the generalized force, a jump of the size of its entries;

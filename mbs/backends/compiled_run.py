@@ -200,7 +200,7 @@ class CompiledRun:
         if mirrored is not None:
             warm.restore(before)
             raise NewtonConvergenceError(mirrored, 0.0, 0.0, result[5],
-                                         "the step is redone from the advanced guess")
+                                         "reduce the step size")
         warm.record(result[3], result[4])
         return result
 

@@ -81,7 +81,7 @@ def far_from_guess(solution: np.ndarray, guess: np.ndarray, state: np.ndarray,
 
 #: A step from a rotation to the mirror image of one moves some director component by at
 #: least 2/3 (for a rotation R and a reflection S, |R - S|_F^2 = 6 - 2 tr(R^T S) >= 4):
-#: steps that move every coordinate by less than this are not tested for one.
+#: steps that move every director component by less than this are not tested for one.
 MIRROR_MOTION = 0.5
 
 
@@ -92,9 +92,11 @@ def mirrored_frames(model: Model, q0: np.ndarray, q1: np.ndarray, iterations: in
     mirror images (:meth:`~mbs.model.Model.mirrored_bodies`), or None. A mirror image meets
     every orthonormality constraint, so energy, constraints and joint angles can look
     right. Only Newton iterations that travel far from the guess reach it, and only steps
-    that move a coordinate by :data:`MIRROR_MOTION`: others are not checked (the common
-    case costs one comparison)."""
-    if iterations <= FAR_ROOT_ITERATIONS or not _max(np.abs(q1 - q0)) > MIRROR_MOTION:
+    that move a director component by :data:`MIRROR_MOTION`: others are not checked (the
+    common case costs one comparison)."""
+    columns = model.director_columns
+    if (iterations <= FAR_ROOT_ITERATIONS or not columns.size
+            or not _max(np.abs(q1[columns] - q0[columns])) > MIRROR_MOTION):
         return None
     bodies = model.mirrored_bodies(q1)
     if not bodies:

@@ -684,7 +684,7 @@ class Solver:
         mirrored = mirrored_frames(self.model, q0, x[:q0.size], iterations)
         if mirrored is not None:
             raise NewtonConvergenceError(mirrored, 0.0, 0.0, iterations,
-                                         "the step is redone from the advanced guess")
+                                         "reduce the step size")
         self._warm.remember(x, x0, explicit)
         return x, iterations, residual
 

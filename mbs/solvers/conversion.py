@@ -236,9 +236,9 @@ class VariationalConversion(Solver):
             raise ModelError(
                 "VariationalConversion: the model has loads, dampers or actuators, and the "
                 "converted method has no forcing terms; use 'lobatto' (any order) or 'em'")
-        if self.backend != "auto":
-            warn_user(f"VariationalConversion: backend={self.backend!r} has no effect: its "
-                      f"chord iteration on the standard layer runs in numpy")
+        if self.backend == "compiled":
+            warn_user("VariationalConversion: backend='compiled' has no effect: its chord "
+                      "iteration on the standard layer runs in numpy")
         if model.is_large:
             size = 3 * model.n + 3 * model.m
             warn_user(
