@@ -476,7 +476,7 @@ class Model:
         """det(d1, d2, d3) of every rigid body at q (n,) or at each row of Q (K, n): +1 for
         a rotation, -1 for its mirror image; shape (bodies,) or (K, bodies)."""
         d = np.asarray(q)[..., self.director_columns]
-        d = d.reshape(*d.shape[:-1], -1, 9)  # d1, d2, d3 of each body
+        d = d.reshape(*d.shape[:-1], self.director_columns.size // 9, 9)  # d1, d2, d3 each
         return (d[..., 0] * (d[..., 4] * d[..., 8] - d[..., 5] * d[..., 7])
                 - d[..., 1] * (d[..., 3] * d[..., 8] - d[..., 5] * d[..., 6])
                 + d[..., 2] * (d[..., 3] * d[..., 7] - d[..., 4] * d[..., 6]))

@@ -327,8 +327,8 @@ class _Run:
         self.warned_refinement = False
         # angle drives can converge half a turn off (see Drive.branch_error)
         self.checks_branches = isinstance(self.model, Model) and self.model.has_branch_checks
-        self.has_frames = isinstance(self.model, Model) and any(
-            body.kind == "rigid" for body in self.model.bodies)
+        self.has_frames = (isinstance(self.model, Model)
+                           and self.model.director_columns.size > 0)
 
     def begin(self, q0: np.ndarray, p0: np.ndarray) -> None:
         self.q[0], self.p[0] = q0, p0
@@ -562,17 +562,18 @@ class _Run:
         done = self.solver.run_compiled(*arrays, row, count)
         if before is None:
             return done
+        # mirrored_frames' test, vectorised over the block
         columns = self.model.director_columns
         motion = np.abs(self.q[row + 1:row + done + 1, columns]
                         - self.q[row:row + done, columns]).max(axis=1, initial=0.0)
-        for step in row + np.flatnonzero((self.iterations[row:row + done] > FAR_ROOT_ITERATIONS)
-                                         & (motion > MIRROR_MOTION)):
-            if mirrored_frames(self.model, self.q[step], self.q[step + 1],
-                               int(self.iterations[step])):
-                self.solver.restore(before)
-                return (self.solver.run_compiled(*arrays, row, step - row) if step > row
-                        else 0)
-        return done
+        tested = row + np.flatnonzero((self.iterations[row:row + done] > FAR_ROOT_ITERATIONS)
+                                      & (motion > MIRROR_MOTION))
+        mirrored = tested[(self.model.frame_determinants(self.q[tested + 1]) < 0.0).any(axis=1)]
+        if not mirrored.size:
+            return done
+        self.solver.restore(before)
+        step = int(mirrored[0])
+        return self.solver.run_compiled(*arrays, row, step - row) if step > row else 0
 
     def _keep_solver_state(self) -> None:
         """Keep the solver's checkpoint before the next step (or block of steps): a step
