@@ -97,7 +97,9 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
         (``solver`` "vrkmk", the default for it, or "vcg"), from director states of
         ``model.director_model``.
     initial_states : (Q0, P0) arrays of shape (K, n), or an array (K, 2, n)
-        Consistent initial states (check them with ``model.is_consistent``).
+        Consistent initial states (check them with ``model.is_consistent``). A list [Q0, P0]
+        is read as the pair; with K = 2 it is refused, as it would read as two members
+        [[q, p], [q, p]] as well.
     h, t_end : float
         Step size and end time (start at 0).
     solver : str, Solver or None
@@ -370,11 +372,19 @@ def _initial_arrays(model: Model, initial_states) -> tuple[np.ndarray, np.ndarra
         else:
             states = np.asarray(initial_states, dtype=float)
             q0 = p0 = None
-            if states.ndim == 3 and states.shape[1] == 2:
+            if isinstance(initial_states, list) and states.shape[:1] == (2,) \
+                    and states.ndim == 3 and states.shape[1] != 2:
+                q0, p0 = states  # a list [Q0, P0]: a pair, as it cannot be K = 2 members
+            elif states.ndim == 3 and states.shape[1] == 2:
                 q0, p0 = states[:, 0], states[:, 1]
     except (TypeError, ValueError, IndexError) as exc:
         raise ModelError(f"simulate_ensemble: initial_states must be (Q0, P0) of shape (K, "
                          f"{model.n}) or an array (K, 2, {model.n})") from exc
+    if isinstance(initial_states, list) and q0 is not None and q0.shape[0] == 2:
+        raise ModelError(f"simulate_ensemble: a list of two (2, {model.n}) arrays reads as "
+                         f"[Q0, P0] of two members and as [[q, p], [q, p]] alike; give the "
+                         f"pair as a tuple (Q0, P0) or the members as one array of shape (K, "
+                         f"2, {model.n})")
     if q0 is None:
         raise ModelError(f"simulate_ensemble: initial_states must be a pair (Q0, P0) of arrays "
                          f"(K, {model.n}) or one array (K, 2, {model.n}), got one array of "

@@ -307,7 +307,7 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     solvers : sequence of str
         Names from :data:`mbs.solvers.REGISTRY`.
     steps : sequence of float
-        Step sizes h; each must divide t_end.
+        Step sizes h; each must divide t_end - t_start.
     t_end : float
         End time of every run; the errors are those of the final state.
     reference : None, Solution, or callable
@@ -343,8 +343,9 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     Raises
     ------
     ModelError
-        Fewer than two step sizes, a step not dividing ``t_end``, a bad ``reference``, or
-        ``reference_options`` that are not a dict or come with a given ``reference``.
+        Fewer than two step sizes, a step not dividing ``t_end - t_start``, a bad
+        ``reference``, or ``reference_options`` that are not a dict or come with a given
+        ``reference``.
     SolverError
         When the reference run fails.
 
@@ -363,7 +364,8 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     solvers = list(solvers)
     if not solvers:
         raise ModelError("convergence_study: give at least one solver")
-    unknown = [name for name in solvers if isinstance(name, str) and name not in REGISTRY]
+    unknown = [name for name in solvers
+               if isinstance(name, str) and name.lower() not in REGISTRY]
     if unknown:
         raise ModelError(f"convergence_study: unknown solver {unknown[0]!r}; choose from "
                          f"{sorted(REGISTRY)}")
@@ -371,10 +373,12 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     if steps.size < 2 or np.any(steps <= 0):
         raise ModelError(f"convergence_study: give at least two positive step sizes, got "
                          f"{steps.tolist()}")
+    t_start = float(simulate_options.get("t_start", 0.0))
     for h in steps:
-        count = t_end / h
+        count = (t_end - t_start) / h
         if abs(count - round(count)) > 1e-9 * max(1.0, count):
-            raise ModelError(f"convergence_study: h = {h:g} does not divide t_end = {t_end:g}")
+            raise ModelError(f"convergence_study: h = {h:g} does not divide t_end - t_start = "
+                             f"{t_end - t_start:g}")
     if reference_options is not None:
         if not isinstance(reference_options, dict):
             raise ModelError(f"convergence_study: reference_options must be a dict of solver "

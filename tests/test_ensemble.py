@@ -145,6 +145,24 @@ def test_ensemble_rejects_bad_input(top):
         mbs.simulate_ensemble(top, (q0, p0), h=-0.01, t_end=0.1)
 
 
+def test_a_list_of_states_is_read_as_the_pair_or_refused_when_ambiguous(top):
+    """[Q0, P0] is the pair (Q0, P0); with two members it reads as [[q, p], [q, p]] as well,
+    which would swap states between members silently: refused."""
+    q0, p0 = rotated_states(top, 3)
+    as_list = mbs.simulate_ensemble(top, [q0, p0], h=0.01, t_end=0.05, backend="numpy")
+    as_tuple = mbs.simulate_ensemble(top, (q0, p0), h=0.01, t_end=0.05, backend="numpy")
+    assert np.array_equal(as_list.q, as_tuple.q)
+    with pytest.raises(mbs.ModelError, match=r"give the pair as a tuple \(Q0, P0\)"):
+        mbs.simulate_ensemble(top, [q0[:2], p0[:2]], h=0.01, t_end=0.05)
+    with pytest.raises(mbs.ModelError, match=r"give the pair as a tuple"):
+        mbs.simulate_ensemble(top, [[q0[0], p0[0]], [q0[1], p0[1]]], h=0.01, t_end=0.05)
+    members = np.stack([q0, p0], axis=1)  # an array (K, 2, n) stays a stack of members
+    assert np.array_equal(mbs.simulate_ensemble(top, members[:2], h=0.01, t_end=0.05,
+                                                backend="numpy").q,
+                          mbs.simulate_ensemble(top, (q0[:2], p0[:2]), h=0.01, t_end=0.05,
+                                                backend="numpy").q)
+
+
 def test_simulate_many_serial_and_through_a_process_pool(top):
     assert pickle.loads(pickle.dumps(top)).n == top.n  # models travel to worker processes
     runs = [(top, {"solver": "em", "h": 0.002, "t_end": 0.02}),

@@ -81,6 +81,27 @@ def test_convergence_against_an_exact_solution():
         plots.convergence_study(system, ["em"], [0.3, 0.2], 0.5, reference=exact)
 
 
+def test_steps_divide_the_studied_interval_from_t_start():
+    """With t_start, every run covers t_end - t_start: a step must divide that interval
+    (a step dividing only t_end would end its run short of t_end, and its error would
+    compare states at different times). Harmonic oscillator, omega = 1, started at
+    t_start = 0.1 from x = 1: x(t) = cos(t - 0.1); EM is of order 2."""
+    system = mbs.System()
+    particle = system.add(mbs.PointMass(1.0, name="p"))
+    particle.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.forces.Spring(system.ground, particle, stiffness=1.0, rest_length=0.0))
+
+    def exact(t):
+        return (np.array([np.cos(t - 0.1), 0.0, 0.0]), np.array([-np.sin(t - 0.1), 0.0, 0.0]))
+
+    study = plots.convergence_study(system, ["EM"], [0.3, 0.15, 0.075], 1.0, t_start=0.1,
+                                    reference=exact, print_table=False)
+    assert 1.8 < study.slopes_q["EM"] < 2.2
+    with pytest.raises(mbs.ModelError, match="does not divide t_end - t_start = 0.95"):
+        plots.convergence_study(system, ["em"], [0.1, 0.05], 1.0, t_start=0.05,
+                                reference=exact)
+
+
 def test_solver_options_apply_to_the_studied_solvers_only():
     import pendulum_3d
 
