@@ -413,8 +413,9 @@ MODELS = [
     Bad("central-gravity-planar-center", lambda d: CentralGravity(1.0, center=(0, 0),
                                                                   name="sun"),
         E, r"CentralGravity 'sun': center must have 3 components"),
-    Bad("damper-with-coincident-points", lambda d: Damper(
-        mbs.System().ground, bead(position=(0, 0, 0)), damping=1.0, name="dash"),
+    Bad("damper-with-coincident-points", lambda d: (lambda s: (s.add(Damper(
+        s.ground, s.add(bead(position=(0, 0, 0))), damping=1.0, name="dash")), s.compile()))(
+        mbs.System()),
         E, r"Damper 'dash': its two points coincide at the initial pose.*give distinct points"),
     Bad("damper-zero-damping", lambda d: Damper(mbs.System().ground, bead(), damping=0.0,
                                                 name="dash"),

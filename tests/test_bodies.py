@@ -326,3 +326,27 @@ def test_quaternions_and_euler_angles_of_a_body_turning_about_a_fixed_axis():
     point.set_state(position=(1.0, 0.0, 0.0))
     with pytest.raises(mbs.ModelError, match="'bead' is a point mass"):
         mbs.simulate(system.compile(), "em", h=0.05, t_end=0.1).body("bead").quaternions()
+
+
+def test_mass_and_inertia_set_after_construction_are_validated_and_used():
+    """Changing a body's inertia after construction changes its Euler tensor with it: a body
+    spinning at omega about d3 has the angular momentum I3 omega of the inertia it was
+    compiled with. Invalid values are refused when set, as in the constructor."""
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(mass=1.0, inertia=(1.0, 1.0, 1.0), name="b"))
+    body.inertia = (1.0, 2.0, 2.5)
+    body.set_state(angular_velocity=(0.0, 0.0, 1.0))
+    model = system.compile()
+    q0, p0 = model.initial_state()
+    assert np.allclose(model.angular_momentum(q0, p0), [0.0, 0.0, 2.5], rtol=0, atol=1e-14)
+    assert np.allclose(body.euler_tensor, np.diag([1.75, 0.75, 0.25]), rtol=0, atol=1e-15)
+    with pytest.raises(mbs.ModelError, match="RigidBody 'b': mass must be positive"):
+        body.mass = -5.0
+    with pytest.raises(mbs.ModelError, match="triangle inequality"):
+        body.inertia = (1.0, 1.0, 3.0)
+    assert np.allclose(np.diag(body.inertia), [1.0, 2.0, 2.5])  # a refused value changes nothing
+    with pytest.raises(mbs.ModelError, match="inertia has the magnitude 1e-200"):
+        mbs.RigidBody(mass=1.0, inertia=(1e-200,) * 3)
+    particle = mbs.PointMass(2.0, name="p")
+    with pytest.raises(mbs.ModelError, match="PointMass 'p': mass must be positive"):
+        particle.mass = 0.0

@@ -474,13 +474,36 @@ def test_a_zero_rest_length_by_default_is_pointed_out():
     zero-length spring): a warning says so unless rest_length=0 is given."""
     system = mbs.System()
     bob = system.add(mbs.PointMass(1.0, name="bob"))
+    system.add(mbs.forces.Spring(system.ground, bob, stiffness=5.0, point_a=(0.0, 0.0, 0.0),
+                                 name="tether"))
     with pytest.warns(UserWarning, match=r"Spring 'tether'.* rest length .* is 0"):
-        system.add(mbs.forces.Spring(system.ground, bob, stiffness=5.0,
-                                     point_a=(0.0, 0.0, 0.0), name="tether"))
+        system.compile()
+    system = mbs.System()
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    system.add(mbs.forces.Spring(system.ground, bob, stiffness=5.0, rest_length=0.0,
+                                 point_a=(0.0, 0.0, 0.0)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        mbs.forces.Spring(system.ground, bob, stiffness=5.0, rest_length=0.0,
-                          point_a=(0.0, 0.0, 0.0))
+        system.compile()
+
+
+def test_spring_and_damper_geometry_is_that_of_the_initial_pose_at_compile():
+    """Elements created before the bodies' initial state is set take the attachment points
+    of the initial pose at compile(), as joints do: no early warning or error from the
+    pose at creation. A spring created while its bob still sat at its anchor, once the bob
+    is placed 1 m away, has the rest length 1 (V = 0 at the initial pose)."""
+    system = mbs.System()
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        system.add(mbs.forces.Spring(system.ground, bob, stiffness=5.0, point_a=(0, 0, 0),
+                                     name="tether"))
+        system.add(mbs.forces.Damper(system.ground, bob, damping=1.0, point_a=(0, 0, 0),
+                                     name="dash"))
+        bob.set_state(position=(1.0, 0.0, 0.0))
+        model = system.compile()
+    assert model.potential(model.q0) == 0.0
+    assert model.potential(model.q0 + np.array([1.0, 0.0, 0.0])) == 0.5 * 5.0 * 1.0**2
 
 
 @pytest.mark.parametrize("stiffness, h", [(1e8, 1e-3), (1e8, 2e-5), (1e6, 1e-4)])
@@ -508,9 +531,10 @@ def test_stiff_preloaded_spring_pendulum_runs_with_em(stiffness, h):
 def test_spring_with_rest_length_between_coinciding_points_is_rejected():
     system = mbs.System()
     bob = system.add(mbs.PointMass(1.0, name="bob"))
+    system.add(mbs.forces.Spring(system.ground, bob, stiffness=1.0, rest_length=0.5,
+                                 point_a=(0.0, 0.0, 0.0), name="stuck"))
     with pytest.raises(mbs.ModelError, match="coincide at the initial pose.*rest_length=0"):
-        mbs.forces.Spring(system.ground, bob, stiffness=1.0, rest_length=0.5,
-                          point_a=(0.0, 0.0, 0.0), name="stuck")
+        system.compile()
 
 
 def test_the_energy_of_each_element_along_a_run():

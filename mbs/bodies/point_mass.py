@@ -27,11 +27,20 @@ class PointMass(Body):
     def __init__(self, mass: float, name: str | None = None, radius: float | None = None):
         super().__init__(name)
         owner = f"PointMass {self.name!r}"
-        self.mass = as_scalar(mass, "mass", owner, positive=True)
+        self.mass = mass
         self.radius = None if radius is None else as_scalar(radius, "radius", owner,
                                                             positive=True)
         self.position = np.zeros(3)
         self.velocity = np.zeros(3)
+
+    @property
+    def mass(self) -> float:
+        """Mass (validated when set; a model compiled before keeps the old value)."""
+        return self._mass
+
+    @mass.setter
+    def mass(self, value: float) -> None:
+        self._mass = as_scalar(value, "mass", f"PointMass {self.name!r}", positive=True)
 
     def set_state(self, position=None, velocity=None, **others) -> PointMass:
         """Set the initial position and velocity (world frame)."""

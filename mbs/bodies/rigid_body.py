@@ -8,7 +8,7 @@ from mbs.bodies.base import Body
 from mbs.errors import ModelError
 from mbs.quadratic import AffineVector, QuadraticTableBuilder
 from mbs.rotations import check_rotation
-from mbs.validation import as_scalar, as_vector
+from mbs.validation import MAX_MAGNITUDE, MIN_POSITIVE, as_scalar, as_vector
 
 #: Relative tolerance (to the trace of the inertia) for symmetry and for a vanishing Euler inertia.
 INERTIA_TOLERANCE = 1e-12
@@ -44,15 +44,40 @@ class RigidBody(Body):
     def __init__(self, mass: float, inertia, name: str | None = None,
                  shape: dict | None = None):
         super().__init__(name)
-        owner = f"RigidBody {self.name!r}"
-        self.mass = as_scalar(mass, "mass", owner, positive=True)
-        self.inertia = _inertia_tensor(inertia, owner)
-        self.euler_tensor = _euler_tensor(self.inertia, owner)
+        self.mass = mass
+        self.inertia = inertia
         self.shape = shape
         self.position = np.zeros(3)
         self.rotation = np.eye(3)
         self.velocity = np.zeros(3)
         self.angular_velocity = np.zeros(3)
+
+    @property
+    def mass(self) -> float:
+        """Total mass (validated when set; a model compiled before keeps the old value)."""
+        return self._mass
+
+    @mass.setter
+    def mass(self, value: float) -> None:
+        self._mass = as_scalar(value, "mass", f"RigidBody {self.name!r}", positive=True)
+
+    @property
+    def inertia(self) -> np.ndarray:
+        """Inertia tensor (3, 3) about the centre of mass in the body frame; setting it
+        validates it and updates :attr:`euler_tensor`."""
+        return self._inertia
+
+    @inertia.setter
+    def inertia(self, value) -> None:
+        owner = f"RigidBody {self.name!r}"
+        inertia = _inertia_tensor(value, owner)
+        self._euler_tensor = _euler_tensor(inertia, owner)
+        self._inertia = inertia
+
+    @property
+    def euler_tensor(self) -> np.ndarray:
+        """E = 1/2 tr(J) I - J of :attr:`inertia` (seed 003, eq. (101))."""
+        return self._euler_tensor
 
     # -- construction helpers ---------------------------------------------------------------
     @classmethod
@@ -177,6 +202,11 @@ def _inertia_tensor(inertia, owner: str) -> np.ndarray:
                          f"symmetric 3x3 tensor, got shape {array.shape}")
     if not np.all(np.isfinite(array)):
         raise ModelError(f"{owner}: inertia must be finite, got {inertia!r}")
+    largest = float(np.max(np.abs(array)))
+    if largest > MAX_MAGNITUDE or 0.0 < largest < MIN_POSITIVE:
+        raise ModelError(f"{owner}: inertia has the magnitude {largest:.3g}, outside the "
+                         f"supported range [{MIN_POSITIVE:.0e}, {MAX_MAGNITUDE:.0e}]; rescale "
+                         f"the units")
     scale = max(np.max(np.abs(array)), np.finfo(float).tiny)
     if np.max(np.abs(array - array.T)) > INERTIA_TOLERANCE * scale:
         raise ModelError(f"{owner}: inertia tensor is not symmetric; pass a symmetric 3x3 "

@@ -275,27 +275,32 @@ class Spring(_TwoPointForce):
         self.rest_length = (None if rest_length is None else
                             as_scalar(rest_length, "rest_length", owner, non_negative=True))
         self.damping = optional_damping(damping, owner)
-        if self.rest_length not in (None, 0.0) and self.initial_length() == 0.0:
-            raise ModelError(f"{owner}: its two points coincide at the initial pose, where a "
-                             f"spring of rest length {self.rest_length:g} has no direction to "
-                             f"push; give distinct points, or rest_length=0 for a zero-length "
-                             f"spring")
-        if self.damping is not None and self.initial_length() == 0.0:
-            raise ModelError(f"{owner}: a spring-damper needs distinct attachment points (the "
-                             f"damping acts along the line between them)")
-        if self.rest_length is None and self.initial_length() == 0.0:
-            warn_user(f"{owner}: its two points coincide at the initial pose, so the "
-                      f"rest length (by default the initial distance) is 0: a zero-length "
-                      f"spring; give rest_length= for another, or rest_length=0 to say "
-                      f"so")
 
+    # The attachment points are those of the initial pose, which is final at compile():
+    # the geometry is checked there.
     def applied_terms(self, context):
         if self.damping is None:
             return []
+        if self.initial_length() == 0.0:
+            raise ModelError(f"Spring {self.name!r}: a spring-damper needs distinct attachment "
+                             f"points at the initial pose (the damping acts along the line "
+                             f"between them)")
         return [two_point_damper(self.name, context, self.body_a, self.body_b,
                                  *self.attachment_points(), self.damping)]
 
     def terms(self, context):
+        owner = f"Spring {self.name!r}"
+        if self.initial_length() == 0.0:
+            if self.rest_length not in (None, 0.0):
+                raise ModelError(f"{owner}: its two points coincide at the initial pose, where "
+                                 f"a spring of rest length {self.rest_length:g} has no "
+                                 f"direction to push; give distinct points, or rest_length=0 "
+                                 f"for a zero-length spring")
+            if self.rest_length is None:
+                warn_user(f"{owner}: its two points coincide at the initial pose, so the "
+                          f"rest length (by default the initial distance) is 0: a zero-length "
+                          f"spring; give rest_length= for another, or rest_length=0 to say "
+                          f"so")
         rest = self.initial_length() if self.rest_length is None else self.rest_length
         invariant = squared_distance(self._relative(context))
         if rest == 0.0:
@@ -346,14 +351,15 @@ class Damper(_TwoPointForce):
         super().__init__(body_a, body_b, point_a, point_b, name)
         owner = f"Damper {self.name!r}"
         self.damping = as_scalar(damping, "damping", owner, positive=True)
-        if self.initial_length() == 0.0:
-            raise ModelError(f"{owner}: its two points coincide at the initial pose; the "
-                             f"damping direction is undefined (give distinct points)")
 
     def terms(self, context):
         return []
 
     def applied_terms(self, context):
+        if self.initial_length() == 0.0:  # at the initial pose, final at compile()
+            raise ModelError(f"Damper {self.name!r}: its two points coincide at the initial "
+                             f"pose; the damping direction is undefined (give distinct "
+                             f"points)")
         return [two_point_damper(self.name, context, self.body_a, self.body_b,
                                  *self.attachment_points(), self.damping)]
 
