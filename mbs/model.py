@@ -13,7 +13,8 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from mbs.errors import InconsistentInitialStateError, ModelError, UnknownNameError, warn_user
+from mbs.errors import (InconsistentInitialStateError, ModelError, ModelTypeError,
+                        UnknownNameError, warn_user)
 from mbs.potential_group import PotentialGroup
 from mbs.quadratic import QuadraticTable
 from mbs.validation import as_scalar
@@ -788,6 +789,9 @@ class Model:
         t : float
             The start time (drives prescribe positions and rates as functions of it).
         """
+        if project not in (True, False):  # "no" would read as True
+            raise ModelTypeError(f"initial_state: project must be True or False, got "
+                                 f"{project!r}")
         q, p = self._q0.copy(), self._p0.copy()
         if joint_rates:
             return self._state_with_rates(q, p, dict(joint_rates), project, t)

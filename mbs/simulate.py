@@ -57,7 +57,7 @@ from mbs.streaming import (
     read_stream,
     solver_options_digest,
 )
-from mbs.validation import as_scalar
+from mbs.validation import as_scalar, is_integer
 
 ON_FAILURE = ("raise", "refine")
 
@@ -159,12 +159,13 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
     if on_failure not in ON_FAILURE:
         raise ModelError(f"simulate: on_failure must be one of {ON_FAILURE}, got "
                          f"{on_failure!r}")
-    if not isinstance(max_refinements, int) or not 0 <= max_refinements <= 20:
+    if not is_integer(max_refinements) or not 0 <= max_refinements <= 20:
         raise ModelError(f"simulate: max_refinements must be an integer in [0, 20], got "
                          f"{max_refinements!r}")
-    if not isinstance(flush_every, int) or flush_every < 1:
+    if not is_integer(flush_every) or flush_every < 1:
         raise ModelError(f"simulate: flush_every must be a positive integer, got "
                          f"{flush_every!r}")
+    max_refinements, flush_every = int(max_refinements), int(flush_every)  # numpy integers
     if output is not None and resume is not None:
         raise ModelError("simulate: give output= for a new stream or resume= for an existing "
                          "one, not both")

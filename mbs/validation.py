@@ -50,6 +50,11 @@ def as_nonzero_vector(value, what: str, owner: str) -> np.ndarray:
     return array / norm
 
 
+def is_integer(value) -> bool:
+    """Whether ``value`` is an integer (Python or numpy), not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def as_scalar(value, what: str, owner: str, *, positive: bool = False,
               non_negative: bool = False) -> float:
     """Return a finite float, optionally checked to be positive or non-negative."""

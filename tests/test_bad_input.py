@@ -226,3 +226,25 @@ def test_a_missing_element_name_suggests_the_close_ones():
     system.add(mbs.PointMass(1.0, name="bob"))
     with pytest.raises(KeyError, match="no element named 'bobb'; did you mean 'bob'"):
         system["bobb"]
+
+
+def test_newton_options_and_run_counts_are_checked_when_given():
+    """A float iteration count failed inside the first step; numpy integers (from a sweep
+    over an array) were refused as counts while True was taken as 1."""
+    for options, message in ((dict(max_iterations=2.5), "max_iterations must be an integer"),
+                             (dict(max_iterations=True), "max_iterations must be an integer"),
+                             (dict(tolerance=float("nan")), "tolerance must be a finite"),
+                             (dict(tolerance=2.0), r"tolerance must be in \(0, 1\)"),
+                             (dict(simplified="yes"), "simplified must be None, True or False")):
+        with pytest.raises(mbs.ModelError, match=f"NewtonOptions: {message}"):
+            mbs.solvers.NewtonOptions(**options)
+    assert mbs.solvers.NewtonOptions(max_iterations=np.int64(5)).max_iterations == 5
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    system.add(mbs.PointMass(1.0, name="ball"))
+    model = system.compile()
+    counted = mbs.simulate(model, h=0.1, t_end=0.2, max_refinements=np.int64(3))
+    assert counted.stats["completed"]
+    with pytest.raises(mbs.ModelError, match="max_refinements must be an integer"):
+        mbs.simulate(model, h=0.1, t_end=0.2, max_refinements=True)
+    with pytest.raises(mbs.ModelTypeError, match="project must be True or False"):
+        model.initial_state(project="yes")

@@ -41,6 +41,9 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy.linalg import lapack
 
+from mbs.errors import ModelError
+from mbs.validation import is_integer
+
 #: Unknowns above which sparse LU is used.
 SPARSE_THRESHOLD = 400
 
@@ -142,6 +145,29 @@ class NewtonOptions:
     simplified: bool | None = None
     contraction: float = 0.25
     refactor_above: float = 1e-5
+
+    def __post_init__(self):
+        # checked when created: a wrong type would otherwise surface inside the first step
+        iterations = self.max_iterations
+        if not is_integer(iterations) or iterations < 1:
+            raise ModelError(f"NewtonOptions: max_iterations must be an integer >= 1, got "
+                             f"{iterations!r}")
+        self.max_iterations = int(iterations)
+        for name in ("tolerance", "stagnation_level", "estimate_level", "stall_level",
+                     "contraction", "refactor_above"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating,
+                                                                 np.integer)) \
+                    or not 0.0 <= value < math.inf:
+                raise ModelError(f"NewtonOptions: {name} must be a finite number >= 0, got "
+                                 f"{value!r}")
+            setattr(self, name, float(value))
+        if not 0.0 < self.tolerance < 1.0:
+            raise ModelError(f"NewtonOptions: tolerance must be in (0, 1), got "
+                             f"{self.tolerance!r}")
+        if self.simplified not in (None, True, False):
+            raise ModelError(f"NewtonOptions: simplified must be None, True or False, got "
+                             f"{self.simplified!r}")
 
 
 def _kernel_index(array: np.ndarray) -> np.ndarray:
