@@ -588,3 +588,24 @@ def test_a_user_potential_of_one_invariant_needs_no_list():
         model = system.compile()
         energies.append(model.potential(model.initial_state()[0]))
     assert energies == [0.5 * 1.25**2] * 2
+
+
+def test_user_functions_of_the_wrong_shape_are_refused_at_compile():
+    """compile() evaluates user potentials and constraints at the initial state: a value of
+    the wrong shape or type is an error there, not at the first step of a run."""
+    system = mbs.System()
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.5, 0.0, 0.0))
+    system.add(UserPotential(SquaredDistance(system.ground, bob), lambda pi: np.r_[pi, pi],
+                             name="pair"))
+    with pytest.raises(mbs.ForceFunctionError, match=r"UserPotential 'pair': the energy "
+                                                     r"function returned shape \(2,\)"):
+        system.compile()
+    system = mbs.System()
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.joints.UserConstraint([bob], lambda q: [0.5 * (q @ q - 1.0)],
+                                         lambda q: [q], lambda q, lam: np.eye(2), name="sphere"))
+    with pytest.raises(mbs.ForceFunctionError, match=r"UserConstraint 'sphere': the hessian "
+                                                     r"function returned shape \(2, 2\)"):
+        system.compile()

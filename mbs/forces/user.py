@@ -206,7 +206,10 @@ def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[Invar
         @classmethod
         def derivative_mismatches(cls, pi_row: np.ndarray) -> list[tuple[str, float]]:
             """The user's gradient and Hessian (those given) against central differences
-            of the energy and of the gradient at ``pi_row``: [(name, relative mismatch)]."""
+            of the energy and of the gradient at ``pi_row``: [(name, relative mismatch)].
+            The energy is evaluated in any case, so that a value of the wrong shape or type
+            is reported here (at compile) rather than at the first step."""
+            scalar_energy(pi_row)
             out = []
             if gradient is not None:
                 out.append(("gradient", difference_mismatch(
