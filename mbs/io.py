@@ -339,7 +339,7 @@ def _is_stream(path: Path) -> bool:
     if (path.is_dir() and (path / "manifest.json").is_file()) or (
             not path.exists() and stream_directory(path).is_dir()):
         return True
-    if path.suffix != ".npz" or not path.is_file():
+    if path.suffix.lower() != ".npz" or not path.is_file():
         return False
     try:
         with open_archive(path) as archive:

@@ -13,8 +13,13 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from mbs.errors import (InconsistentInitialStateError, ModelError, ModelTypeError,
-                        UnknownNameError, warn_user)
+from mbs.errors import (
+    InconsistentInitialStateError,
+    ModelError,
+    ModelTypeError,
+    UnknownNameError,
+    warn_user,
+)
 from mbs.potential_group import PotentialGroup
 from mbs.quadratic import QuadraticTable
 from mbs.validation import as_scalar

@@ -1,5 +1,5 @@
 """What every run sets up around its steps: single-threaded BLAS, subnormal numbers flushed
-to zero, and a progress bar."""
+to zero, a progress bar, and Ctrl-C held back while a stream is written."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import ctypes
 import ctypes.util
 import functools
 import platform
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 
 from threadpoolctl import ThreadpoolController
@@ -114,3 +116,28 @@ def subnormals_flushed() -> Iterator[None]:
         yield
     finally:
         _libm().fesetenv(environments[0])
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C (SIGINT) held back until the block is done, then raised as KeyboardInterrupt:
+    for steps that must happen together or not at all (a flush of a stream and the
+    bookkeeping that records it). Outside the main thread, where no handler can be set,
+    the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    except (ValueError, OSError):  # no signal handling here (an embedded interpreter)
+        yield
+        return
+    try:
+        yield
+    finally:
+        # None: a handler not set from Python; Python's own is the nearest equivalent
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None
+                      else previous)
+    if received:
+        raise KeyboardInterrupt

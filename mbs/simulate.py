@@ -40,7 +40,12 @@ from mbs.errors import (
 from mbs.liegroup.model import LieGroupModel
 from mbs.liegroup.simulation import LIE_GROUP_SOLVERS, is_lie_group_solver, lie_group_solver
 from mbs.model import Model
-from mbs.run_context import progress_bar, single_threaded_blas, subnormals_flushed
+from mbs.run_context import (
+    interrupts_deferred,
+    progress_bar,
+    single_threaded_blas,
+    subnormals_flushed,
+)
 from mbs.solution import Solution
 from mbs.solvers import Solver, make_solver
 from mbs.solvers.base import StepResult
@@ -178,7 +183,11 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
     # refuse runs that cannot fit before allocating (or that overflow the step count)
     kept = min(ratio, flush_every) if streamed else ratio
     memory = kept * (2 * model.n + model.n + 2 * model.m + 4) * 8.0
-    if not ratio < MAX_STEPS or memory > MAX_MEMORY_BYTES:
+    if not ratio < MAX_STEPS:
+        raise ModelError(f"simulate: (t_end - t_start) / h = {ratio:.3g} steps, more than the "
+                         f"{MAX_STEPS:.3g} a run takes; enlarge h, or split the run into runs "
+                         f"continued from each other's last state (initial_state=)")
+    if memory > MAX_MEMORY_BYTES:
         raise ModelError(f"simulate: (t_end - t_start) / h = {ratio:.3g} steps would need "
                          f"{memory / 2**30:.3g} GiB for the states; shorten the run, enlarge h, "
                          f"stream it (output=) with a smaller flush_every, or split it into "
@@ -390,6 +399,8 @@ class _Run:
         try:
             disk = read_stream(self.stream)
             flushed = disk["q"].shape[0] - 1
+            if flushed == self.done:  # the window too was flushed (at the end of the run)
+                return 0, disk
             if flushed != self.base:
                 raise ModelError(f"{self.stream}: holds {flushed} steps, the run flushed "
                                  f"{self.base}; was it changed while the run wrote it?")
@@ -463,9 +474,8 @@ class _Run:
                     self.done = k
                     if writer is not None and done:
                         self._append(writer, k - done, k)
-                        if self.done % flush_every == 0:
-                            writer.flush(self._checkpoint())
-                            self.rotate()
+                        if self.done % flush_every == 0 and self.done < self.steps:
+                            self._flush(writer)
                     if bar is not None:
                         bar.update(done)
                     if done == count:
@@ -481,40 +491,49 @@ class _Run:
                         first = self.restarts[-1][1]
                         writer.discard(k - 1 - first)
                     self._append(writer, first, k)
-                    if self.done % flush_every == 0:
-                        writer.flush(self._checkpoint())
-                        self.rotate()
+                    # the last window stays in memory (flushed below): the solution of a
+                    # run too long to read back holds it
+                    if self.done % flush_every == 0 and self.done < self.steps:
+                        self._flush(writer)
                 if bar is not None:
                     bar.update(1)
+        # a failing run writes its unflushed steps first: reading the stream back for its
+        # solution takes long on long runs, and a second Ctrl-C there must not lose them
         except KeyboardInterrupt:
+            unwritten = self._flush_after_failure(writer)
             partial, holds = self._partial()
-            interrupted = SimulationInterrupted(
-                f"simulation interrupted after {self.done} of {self.steps} steps; {holds}",
-                solution=partial)
-            self._flush_after_failure(writer, interrupted)
-            raise interrupted from None
+            raise SimulationInterrupted(
+                f"simulation interrupted after {self.done} of {self.steps} steps; "
+                f"{holds}{unwritten}", solution=partial) from None
         except MbsError as error:
+            unwritten = self._flush_after_failure(writer)
+            if unwritten:
+                error.args = (f"{error.args[0] if error.args else error}{unwritten}",)
             if getattr(error, "solution", None) is None:
                 error.solution = self.solution(failing=True)
-            self._flush_after_failure(writer, error)
             raise
         except Exception as exc:  # user code or I/O: keep what was computed
+            unwritten = self._flush_after_failure(writer)
             partial, holds = self._partial()
-            failure = SimulationError(
+            raise SimulationError(
                 f"{self.solver.name}: the run stopped at step {self.done} (t = "
                 f"{self.t_start + self.done * self.h:.6g}) by {type(exc).__name__}: {exc}; "
-                f"{holds}", solution=partial, step=self.done,
-                time=self.t_start + self.done * self.h, hint="see the exception's cause")
-            self._flush_after_failure(writer, failure)
-            raise failure from exc
+                f"{holds}{unwritten}", solution=partial, step=self.done,
+                time=self.t_start + self.done * self.h,
+                hint="see the exception's cause") from exc
         finally:
             if bar is not None:
                 bar.close()
         if writer is not None:
             try:
-                writer.flush(self._checkpoint())
-                self.rotate()
+                with interrupts_deferred():
+                    writer.flush(self._checkpoint())
                 writer.finish()
+            except KeyboardInterrupt:
+                raise SimulationInterrupted(
+                    f"simulation interrupted while its stream was packed, after all "
+                    f"{self.done} steps were written; error.solution holds them (resume= "
+                    f"packs the stream)", solution=self.solution(failing=True)) from None
             except Exception as exc:  # every step is done: hand them over with the error
                 raise SimulationError(
                     f"the run completed but its stream could not be written "
@@ -539,17 +558,27 @@ class _Run:
                 hint="check the user potential at the states of the solution") from exc
         return solution
 
-    def _flush_after_failure(self, writer: StreamWriter | None, error: BaseException) -> None:
-        """Write the steps not yet flushed to the stream; a failing write is added to the
-        error's message (the steps stay in ``error.solution``)."""
+    def _flush(self, writer: StreamWriter) -> None:
+        """Flush the window to the stream and start the next one, both or neither (Ctrl-C
+        waits): an interrupt between them would write the window twice."""
+        with interrupts_deferred():
+            writer.flush(self._checkpoint())
+            self.rotate()
+
+    def _flush_after_failure(self, writer: StreamWriter | None) -> str:
+        """Write the steps not yet flushed to the stream (the window stays in memory, see
+        :meth:`_held`); returns the words for the error's message when that fails (the
+        steps stay in ``error.solution``), else ""."""
         if writer is None:
-            return
+            return ""
         done, checkpoint = self.solver_state
         try:
-            writer.flush(checkpoint if done == self.done else self._checkpoint())
+            with interrupts_deferred():
+                writer.flush(checkpoint if done == self.done else self._checkpoint())
         except Exception as exc:  # the disk, not the run, failed: report both
-            error.args = (f"{error.args[0] if error.args else error} (the last steps could "
-                          f"not be written to the stream: {type(exc).__name__}: {exc})",)
+            return (f" (the last steps could not be written to the stream: "
+                    f"{type(exc).__name__}: {exc})")
+        return ""
 
     def _run_block(self, row: int, count: int) -> int:
         """Steps from row ``row`` of the arrays in the compiled kernel (at most ``count``);
@@ -664,6 +693,10 @@ class _Run:
                     else f" (residual {newton_failure.residual_norm:.3e})")
         tried = (f", also as {2**self.max_refinements} sub-steps"
                  if self.on_failure == "refine" and self.max_refinements > 0 else "")
+        if tried and self.base > 0:
+            tried += (f" and with the steps from {self.base} redone (steps before it are in "
+                      f"the stream, flushed or resumed from, and are not redone: a run in "
+                      f"memory may get past this step)")
         hint = newton_failure.hint
         singular_at = self._rank_loss_time(k)
         if singular_at is not None:

@@ -18,6 +18,7 @@ are packed into the single file ``<name>`` when the run completes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -56,7 +57,22 @@ MAX_COUNT = 2**48
 def stream_directory(path: str | os.PathLike) -> Path:
     """Directory that holds the chunks of ``path`` while a run is in progress."""
     path = Path(path)
-    return path.with_name(path.name + ".partial") if path.suffix == ".npz" else path
+    return path.with_name(path.name + ".partial") if _packs(path) else path
+
+
+def _packs(path: Path) -> bool:
+    """Whether a stream at ``path`` is packed into one file at the end (an .npz name)."""
+    return path.suffix.lower() == ".npz"
+
+
+def is_packed(path: str | os.PathLike) -> bool:
+    """Whether the stream at ``path`` is read from its packed .npz file. Not when
+    ``<name>.partial/`` holds a stream: that is a run continued from the packed file (or
+    stopped while packing), and its steps are the newer ones; a finished run's directory is
+    renamed away before it is deleted, so it never lingers as a stream."""
+    path = Path(path)
+    return (_packs(path) and path.is_file()
+            and not (stream_directory(path) / "manifest.json").is_file())
 
 
 class StreamWriter:
@@ -68,7 +84,9 @@ class StreamWriter:
         self.directory = stream_directory(path)
         try:
             if resume:
-                if not self.directory.exists() and self.path.is_file():
+                if is_packed(self.path):
+                    # a directory left without a manifest is an unpacking that stopped
+                    shutil.rmtree(self.directory, ignore_errors=True)
                     self._unpack()
                 self.manifest = _read_manifest(self.directory)
                 self.manifest["completed"] = False
@@ -171,15 +189,16 @@ class StreamWriter:
                              checkpoint_sha256=sha256(self.directory / checkpoint))
         self.manifest["steps_done"] += count
         _write_manifest(self.directory, self.manifest)
+        self._buffer = {name: [] for name in ARRAYS}  # written: never to be written again
         if previous and previous != checkpoint:
-            (self.directory / previous).unlink(missing_ok=True)
-        self._buffer = {name: [] for name in ARRAYS}
+            with contextlib.suppress(OSError):  # a stale checkpoint costs disk space only
+                (self.directory / previous).unlink(missing_ok=True)
 
     def finish(self) -> None:
         """Mark the run complete; pack into a single .npz when that was asked for."""
         self.manifest["completed"] = True
         _write_manifest(self.directory, self.manifest)
-        if self.path.suffix == ".npz":
+        if _packs(self.path):
             data = read_stream(self.directory)
             state = read_solver_state(self.directory, self.manifest)
             temporary = self.path.with_name(self.path.name + ".tmp")
@@ -191,7 +210,12 @@ class StreamWriter:
                          **{k: v for k, v in data.items() if isinstance(v, np.ndarray)},
                          **{CHECKPOINT_PREFIX + k: np.asarray(v) for k, v in state.items()})
             os.replace(temporary, self.path)
-            shutil.rmtree(self.directory)
+            # renamed first, so that a deletion cut short leaves no stream beside the file
+            removed = self.directory.with_name(self.directory.name + ".removed")
+            if removed.exists():  # left by a deletion cut short before
+                shutil.rmtree(removed, ignore_errors=True)
+            os.replace(self.directory, removed)
+            shutil.rmtree(removed, ignore_errors=True)
 
 
 def read_stream(path: str | os.PathLike) -> dict:
@@ -204,7 +228,7 @@ def read_stream(path: str | os.PathLike) -> dict:
     need; a damaged, truncated or crafted stream raises :class:`~mbs.errors.ModelError`.
     """
     path = Path(path)
-    if path.suffix == ".npz" and path.is_file():
+    if is_packed(path):
         with open_archive(path) as archive:
             if "manifest" not in archive.files:
                 raise ModelError(f"{path}: not a packed mbs stream (no manifest)")
@@ -257,7 +281,7 @@ def read_last_state(path: str | os.PathLike) -> tuple[int, np.ndarray, np.ndarra
     manifest, the chunk log and the last chunk (or the initial state): what resuming needs,
     whatever the stream's length."""
     path = Path(path)
-    if path.suffix == ".npz" and path.is_file():
+    if is_packed(path):
         data = read_stream(path)
         return data["q"].shape[0] - 1, data["q"][-1], data["p"][-1], data["manifest"]
     directory = stream_directory(path) if not path.is_dir() else path
@@ -281,15 +305,17 @@ def read_last_state(path: str | os.PathLike) -> tuple[int, np.ndarray, np.ndarra
 
 
 def check_chunks(path: str | os.PathLike) -> None:
-    """Check every chunk of a stream directory against its checksum in the manifest, without
-    loading it (a packed stream is checked whole when it is read): a stream about to be
-    continued must read back at its end, so a damaged chunk is an error before the run, not
-    after it."""
+    """Check the initial state and every chunk of a stream directory against their checksums
+    in the manifest, without loading the chunks (a packed stream is checked whole when it is
+    read): a stream about to be continued must read back at its end, so a damaged file is
+    an error before the run, not after it."""
     path = Path(path)
-    if path.suffix == ".npz" and path.is_file():
+    if is_packed(path):
         return
     directory = stream_directory(path) if not path.is_dir() else path
-    for chunk in _chunk_records(directory, _read_manifest(directory)):
+    manifest = _read_manifest(directory)
+    _initial_state(directory, manifest)
+    for chunk in _chunk_records(directory, manifest):
         file = directory / chunk["file"]
         if "sha256" in chunk and sha256(file) != chunk["sha256"]:
             raise ModelError(f"{file}: its contents do not match the checksum in the "
@@ -312,7 +338,7 @@ def read_solver_state(path: str | os.PathLike, manifest: dict) -> dict:
                              or not re.fullmatch(r"checkpoint_\d{6,}\.npz", name)):
         raise ModelError(f"{path}: manifest field 'checkpoint' must name a checkpoint file "
                          f"of the stream, got {name!r}")
-    if path.suffix == ".npz" and path.is_file():
+    if is_packed(path):
         with open_archive(path) as archive:
             state = _numeric_state({k[len(CHECKPOINT_PREFIX):]: archive[k]
                                     for k in archive.files if k.startswith(CHECKPOINT_PREFIX)},
