@@ -14,7 +14,8 @@ chunk fails to read instead of reading as other numbers)::
     /bodies/NAME/rotation (N+1, 3, 3; columns the directors), angular_velocity,
                  angular_velocity_body (N+1, 3), quaternion (N+1, 4; w x y z)  (rigid bodies)
 
-with the solver, step size, model sizes and body names as attributes of the root. The NPZ
+with the solver, step size, steps, whether the run completed, model sizes and body names as
+attributes of the root. The NPZ
 format of :func:`mbs.io.save_solution` stays the exact round trip (it reloads as a
 :class:`~mbs.solution.Solution`); streams of long runs stay NPZ chunks with a checksummed,
 append-only log (:mod:`mbs.streaming`), which needs no library beyond numpy. Needs h5py
@@ -76,6 +77,9 @@ def save_hdf5(solution: Solution, path) -> Path:
         out.attrs["solver"] = str(solution.stats.get("solver", ""))
         out.attrs["h"] = float(solution.stats.get("h", np.nan))
         out.attrs["first_step"] = int(solution.stats.get("first_step", 0))
+        # a run that failed or was interrupted is told apart from a complete one
+        out.attrs["steps"] = int(solution.stats.get("steps", solution.t.size - 1))
+        out.attrs["completed"] = bool(solution.stats.get("completed", True))
         out.attrs["n"], out.attrs["m"] = int(model.n), int(model.m)
         out.attrs["bodies"] = json.dumps([body.name for body in model.bodies])
         for name in ("t", "q", "p", "scheme_velocities", "multipliers",

@@ -87,3 +87,21 @@ def test_file_names_say_which_format_is_meant(solution, tmp_path):
     (tmp_path / "folder").mkdir()
     with pytest.raises(mbs.ModelError, match="is a directory"):
         mbs.save_solution(solution, tmp_path / "folder")
+
+
+def test_a_partial_run_is_marked_as_such(tmp_path):
+    """A run stopped by a failing load: the file says it did not complete, and how far."""
+    system = mbs.System()
+    ball = system.add(mbs.PointMass(1.0, name="ball"))
+
+    def push(t):
+        if t > 0.05:
+            raise RuntimeError("sensor offline")
+        return (1.0, 0.0, 0.0)
+
+    system.add(mbs.forces.Load(ball, force=push, name="push"))
+    with pytest.raises(mbs.SimulationError) as failure:
+        mbs.simulate(system.compile(), "em", h=0.01, t_end=0.2)
+    partial = mbs.io.save_hdf5(failure.value.solution, tmp_path / "partial.h5")
+    with h5py.File(partial, "r") as data:
+        assert not data.attrs["completed"] and data.attrs["steps"] == data["q"].shape[0] - 1
