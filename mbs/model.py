@@ -245,15 +245,45 @@ class Model:
 
     def discrete_jacobian_matrix(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0):
         """D^G g(q0, q1) (at time t for drives), dense when :attr:`dense`."""
-        if not self.dense:
-            return self.constraint_discrete_jacobian(q0, q1, t)
+        return self._two_point_jacobian(q0, q1, t, "discrete_jacobian")
+
+    def mean_jacobian_matrix(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0):
+        """(G(q0) + G(q1)) / 2 for the user constraints and the midpoint Jacobian (equal to it)
+        for the quadratic ones, dense when :attr:`dense` (see
+        :meth:`mbs.joints.UserConstraint.mean_jacobian`)."""
+        return self._two_point_jacobian(q0, q1, t, "mean_jacobian")
+
+    def _two_point_jacobian(self, q0: np.ndarray, q1: np.ndarray, t: float, kind: str):
+        """The midpoint Jacobian of the quadratic rows, with each user block's ``kind``
+        ("discrete_jacobian" or "mean_jacobian") of (q0, q1) in its rows."""
+        middle = self._table.jacobian(0.5 * (q0 + q1)) if not self.dense else \
+            self._table.jacobian_dense(0.5 * (q0 + q1))
         if not self._user:
-            return self._table.jacobian_dense(0.5 * (q0 + q1))
+            return middle
+        blocks = [(block, getattr(block.constraint, kind)(q0[block.indices],
+                                                          q1[block.indices], t))
+                  for block in self._user]
+        if not self.dense:
+            return sp.vstack([middle] + [self._user_block(block, local)
+                                         for block, local in blocks]).tocsr()
         out = np.zeros((self.m, self.n))
-        out[:self._table.n_rows] = self._table.jacobian_dense(0.5 * (q0 + q1))
+        out[:self._table.n_rows] = middle
+        for block, local in blocks:
+            out[np.ix_(block.rows, block.indices)] = local
+        return out
+
+    def discrete_hessian_vector(self, q0: np.ndarray, q1: np.ndarray,
+                                multipliers: np.ndarray, w: np.ndarray, t: float = 0.0
+                                ) -> np.ndarray:
+        """A discrete gradient of f(q) = multipliers . G(q) w between q0 and q1,
+        f(q1) - f(q0) = (this) . (q1 - q0): (sum_k mult_k d2 g_k(q_mid)) w, exact for the
+        quadratic rows, with Gonzalez's correction for the user rows
+        (:meth:`mbs.joints.UserConstraint.hessian_correction`)."""
+        out = self.hessian_product_matrix(0.5 * (q0 + q1), multipliers, t) @ w
         for block in self._user:
-            out[np.ix_(block.rows, block.indices)] = block.constraint.discrete_jacobian(
-                q0[block.indices], q1[block.indices], t)
+            out[block.indices] += block.constraint.hessian_correction(
+                q0[block.indices], q1[block.indices], multipliers[block.rows],
+                w[block.indices], t)
         return out
 
     @property
@@ -597,14 +627,9 @@ class Model:
                                      ) -> sp.csr_matrix:
         """D^G g(q0, q1) with g(q1) - g(q0) = D^G g (q1 - q0): the midpoint Jacobian for the
         quadratic rows (exact, and orthogonal to symmetry generators), Gonzalez's discrete
-        gradient for user rows (momentum then not guaranteed)."""
-        jac = self._table.jacobian(0.5 * (q0 + q1))
-        if not self._user:
-            return jac
-        return sp.vstack([jac] + [
-            self._user_block(b, b.constraint.discrete_jacobian(q0[b.indices], q1[b.indices],
-                                                               t))
-            for b in self._user]).tocsr()
+        gradient for user rows (momentum then not guaranteed); sparse."""
+        jacobian = self._two_point_jacobian(q0, q1, t, "discrete_jacobian")
+        return jacobian if sp.issparse(jacobian) else sp.csr_matrix(jacobian)
 
     def _user_block(self, block: UserConstraintBlock, local: np.ndarray) -> sp.csr_matrix:
         rows = np.repeat(np.arange(local.shape[0]), local.shape[1])

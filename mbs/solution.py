@@ -679,6 +679,11 @@ class Solution:
                 return f"  (constant in this run, though no symmetry of the model keeps it: {why})"
             return f"  (not conserved: {why})"
         scheme = self._scheme_keeps("momentum")
+        kept = getattr(self.solver_properties, "momentum", "")
+        if (not scheme and isinstance(kept, str) and "quadratic constraints" in kept
+                and any(joint.type == "UserConstraint" for joint in self.model.joints)):
+            scheme = (f"; {self.stats.get('solver')}: exactly only for quadratic "
+                      f"constraints, not for user constraints of other forms")
         if lost is None:
             return f"  (conserved by this model{scheme})"
         return f"  (conserved; not {lost}: {why}{scheme})"

@@ -33,17 +33,25 @@ def dense(matrix) -> np.ndarray:
 
 
 def em_residual(model, h, q0, p0, x):
-    """Seed 003, (84a), (84b), (84d), (84e); x = (q1, p1, lambda, gamma)."""
+    """Seed 003, (84a), (84b), (84d), (84e); x = (q1, p1, lambda, gamma). For constraints
+    that are not quadratic, G(q_mid) in (84a) is the mean (G(q0) + G(q1)) / 2 and the
+    Hessian product in (84b) the discrete gradient of f(q) = gamma . G(q) v_mid (Gonzalez's
+    form), equal to (84) for quadratic constraints: with them the energy stays exact."""
     n, m = model.n, model.m
     q1, p1, lam, gam = x[:n], x[n:2 * n], x[2 * n:2 * n + m], x[2 * n + m:]
     mass, inverse = dense(model.mass_matrix), dense(model.inverse_mass_matrix)
     q_mid, p_mid = 0.5 * (q0 + q1), 0.5 * (p0 + p1)
     discrete = dense(model.constraint_discrete_jacobian(q0, q1))
-    hessian = dense(model.constraint_hessian_product(q_mid, gam))
+    start, end = dense(model.constraint_jacobian(q0)), dense(model.constraint_jacobian(q1))
+    v_mid = inverse @ p_mid
+    slope = dense(model.constraint_hessian_product(q_mid, gam)) @ v_mid
+    dq = q1 - q0
+    change = gam @ ((end - start) @ v_mid)
+    velocity_term = slope + (change - slope @ dq) * dq / (dq @ dq)
     return np.concatenate([
-        mass @ (q1 - q0) / h - p_mid - discrete.T @ gam,
+        mass @ (q1 - q0) / h - p_mid - 0.5 * (start + end).T @ gam,
         (p1 - p0) / h + model.potential_discrete_gradient(q0, q1) + discrete.T @ lam
-        + hessian @ (inverse @ p_mid),
+        + velocity_term,
         model.constraints(q1),
         dense(model.constraint_jacobian(q1)) @ (inverse @ p1)])
 

@@ -196,6 +196,16 @@ class QuadraticSystemBuilder(EquationLayout):
         self.add_jacobian_transpose_product(equation, (first + second) * 0.5, multipliers,
                                             scale)
 
+    # Quadratic constraints: the mean of the end Jacobians is the midpoint Jacobian, and the
+    # midpoint Hessian product is the exact discrete gradient of mu . G(q) v.
+    add_mean_jacobian_transpose_product = add_discrete_jacobian_transpose_product
+
+    def add_discrete_hessian_product(self, equation: str, first: Linear, second: Linear,
+                                     multipliers: Linear, vector: Linear, scale: float = 1.0,
+                                     time: float = 0.0) -> None:
+        """R[equation] += scale (sum_k mu_k d2 g_k) v, exact (constant Hessians)."""
+        self.add_hessian_product(equation, first, multipliers, vector, scale, time)
+
     def add_hessian_product(self, equation: str, at: Linear, multipliers: Linear,
                             vector: Linear, scale: float = 1.0, time: float = 0.0) -> None:
         """R[equation] += scale (sum_k mu_k d2 g_k) v (constant Hessians: ``at`` is not

@@ -378,6 +378,24 @@ class ModelEquations(EquationLayout):
         self._terms.append(("discrete_jacobian_transpose", equation,
                             (first, second, multipliers, (first + second) * 0.5), scale, time))
 
+    def add_mean_jacobian_transpose_product(self, equation: str, first: Linear,
+                                            second: Linear, multipliers: Linear,
+                                            scale: float = 1.0, time: float = 0.0) -> None:
+        """R[equation] += scale ((G(a) + G(b)) / 2)^T mu (the midpoint Jacobian, equal to it,
+        for quadratic constraints; see :meth:`mbs.Model.mean_jacobian_matrix`)."""
+        self._terms.append(("mean_jacobian_transpose", equation,
+                            (first, second, multipliers, (first + second) * 0.5), scale, time))
+
+    def add_discrete_hessian_product(self, equation: str, first: Linear, second: Linear,
+                                     multipliers: Linear, vector: Linear, scale: float = 1.0,
+                                     time: float = 0.0) -> None:
+        """R[equation] += scale times a discrete gradient of mu . G(q) v between a and b, the
+        midpoint Hessian product (sum_k mu_k d2 g_k((a + b)/2)) v for quadratic constraints
+        (see :meth:`mbs.Model.discrete_hessian_vector`)."""
+        self._terms.append(("discrete_hessian", equation,
+                            (first, second, multipliers, vector, (first + second) * 0.5),
+                            scale, time))
+
     def add_jacobian_product(self, equation: str, at: Linear, vector: Linear,
                              scale: float = 1.0, time: float = 0.0) -> None:
         """R[equation] += scale (G(u) v + dg/dt(u)): the rate of the constraints along the
@@ -579,6 +597,15 @@ _TERMS = {
         {0: lambda f, a, b, mu, middle: 0.5 * f("hessian_product_matrix", middle, mu),
          1: lambda f, a, b, mu, middle: 0.5 * f("hessian_product_matrix", middle, mu),
          2: lambda f, a, b, mu, middle: f("discrete_jacobian_matrix", a, b).T}),
+    "mean_jacobian_transpose": (  # ((G(a) + G(b)) / 2)^T mu; d/da, d/db as above
+        lambda f, a, b, mu, middle: f("mean_jacobian_matrix", a, b).T @ f.points[mu],
+        {0: lambda f, a, b, mu, middle: 0.5 * f("hessian_product_matrix", middle, mu),
+         1: lambda f, a, b, mu, middle: 0.5 * f("hessian_product_matrix", middle, mu),
+         2: lambda f, a, b, mu, middle: f("mean_jacobian_matrix", a, b).T}),
+    "discrete_hessian": (  # discrete gradient of mu . G(q) v; derivatives at the middle
+        lambda f, a, b, mu, v, middle: f("discrete_hessian_vector", a, b, mu, v),
+        {2: lambda f, a, b, mu, v, middle: f("hessian_vector_matrix", middle, v).T,
+         3: lambda f, a, b, mu, v, middle: f("hessian_product_matrix", middle, mu)}),
     "jacobian": (  # G(u) v + dg/dt(u)
         lambda f, u, v: f.rate(u, v),
         {0: lambda f, u, v: f.rate_derivative(u, v),

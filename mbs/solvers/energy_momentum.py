@@ -38,7 +38,13 @@ class EnergyMomentum(Solver):
     Q = Q(t + h/2, q_mid, (q1 - q0)/h) are the applied forces (loads, dampers, actuators).
     With them the energy changes by exactly their work: E(q1, p1) - E(q0, p0) =
     Q . (q1 - q0) (multiply (84b) by q1 - q0 and use (84a), (84d) and the difference of
-    (84e) between the step ends, which holds exactly for quadratic constraints).
+    (84e) between the step ends). That difference is G(q1) v1 - G(q0) v0 = Gbar (v1 - v0)
+    + (G(q1) - G(q0)) v_mid with Gbar = (G(q0) + G(q1)) / 2. For quadratic constraints Gbar
+    is G(q_mid) and the last term is the Hessian product of (84b) applied to q1 - q0, as
+    written above; for user constraints of any other form the scheme takes Gbar in (84a) and
+    a discrete gradient of gamma . G(q) v_mid in (84b) (:meth:`mbs.Model.mean_jacobian_matrix`,
+    :meth:`mbs.Model.discrete_hessian_vector`), which keeps the identity, and the energy,
+    exact.
 
     The equations are written once (:meth:`_equations`) and evaluated in tensor form or
     through the model (:mod:`mbs.engine.equations`). Newton's Jacobian follows from them; it
@@ -50,6 +56,7 @@ class EnergyMomentum(Solver):
 
     properties = SchemeProperties(
         name="em", symplectic=False, energy="exact (round-off)",
+        momentum="exact (symmetric potentials, quadratic constraints)",
         multiplier_times="lambda^{n+1}, gamma^{n+1}: the step's mean forces (~ t_{n+1/2})",
         reference="Kinon, Betsch, Schneider (2023), (84)")
     composable = True
@@ -64,11 +71,11 @@ class EnergyMomentum(Solver):
             builder.equation(name, size)
         builder.add_linear("a", (q1 - q0).mapped(model.mass_matrix / h) - p_mid)
         mid, end = 0.5 * h, h  # the times of q_mid and q1 (drives)
-        builder.add_discrete_jacobian_transpose_product("a", q0, q1, gam, -1.0, mid)
+        builder.add_mean_jacobian_transpose_product("a", q0, q1, gam, -1.0, mid)
         builder.add_linear("b", (p1 - p0) * (1.0 / h))
         builder.add_discrete_jacobian_transpose_product("b", q0, q1, lam, 1.0, mid)
-        builder.add_hessian_product("b", q_mid, gam, p_mid.mapped(model.inverse_mass_matrix),
-                                    1.0, mid)
+        builder.add_discrete_hessian_product("b", q0, q1, gam,
+                                             p_mid.mapped(model.inverse_mass_matrix), 1.0, mid)
         builder.add_potential_discrete_gradient("b", q0, q1)
         # applied forces at the midpoint with the secant velocity: then E1 - E0 equals
         # their work Q . (q1 - q0) exactly (the balance below (84) with Q added to (84b))
