@@ -135,6 +135,8 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
         raise ModelError("simulate_ensemble expects a compiled Model")
     h = as_scalar(h, "h", "simulate_ensemble", positive=True)
     t_end = as_scalar(t_end, "t_end", "simulate_ensemble", positive=True)
+    # warned once here, not once per member: every member runs on the grid of its steps
+    t_end = step_count(h, 0.0, t_end, "simulate_ensemble") * h
     single_run = sorted(set(solver_options) & set(_SINGLE_RUN_OPTIONS))
     if single_run:
         raise ModelError(f"simulate_ensemble: {', '.join(single_run)} belong to single runs "

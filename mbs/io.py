@@ -120,6 +120,7 @@ class StoredModel:
     kinetic_energy = Model.kinetic_energy
     linear_momentum = Model.linear_momentum
     angular_momentum = Model.angular_momentum
+    checked_state = Model.checked_state
 
     def __init__(self, *, n: int, m: int, bodies: list[BodyInfo], joints: list[ElementInfo],
                  forces: list[ElementInfo], gravity, mass_matrix, inverse_mass_matrix,

@@ -22,7 +22,7 @@ from mbs.errors import (
 )
 from mbs.potential_group import PotentialGroup
 from mbs.quadratic import QuadraticTable
-from mbs.validation import as_scalar
+from mbs.validation import as_scalar, as_vector
 
 #: Max-norm of g(q0) accepted as consistent (constraints are scaled to be dimensionless).
 POSITION_TOLERANCE = 1e-10
@@ -369,7 +369,26 @@ class Model:
     # -- potential ------------------------------------------------------------------------
     def potential(self, q: np.ndarray) -> float:
         """V(q)."""
+        q = self.checked_state(q, "q", "Model.potential", single=True)
         return float(sum(g.energy(q) for g in self.potential_groups))
+
+    def checked_state(self, value, what: str, caller: str, single: bool = False
+                      ) -> np.ndarray:
+        """``value`` as a float array whose last axis has the model's n coordinates (a state
+        or, unless ``single``, the rows of a trajectory); otherwise a ModelError naming
+        ``caller``."""
+        try:
+            array = np.asarray(value, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise ModelTypeError(f"{caller}: {what} must be an array of {self.n} "
+                                 f"numbers, got {type(value).__name__}") from exc
+        if single and array.shape != (self.n,):
+            raise ModelError(f"{caller}: {what} must be one state of shape ({self.n},), "
+                             f"got shape {array.shape}")
+        if array.ndim == 0 or array.shape[-1] != self.n:
+            raise ModelError(f"{caller}: {what} must have {self.n} entries (one state, "
+                             f"or one per row of a trajectory), got shape {array.shape}")
+        return array
 
     def potential_gradient(self, q: np.ndarray) -> np.ndarray:
         """grad V(q), shape (n,)."""
@@ -451,6 +470,7 @@ class Model:
     # -- constraints ----------------------------------------------------------------------
     def constraints(self, q: np.ndarray, t: float = 0.0) -> np.ndarray:
         """g(q, t), shape (m,); only drives depend on t."""
+        q = self.checked_state(q, "q", "Model.constraints", single=True)
         value = self._table.value(q)
         if not self._user:
             return value
@@ -672,31 +692,35 @@ class Model:
 
     def velocity_constraints(self, q: np.ndarray, p: np.ndarray, t: float = 0.0) -> np.ndarray:
         """g^v(q, p) = G(q) M^-1 p (seed 003, eq. (29)), plus dg/dt for drives."""
+        q = self.checked_state(q, "q", "Model.velocity_constraints", single=True)
+        p = self.checked_state(p, "p", "Model.velocity_constraints", single=True)
         value = self.constraint_jacobian(q, t) @ self.apply_inverse_mass(p)
         return value + self.constraint_time_derivative(q, t) if self.is_rheonomic else value
 
     # -- observables (accept a state (n,) or a trajectory (N, n)) ------------------------
     def kinetic_energy(self, p: np.ndarray) -> np.ndarray | float:
         """T = 1/2 p . M^-1 p."""
-        p = np.asarray(p, dtype=float)
+        p = self.checked_state(p, "p", "Model.kinetic_energy")
         if p.ndim == 1:
             return float(0.5 * p @ self.apply_inverse_mass(p))
         return 0.5 * np.einsum("ij,ij->i", p, (self.inverse_mass_matrix @ p.T).T)
 
     def potential_energy(self, q: np.ndarray) -> np.ndarray | float:
         """V(q) for a state or each row of a trajectory."""
-        q = np.asarray(q, dtype=float)
+        q = self.checked_state(q, "q", "Model.potential_energy")
         if q.ndim == 1:
             return self.potential(q)
         return self.potential_energies(q.reshape(-1, self.n)).reshape(q.shape[:-1])
 
     def energy(self, q: np.ndarray, p: np.ndarray) -> np.ndarray | float:
         """Total energy H = T(p) + V(q) (seed 003, eq. (4))."""
+        q = self.checked_state(q, "q", "Model.energy")
+        p = self.checked_state(p, "p", "Model.energy")
         return self.kinetic_energy(p) + self.potential_energy(q)
 
     def linear_momentum(self, p: np.ndarray) -> np.ndarray:
         """Sum of the momenta of all centres of mass and particles (seed 003, (118))."""
-        p = np.asarray(p, dtype=float)
+        p = self.checked_state(p, "p", "Model.linear_momentum")
         blocks = p.reshape(p.shape[:-1] + (-1, 3))
         return blocks[..., self.point_blocks, :].sum(axis=-2)
 
@@ -704,11 +728,12 @@ class Model:
                          ) -> np.ndarray:
         """J = sum_i (q_i - c) x p_i over the 3-blocks (seed 003, eq. (107)); directors are
         vectors and are not shifted by the reference point ``about``."""
-        q = np.asarray(q, dtype=float)
-        p = np.asarray(p, dtype=float)
+        q = self.checked_state(q, "q", "Model.angular_momentum")
+        p = self.checked_state(p, "p", "Model.angular_momentum")
+        about = as_vector(about, 3, "about", "Model.angular_momentum")
         q_blocks = q.reshape(q.shape[:-1] + (-1, 3)).copy()
         p_blocks = p.reshape(p.shape[:-1] + (-1, 3))
-        q_blocks[..., self.point_blocks, :] -= np.asarray(about, dtype=float)
+        q_blocks[..., self.point_blocks, :] -= about
         return np.cross(q_blocks, p_blocks).sum(axis=-2)
 
     @property
@@ -795,6 +820,8 @@ class Model:
     def is_consistent(self, q: np.ndarray, p: np.ndarray, t: float = 0.0) -> bool:
         """Whether (q, p) satisfies g = 0 and G M^-1 p (+ dg/dt) = 0 at time t within the
         tolerances."""
+        q = self.checked_state(q, "q", "Model.is_consistent", single=True)
+        p = self.checked_state(p, "p", "Model.is_consistent", single=True)
         g, gv, scale = self._residuals_and_scale(q, p, t)
         return g <= POSITION_TOLERANCE and gv <= VELOCITY_TOLERANCE * scale
 

@@ -17,6 +17,13 @@ def skew(vector: np.ndarray) -> np.ndarray:
     return np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
 
 
+def _float_array(value, what: str) -> np.ndarray:
+    try:
+        return np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ModelError(f"{what} must be numbers, got {value!r}") from exc
+
+
 def rotation_from_axis_angle(axis, angle: float) -> np.ndarray:
     """Rotation matrix of ``angle`` (radians) about ``axis`` (Rodrigues' formula).
 
@@ -27,7 +34,7 @@ def rotation_from_axis_angle(axis, angle: float) -> np.ndarray:
     angle : float
         Rotation angle in radians (right-hand rule).
     """
-    axis = np.asarray(axis, dtype=float)
+    axis = _float_array(axis, "rotation_from_axis_angle: axis")
     norm = np.linalg.norm(axis)
     if axis.shape != (3,) or not np.isfinite(norm) or norm == 0.0:
         raise ModelError(f"rotation axis must be a finite non-zero 3-vector, got {axis!r}")
@@ -38,7 +45,7 @@ def rotation_from_axis_angle(axis, angle: float) -> np.ndarray:
 
 def rotation_from_quaternion(quaternion) -> np.ndarray:
     """Rotation matrix of the quaternion (w, x, y, z) (scalar first); normalised here."""
-    quaternion = np.asarray(quaternion, dtype=float)
+    quaternion = _float_array(quaternion, "rotation_from_quaternion: quaternion")
     norm = np.linalg.norm(quaternion)
     if quaternion.shape != (4,) or not np.isfinite(norm) or norm == 0.0:
         raise ModelError(f"quaternion must be a finite non-zero 4-vector (w, x, y, z), "

@@ -213,14 +213,12 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
             q0, p0 = model.initial_state(project=project, t=t_start)
         else:
             length = len(initial_state) if hasattr(initial_state, "__len__") else None
-            if length != 2:
+            if length != 2 or isinstance(initial_state, (dict, str)):
                 raise ModelError(f"simulate: initial_state must be a pair (q0, p0) of arrays "
                                  f"of shape ({model.n},), got a {type(initial_state).__name__}"
                                  + ("" if length is None else f" of {length} items"))
-            q0, p0 = (np.asarray(a, dtype=float).copy() for a in initial_state)
-            if q0.shape != (model.n,) or p0.shape != (model.n,):
-                raise ModelError(f"simulate: initial_state arrays must have shape "
-                                 f"({model.n},), got {q0.shape} and {p0.shape}")
+            q0, p0 = (model.checked_state(a, what, "simulate: initial_state", single=True)
+                      .copy() for a, what in zip(initial_state, ("q0", "p0")))
             q0, p0 = _given_state(model, q0, p0, project, t_start)
         run.begin(q0, p0)
         writer = None if output is None else StreamWriter(

@@ -77,6 +77,12 @@ class BodyTrajectory:
         along the run so that they do not jump by 2 pi. Near the sequence's singular pose
         (pitch +-90 degrees for "ZYX") the first and last angle are not unique: use
         :meth:`quaternions` or the rotation matrices there."""
+        if not (isinstance(sequence, str) and len(sequence) == 3
+                and (set(sequence) <= set("XYZ") or set(sequence) <= set("xyz"))
+                and sequence[0].lower() != sequence[1].lower() != sequence[2].lower()):
+            raise ModelError(f"euler_angles: sequence must be three axes from 'XYZ' (intrinsic) "
+                             f"or 'xyz' (extrinsic), no two neighbours equal, e.g. 'ZYX' or "
+                             f"'zxz'; got {sequence!r}")
         with warnings.catch_warnings():  # gimbal lock: documented above
             warnings.simplefilter("ignore", UserWarning)
             angles = self._rotations("euler_angles").as_euler(sequence)
@@ -282,6 +288,8 @@ class Solution:
         coincides with it (to 1e-9 relative): where a solution can be compared with values
         published at given times without interpolating."""
         times = np.asarray(times, dtype=float)
+        if not np.all(np.isfinite(times)):
+            raise ModelError(f"Solution.nodes_at: times must be finite, got {times!r}")
         t = self.t
         right = np.clip(np.searchsorted(t, times), 0, t.size - 1)
         left = np.clip(right - 1, 0, t.size - 1)

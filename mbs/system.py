@@ -6,6 +6,7 @@ import difflib
 import itertools
 
 import networkx as nx
+import numpy as np
 
 from mbs.bodies.base import Body, Ground
 from mbs.elements import Element
@@ -45,7 +46,8 @@ class System:
     """
 
     def __init__(self, gravity=None, redundant: str = "remove"):
-        self.gravity = None if gravity is None else as_vector(gravity, 3, "gravity", "System")
+        self._names: dict[str, Element] = {}
+        self.gravity = gravity
         if redundant not in ("remove", "keep"):
             raise ModelError(f"System: redundant must be 'remove' or 'keep', got "
                              f"{redundant!r}")
@@ -56,7 +58,21 @@ class System:
         self.joints: list[Joint] = []
         self.user_constraints: list[UserConstraint] = []
         self._forces: list[Force] = []
-        self._names: dict[str, Element] = {self.ground.name: self.ground}
+        self._names[self.ground.name] = self.ground
+
+    @property
+    def gravity(self) -> np.ndarray | None:
+        """The uniform gravitational acceleration (3,), or None; may be set after elements
+        were added (it then becomes the element named "gravity")."""
+        return self._gravity
+
+    @gravity.setter
+    def gravity(self, value) -> None:
+        vector = None if value is None else as_vector(value, 3, "gravity", "System")
+        if vector is not None and "gravity" in self._names:
+            raise ModelError("System.gravity: the name 'gravity', which the system's uniform "
+                             "gravity takes, belongs to another element; rename it first")
+        self._gravity = vector
 
     # -- building -------------------------------------------------------------------------
     def add(self, element: Element) -> Element:
@@ -217,6 +233,9 @@ class System:
         """Bodies, joints, coordinates, constraints, degrees of freedom, redundant
         constraints, floating bodies and kinematic loops; printed and returned."""
         model = self.compile() if model is None else model
+        if [body.name for body in model.bodies] != [body.name for body in self.bodies]:
+            raise ModelError("System.summary: the model was not compiled from this system (its "
+                             "bodies differ); pass this system's model, or none to compile it")
         lines = [f"System with {_count(self.bodies, 'body', 'bodies')}, "
                  f"{_count(self.joints, 'joint')}, {_count(self.forces, 'force')}"]
         for body in self.bodies:

@@ -248,3 +248,66 @@ def test_newton_options_and_run_counts_are_checked_when_given():
         mbs.simulate(model, h=0.1, t_end=0.2, max_refinements=True)
     with pytest.raises(mbs.ModelTypeError, match="project must be True or False"):
         model.initial_state(project="yes")
+
+
+def test_model_functions_name_a_state_of_the_wrong_size():
+    """Model observables given a state of another model (or a truncated one) say so, instead
+    of failing inside numpy or scipy."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    system.add(rigid())
+    model = system.compile()
+    q, p = model.initial_state()
+    for call, name in ((lambda: model.energy(q[:-1], p), "Model.energy: q must have 12"),
+                       (lambda: model.kinetic_energy(p[:-1]), "Model.kinetic_energy: p"),
+                       (lambda: model.potential(q[:-2]), "Model.potential: q must be one"),
+                       (lambda: model.constraints(q[None, :]),
+                        r"shape \(12,\), got shape \(1, 12\)"),
+                       (lambda: model.linear_momentum(p[:-1]), "Model.linear_momentum"),
+                       (lambda: model.angular_momentum(q, p, about=(1.0, 2.0)),
+                        "Model.angular_momentum: about must have 3 components"),
+                       (lambda: model.is_consistent(q, p[:5]), "Model.is_consistent")):
+        with pytest.raises(mbs.ModelError, match=name):
+            call()
+    assert model.energy(np.stack([q, q]), np.stack([p, p])).shape == (2,)
+
+
+def test_helpers_and_accessors_name_their_bad_arguments():
+    """Inputs that failed inside numpy or scipy, passed silently or blamed another name."""
+    with pytest.raises(mbs.ModelError, match="rotation_from_axis_angle: axis must be numbers"):
+        mbs.rotation_from_axis_angle("xyz", 1.0)
+    with pytest.raises(mbs.ModelError, match="rotation_from_quaternion: quaternion must be"):
+        mbs.rotation_from_quaternion("abcd")
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    link = system.add(rigid())
+    system.add(mbs.joints.Spherical(system.ground, link, point=(0.0, 0.0, 1.0)))
+    bead = system.add(mbs.PointMass(1.0, name="bead"))
+    bead.set_state(position=(1.0, 0.0, 0.0))
+    # one body is taken as the list of it
+    system.add(mbs.joints.UserConstraint(bead, lambda q: [0.5 * (q @ q - 1.0)],
+                                         lambda q: [q], name="sphere"))
+    model = system.compile()
+    solution = mbs.simulate(model, h=0.01, t_end=0.05)
+    with pytest.raises(mbs.ModelError, match="euler_angles: sequence must be three axes"):
+        solution.body("link").euler_angles("ZYY")
+    with pytest.raises(mbs.ModelError, match="nodes_at: times must be finite"):
+        solution.nodes_at([np.nan])
+    with pytest.raises(mbs.ModelError, match=r"initial_state must be a pair .* got a dict"):
+        mbs.simulate(model, h=0.01, t_end=0.05, initial_state={"q": model.q0, "p": model.p0})
+    other = mbs.System()
+    other.add(mbs.PointMass(1.0, name="stone"))
+    with pytest.raises(mbs.ModelError, match="the model was not compiled from this system"):
+        system.summary(other.compile(), print_it=False)
+    named = mbs.System()
+    named.add(mbs.PointMass(1.0, name="gravity"))
+    with pytest.raises(mbs.ModelError, match="the name 'gravity', .* belongs to another"):
+        named.gravity = (0.0, 0.0, -9.81)
+    assert named.gravity is None
+
+
+def test_a_lie_group_iteration_option_is_named_as_given():
+    import heavy_top
+
+    lie = heavy_top.build().compile(formulation="lie-group")
+    with pytest.raises(mbs.ModelError, match="iteration must be 'newton' or 'fixed-point', "
+                                             "got 'newtn'"):
+        mbs.simulate(lie, "vrkmk", h=0.01, t_end=0.02, iteration="newtn")

@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 185 inputs: 78 of models (bodies, joints, forces, systems), 46 of run
+The catalogue holds 187 inputs: 78 of models (bodies, joints, forces, systems), 48 of run
 options (step size, interval, solver names and options, step counts, streaming), 40 of files
 (stream directories, model JSON, solution archives) and 21 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 226 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 185 others
-(226 with tests/test_bad_input.py) pass.
+hold 228 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 187 others
+(228 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -551,11 +551,18 @@ OPTIONS = [
     Bad("output-and-resume", lambda d: run(output=str(d / "a"), resume=str(d / "b")),
         E, r"simulate: give output= for a new stream or resume= for an existing one, not both"),
     Bad("too-many-steps", lambda d: run(h=1e-9, t_end=1e6),
-        E, r"simulate: \(t_end - t_start\) / h = 1e\+15 steps would need .* GiB for the "
+        E, r"simulate: \(t_end - t_start\) / h = 1e\+15 steps, more than the 1.1e\+12 a run "
+           r"takes; enlarge h, or split the run"),
+    Bad("too-much-memory", lambda d: run(h=1e-9, t_end=100.0),
+        E, r"simulate: \(t_end - t_start\) / h = 1e\+11 steps would need .* GiB for the "
            r"states; shorten the run, enlarge h, stream it"),
     Bad("initial-state-of-the-wrong-size", lambda d: run(initial_state=(np.zeros(2),
                                                                         np.zeros(2))),
-        E, r"simulate: initial_state arrays must have shape \(3,\), got \(2,\) and \(2,\)"),
+        E, r"simulate: initial_state: q0 must be one state of shape \(3,\), got shape \(2,\)"),
+    Bad("initial-state-as-a-dict", lambda d: run(initial_state={"q": np.zeros(3),
+                                                                "p": np.zeros(3)}),
+        E, r"simulate: initial_state must be a pair \(q0, p0\) of arrays of shape \(3,\), got "
+           r"a dict"),
     Bad("uncompiled-system", lambda d: mbs.simulate(pendulum_system(), h=0.01, t_end=0.1),
         E, r"simulate expects a compiled Model \(system.compile\(\)\), got System"),
     Bad("backend-unknown", lambda d: run(backend="gpu"),

@@ -33,7 +33,7 @@ class UserConstraint(Element):
 
     Parameters
     ----------
-    bodies : list of Body
+    bodies : list of Body, or one Body
         Bodies whose coordinates (in this order) form ``q_local``.
     function : callable
         ``function(q_local) -> (k,)``; should be dimensionless / well scaled.
@@ -54,7 +54,7 @@ class UserConstraint(Element):
                  hessian: Callable | None = None, name: str | None = None):
         super().__init__(name)
         owner = f"UserConstraint {self.name!r}"
-        bodies = list(bodies)
+        bodies = [bodies] if isinstance(bodies, Body) else list(bodies)
         if not bodies:
             raise ModelError(f"{owner}: give at least one body")
         for body in bodies:

@@ -444,8 +444,8 @@ class LieGroupModel:
         state on the constraint manifold, to round-off); mu = sum_k d_k x p_{d_k} about the
         centre of mass, plus (phi - P) x p_phi for a pivoted body.
         """
-        q = np.asarray(q, dtype=float)
-        p = np.asarray(p, dtype=float)
+        q = self.director_model.checked_state(q, "q", "LieGroupModel.from_director")
+        p = self.director_model.checked_state(p, "p", "LieGroupModel.from_director")
         leading = np.broadcast_shapes(q.shape[:-1], p.shape[:-1])
         count = int(np.prod(leading, dtype=int))
         q = np.broadcast_to(q, leading + q.shape[-1:]).reshape(count, -1)

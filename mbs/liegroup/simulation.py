@@ -85,6 +85,9 @@ def make_method(solver: str | VRKMK | VCG = "vrkmk", **options) -> VRKMK | VCG:
                          f"{', '.join(allowed)}")
     settings = {name: options.pop(name) for name in SETTINGS_OPTIONS if name in options}
     if "iteration" in settings:
+        if settings["iteration"] not in ("newton", "fixed-point"):  # named as the user wrote
+            raise ModelError(f"solver {solver!r}: iteration must be 'newton' or "
+                             f"'fixed-point', got {settings['iteration']!r}")
         settings["method"] = settings.pop("iteration")
     try:
         solver_settings = SolverSettings(**settings)
