@@ -200,6 +200,8 @@ def _potential_groups(system: System, context: BuildContext, n: int, q0: np.ndar
             terms = force.terms(context)
             if hasattr(force, "attachment_points"):
                 data["points"] = force.attachment_points()
+            if hasattr(force, "ground_points"):
+                data["ground_points"] = force.ground_points()
         for instance in terms:
             instances.setdefault(instance.term, []).append((force.name, instance))
         for key in ("center", "mu", "acceleration", "stiffness", "rest_length", "length"):

@@ -590,6 +590,7 @@ class Solution:
                           if body == "ground"]
                 if data.get("points") is not None and len(bodies) == 2:
                     found.append(data["points"][bodies.index("ground")])
+            found += list(data.get("ground_points", ()))  # user potentials' anchors
             for point in found:
                 if point is not None and not any(np.array_equal(point, other)
                                                  for other in points):

@@ -609,3 +609,21 @@ def test_user_functions_of_the_wrong_shape_are_refused_at_compile():
     with pytest.raises(mbs.ForceFunctionError, match=r"UserConstraint 'sphere': the hessian "
                                                      r"function returned shape \(2, 2\)"):
         system.compile()
+
+
+def test_the_summary_takes_the_angular_momentum_about_a_user_potentials_anchor():
+    """A central pull towards P = (1, 2, -0.5) written as a user potential of the distance
+    from P conserves the angular momentum about P, as the same pull as a spring does: the
+    summary takes it about P, and it stays at round-off."""
+    anchor = np.array([1.0, 2.0, -0.5])
+    system = mbs.System()
+    ball = system.add(mbs.RigidBody(mass=1.0, inertia=(0.1, 0.2, 0.25), name="ball"))
+    ball.set_state(position=(1.5, 2.0, -0.5), velocity=(0.0, 1.0, 0.3),
+                   angular_velocity=(1.0, 2.0, 3.0))
+    system.add(UserPotential(SquaredDistance(system.ground, ball, point_a=anchor),
+                             lambda pi: 2.0 * pi[0], name="pull"))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=1.0)
+    assert np.array_equal(solution.momentum_reference_point(), anchor)
+    momentum = solution.angular_momentum(about=anchor)
+    assert np.abs(momentum - momentum[0]).max() <= 1e-13 * np.abs(momentum).max()
+    assert f"angular momentum about {anchor}" in solution.conservation_summary()

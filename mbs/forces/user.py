@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mbs.bodies.base import Body
+from mbs.bodies.base import Body, Ground
 from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
 from mbs.forces.base import Force, Invariant, InvariantTerm, TermInstance
 from mbs.quadratic import AffineVector
@@ -119,6 +119,18 @@ class UserPotential(Force):
 
     def terms(self, context):
         return [TermInstance(self.term, [inv.build(context) for inv in self.invariants], {})]
+
+    def ground_points(self) -> list[np.ndarray]:
+        """The ground points its distance invariants measure from (anchors about which
+        the angular momentum may be conserved)."""
+        points = []
+        for invariant in self.invariants:
+            if isinstance(invariant, SquaredDistance):
+                for body, point in ((invariant.body_a, invariant.point_a),
+                                    (invariant.body_b, invariant.point_b)):
+                    if isinstance(body, Ground):
+                        points.append(body.reference_point() if point is None else point)
+        return points
 
 
 def _user_value(function, what: str, p: np.ndarray, shape: tuple[int, ...], owner: str
