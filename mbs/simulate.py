@@ -331,6 +331,8 @@ class _Run:
         self.iterations = np.zeros(rows, dtype=int)
         self.started = time.perf_counter()
         self.resumed_at = None  # the step a resumed run starts from
+        # a resumed run's refinements and restarts before it (known once the stream is read)
+        self.earlier_events = {"refined_steps": [], "restarts": []}
         self.solver_state = (-1, None)  # (steps done, solver checkpoint) of a streamed run
         self.warned_refinement = False
         # angle drives can converge half a turn off (see Drive.branch_error)
@@ -398,6 +400,7 @@ class _Run:
             disk = read_stream(self.stream)
             flushed = disk["q"].shape[0] - 1
             if flushed == self.done:  # the window too was flushed (at the end of the run)
+                self._note_earlier_events(disk)
                 return 0, disk
             if flushed != self.base:
                 raise ModelError(f"{self.stream}: holds {flushed} steps, the run flushed "
@@ -414,7 +417,16 @@ class _Run:
             return self.base, window
         out = {name: np.concatenate([disk[name], held[name][1:] if name in ("q", "p")
                                      else held[name]]) for name in held}
+        self._note_earlier_events(disk)
         return 0, out
+
+    def _note_earlier_events(self, disk: dict) -> None:
+        """A resumed run's refinements and restarts before its resume point, from the
+        stream it read back (its own lists hold those after it)."""
+        if self.resumed_at is not None:
+            self.earlier_events = {name: [tuple(int(v) for v in row) for row in disk[name]
+                                          if row[0] < self.resumed_at]
+                                   for name in ("refined_steps", "restarts")}
 
     def _partial(self) -> tuple[Solution, str]:
         """The steps done, for a failing run's error, and the words that say which they
@@ -443,8 +455,9 @@ class _Run:
                    "first_step": first,
                    "newton_iterations": held["newton_iterations"],
                    "wall_time": time.perf_counter() - self.started,
-                   "completed": count == self.steps, "refined_steps": list(self.refined),
-                   "restarts": list(self.restarts),
+                   "completed": count == self.steps,
+                   "refined_steps": self.earlier_events["refined_steps"] + list(self.refined),
+                   "restarts": self.earlier_events["restarts"] + list(self.restarts),
                    "guess_retries": getattr(self.solver, "guess_retries", 0),
                    **drive_rules(self.solver),
                    **({} if self.resumed_at is None else {"resumed_at": self.resumed_at})},
@@ -525,7 +538,7 @@ class _Run:
         if writer is not None:
             try:
                 with interrupts_deferred():
-                    writer.flush(self._checkpoint())
+                    writer.flush(self._checkpoint(), self._window_events())
                 writer.finish()
             except KeyboardInterrupt:
                 raise SimulationInterrupted(
@@ -560,8 +573,14 @@ class _Run:
         """Flush the window to the stream and start the next one, both or neither (Ctrl-C
         waits): an interrupt between them would write the window twice."""
         with interrupts_deferred():
-            writer.flush(self._checkpoint())
+            writer.flush(self._checkpoint(), self._window_events())
             self.rotate()
+
+    def _window_events(self) -> dict:
+        """The refinements and restarts of the steps since the last flush (restarts never
+        reach before it), written with them."""
+        return {"refined_steps": [r for r in self.refined if r[0] >= self.base],
+                "restarts": [r for r in self.restarts if r[0] >= self.base]}
 
     def _flush_after_failure(self, writer: StreamWriter | None) -> str:
         """Write the steps not yet flushed to the stream (the window stays in memory, see
@@ -572,7 +591,8 @@ class _Run:
         done, checkpoint = self.solver_state
         try:
             with interrupts_deferred():
-                writer.flush(checkpoint if done == self.done else self._checkpoint())
+                writer.flush(checkpoint if done == self.done else self._checkpoint(),
+                             self._window_events())
         except Exception as exc:  # the disk, not the run, failed: report both
             return (f" (the last steps could not be written to the stream: "
                     f"{type(exc).__name__}: {exc})")

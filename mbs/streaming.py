@@ -1,7 +1,8 @@
 """Incremental output of long runs, and resuming them.
 
 A stream is a directory holding ``manifest.json``, chunk files ``chunk_000001.npz`` ... and the
-chunk log ``chunks.jsonl`` (one line per chunk: file, steps, SHA-256). Each flush writes the new
+chunk log ``chunks.jsonl`` (one line per chunk: file, steps, SHA-256). A chunk holds the arrays
+of its steps and the refinements and restarts among them. Each flush writes the new
 chunk to a temporary name, renames it into place, appends its line to the log (fsync) and then
 replaces the manifest atomically (``os.replace``); the manifest counts the chunks, so a crash or
 SIGKILL loses at most the steps since the last flush and never leaves a file that the manifest
@@ -49,6 +50,9 @@ INITIAL = "initial.npz"
 CHECKPOINT_PREFIX = "checkpoint."
 ARRAYS = ("q", "p", "scheme_velocities", "multipliers", "velocity_multipliers",
           "enforced_residuals", "newton_iterations", "step_work")
+#: The run's refinements and restarts, (step, depth) and (failed step, first redone step,
+#: sub-steps) rows of integers, stored with the chunk that holds their steps.
+EVENTS = {"refined_steps": 2, "restarts": 3}
 #: Largest count (coordinates, constraints, steps) a manifest may state: beyond any run that
 #: fits on a disk, and small enough that array shapes built from it stay valid.
 MAX_COUNT = 2**48
@@ -132,7 +136,7 @@ class StreamWriter:
             manifest["checkpoint_sha256"] = sha256(self.directory / manifest["checkpoint"])
         np.savez(self.directory / INITIAL, q=data["q"][0], p=data["p"][0])
         manifest["initial_sha256"] = sha256(self.directory / INITIAL)
-        chunk = {k: data[k] for k in ARRAYS}
+        chunk = {k: data[k] for k in (*ARRAYS, *EVENTS)}
         chunk["q"], chunk["p"] = data["q"][1:], data["p"][1:]
         np.savez(self.directory / "chunk_000001.npz", **chunk)
         record = {"file": "chunk_000001.npz", "steps": int(chunk["q"].shape[0]),
@@ -156,16 +160,19 @@ class StreamWriter:
         for values in self._buffer.values():
             del values[len(values) - count:]
 
-    def flush(self, solver_state: dict) -> None:
-        """Write the buffered steps and the solver's warm-start state."""
+    def flush(self, solver_state: dict, events: dict | None = None) -> None:
+        """Write the buffered steps and the solver's warm-start state; ``events`` holds the
+        refinements and restarts of these steps (see :data:`EVENTS`)."""
         count = len(self._buffer["q"])
         if count == 0:
             return
         index = self.manifest["chunk_count"] + 1
         name = f"chunk_{index:06d}.npz"
         temporary = self.directory / (name + ".tmp")
+        rows = {key: np.asarray((events or {}).get(key, ()), dtype=np.int64).reshape(-1, width)
+                for key, width in EVENTS.items()}
         with open(temporary, "wb") as handle:
-            np.savez(handle, **{k: np.stack(v) for k, v in self._buffer.items()})
+            np.savez(handle, **{k: np.stack(v) for k, v in self._buffer.items()}, **rows)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self.directory / name)
@@ -242,6 +249,7 @@ def read_stream(path: str | os.PathLike) -> dict:
                     raise ModelError(f"{path}: the array {name!r} is missing")
             out.setdefault("step_work", np.zeros(out["q"].shape[0] - 1))
             _check_shapes(out, manifest, steps + 1, path)
+            out.update(_events(archive, steps, path))
             return out
     directory = stream_directory(path) if not path.is_dir() else path
     manifest = _read_manifest(directory)
@@ -251,7 +259,7 @@ def read_stream(path: str | os.PathLike) -> dict:
     tails = {"q": (n,), "p": (n,), "scheme_velocities": (n,), "multipliers": (m,),
              "velocity_multipliers": (m,), "enforced_residuals": (2,),
              "newton_iterations": (), "step_work": ()}
-    parts: dict[str, list] = {name: [] for name in ARRAYS}
+    parts: dict[str, list] = {name: [] for name in (*ARRAYS, *EVENTS)}
     for chunk in records:
         file = directory / chunk["file"]
         if "sha256" in chunk and sha256(file) != chunk["sha256"]:
@@ -266,10 +274,14 @@ def read_stream(path: str | os.PathLike) -> dict:
                                      f"implies {(chunk['steps'], *tails[name])}; the stream "
                                      f"is damaged")
                 parts[name].append(array)
+            for name, rows in _events(archive, chunk["steps"], file).items():
+                parts[name].append(rows)
     out = {"manifest": manifest}
     for name in ARRAYS:
         out[name] = (np.concatenate(parts[name]) if parts[name]
                      else np.zeros((0, *tails[name])))
+    for name, width in EVENTS.items():
+        out[name] = np.concatenate(parts[name]) if parts[name] else np.zeros((0, width), int)
     out["q"] = np.vstack([np.reshape(q0, (1, -1)), out["q"].reshape(-1, n)])
     out["p"] = np.vstack([np.reshape(p0, (1, -1)), out["p"].reshape(-1, n)])
     _check_shapes(out, manifest, manifest["steps_done"] + 1, directory)
@@ -412,7 +424,22 @@ def _as_float(value: int | float) -> float:
 
 def _chunk_bytes(steps: int, n: int, m: int) -> int:
     """The most bytes a chunk of ``steps`` steps holds (its arrays and their headers)."""
-    return 8 * steps * (3 * n + 2 * m + 4) + 4096 * len(ARRAYS)
+    return (8 * steps * (3 * n + 2 * m + 4 + sum(EVENTS.values()))
+            + 4096 * (len(ARRAYS) + len(EVENTS)))
+
+
+def _events(archive, steps: int, where) -> dict:
+    """The refinements and restarts an archive holds (none in streams written without
+    them): integer rows, at most one of each kind per step."""
+    out = {}
+    for name, width in EVENTS.items():
+        rows = archive[name] if name in archive.files else np.zeros((0, width), np.int64)
+        if (rows.ndim != 2 or rows.shape[1] != width or rows.shape[0] > max(steps, 0)
+                or rows.dtype.kind not in "iu"):
+            raise ModelError(f"{where}: {name} has shape {rows.shape} ({rows.dtype}), not "
+                             f"integer rows of {width}; the stream is damaged")
+        out[name] = rows
+    return out
 
 
 def _check_shapes(out: dict, manifest: dict, rows: int, where) -> None:
@@ -685,6 +712,8 @@ def load_stream(path: str | os.PathLike, model):
         stats={"solver": manifest["solver"], "h": manifest["h"], "steps": steps,
                "newton_iterations": data["newton_iterations"],
                "completed": bool(manifest.get("completed", False)),
+               **{name: [tuple(int(v) for v in row) for row in data[name]]
+                  for name in EVENTS},
                **_drive_stats(manifest)},
         solver_properties=_solver_properties(manifest))
 

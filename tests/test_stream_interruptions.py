@@ -150,3 +150,23 @@ def test_a_failure_that_a_restart_before_the_resume_point_would_cure_says_so(tmp
     with pytest.raises(mbs.SolverError, match=r"step 29 .* with the steps from 28 redone "
                                               r"\(steps before it are in the stream"):
         mbs.simulate(model, "ggl-vi-a", h=0.2, t_end=12.0, resume=path, flush_every=30)
+
+
+def test_refinements_and_restarts_are_kept_with_the_stream(tmp_path):
+    """The double pendulum with GGL-VI A at h = 0.2 restarts at steps 22 and 29. A run
+    stopped at step 25 and resumed, and the stream read back, report the restarts and
+    refinements of the whole run, as the uninterrupted run does."""
+    import double_pendulum
+
+    model = double_pendulum.build().compile()
+    whole = mbs.simulate(model, "ggl-vi-a", h=0.2, t_end=12.0, output=str(tmp_path / "whole"),
+                         flush_every=30)
+    assert len(whole.stats["restarts"]) >= 2 and whole.stats["restarts"][0][0] < 25
+    path = str(tmp_path / "run.npz")
+    mbs.simulate(model, "ggl-vi-a", h=0.2, t_end=5.0, output=path, flush_every=30)
+    resumed = mbs.simulate(model, "ggl-vi-a", h=0.2, t_end=12.0, resume=path, flush_every=30)
+    assert np.array_equal(resumed.q, whole.q)
+    for solution in (resumed, mbs.load_solution(path, model),
+                     mbs.load_solution(tmp_path / "whole", model)):
+        assert solution.stats["restarts"] == whole.stats["restarts"]
+        assert solution.stats["refined_steps"] == whole.stats["refined_steps"]
