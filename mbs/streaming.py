@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import types
+import zipfile
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from pathlib import Path
@@ -206,16 +207,12 @@ class StreamWriter:
         self.manifest["completed"] = True
         _write_manifest(self.directory, self.manifest)
         if _packs(self.path):
-            data = read_stream(self.directory)
             state = read_solver_state(self.directory, self.manifest)
             temporary = self.path.with_name(self.path.name + ".tmp")
             # the solver state has no zip-level protection against a member removed or
             # replaced by a valid one: its digest goes into the packed manifest
             packed = dict(self.manifest, state_sha256=state_digest(state))
-            with open(temporary, "wb") as handle:
-                np.savez(handle, manifest=json.dumps(packed),
-                         **{k: v for k, v in data.items() if isinstance(v, np.ndarray)},
-                         **{CHECKPOINT_PREFIX + k: np.asarray(v) for k, v in state.items()})
+            self._pack(temporary, packed, state)
             os.replace(temporary, self.path)
             # renamed first, so that a deletion cut short leaves no stream beside the file
             removed = self.directory.with_name(self.directory.name + ".removed")
@@ -223,6 +220,62 @@ class StreamWriter:
                 shutil.rmtree(removed, ignore_errors=True)
             os.replace(self.directory, removed)
             shutil.rmtree(removed, ignore_errors=True)
+
+
+    def _pack(self, target: Path, manifest: dict, state: dict) -> None:
+        """Write the stream as one .npz file (the members np.savez writes), array by array
+        and chunk by chunk: memory stays that of one chunk however long the run."""
+        directory, records = self.directory, _chunk_records(self.directory, self.manifest)
+        n, m = manifest["n"], manifest["m"]
+        for chunk in records:
+            file = directory / chunk["file"]
+            if "sha256" in chunk and sha256(file) != chunk["sha256"]:
+                raise ModelError(f"{file}: its contents do not match the checksum in the "
+                                 f"manifest (damaged or replaced)")
+        q0, p0 = _initial_state(directory, self.manifest)
+        tails = {"q": (n,), "p": (n,), "scheme_velocities": (n,), "multipliers": (m,),
+                 "velocity_multipliers": (m,), "enforced_residuals": (2,),
+                 "newton_iterations": (), "step_work": (),
+                 **{name: (width,) for name, width in EVENTS.items()}}
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            def write(name: str, array: np.ndarray) -> None:
+                with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
+
+            write("manifest", np.asarray(json.dumps(manifest)))
+            steps = sum(chunk["steps"] for chunk in records)
+            for name, tail in tails.items():
+                parts = self._chunk_parts(records, name, tail)
+                if name in EVENTS:  # few rows: counted before the header is written
+                    parts = list(parts)
+                rows = (sum(part.shape[0] for part in parts) if name in EVENTS
+                        else steps + (name in ("q", "p")))
+                dtype = np.dtype(np.int64 if name in (*EVENTS, "newton_iterations")
+                                 else np.float64)
+                with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array_header_2_0(member, {
+                        "descr": np.lib.format.dtype_to_descr(dtype),
+                        "fortran_order": False, "shape": (rows, *tail)})
+                    if name in ("q", "p"):
+                        member.write(np.asarray(q0 if name == "q" else p0, dtype).tobytes())
+                    for part in parts:
+                        member.write(np.ascontiguousarray(part, dtype).tobytes())
+            for key, value in state.items():
+                write(CHECKPOINT_PREFIX + key, value)
+
+    def _chunk_parts(self, records: list, name: str, tail: tuple):
+        """The array ``name`` of every chunk, one chunk in memory at a time."""
+        n, m = self.manifest["n"], self.manifest["m"]
+        for chunk in records:
+            file = self.directory / chunk["file"]
+            with open_archive(file, _chunk_bytes(chunk["steps"], n, m)) as archive:
+                if name in archive.files:
+                    array = archive[name]
+                elif name in EVENTS:
+                    array = np.zeros((0, *tail), np.int64)
+                else:  # written without work
+                    array = np.zeros(chunk["steps"])
+            yield array
 
 
 def read_stream(path: str | os.PathLike) -> dict:

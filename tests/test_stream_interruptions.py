@@ -170,3 +170,36 @@ def test_refinements_and_restarts_are_kept_with_the_stream(tmp_path):
                      mbs.load_solution(tmp_path / "whole", model)):
         assert solution.stats["restarts"] == whole.stats["restarts"]
         assert solution.stats["refined_steps"] == whole.stats["refined_steps"]
+
+
+def test_packing_a_stream_reads_one_chunk_at_a_time(tmp_path, monkeypatch):
+    """A run streamed to an .npz packs its chunks into the file chunk by chunk: the packed
+    file reads back as the directory stream does, and the packing's memory is that of a
+    chunk, not of the stream (20 MiB here, 100-step chunks of 1 MiB; the solution's own
+    read-back is switched off, as for a run beyond 2 GiB)."""
+    import tracemalloc
+
+    from mbs.streaming import read_stream
+
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    for i in range(150):
+        system.add(mbs.PointMass(1.0, name=f"m{i}")).set_state(position=(i, 0.0, 0.0),
+                                                                velocity=(0.0, 1.0, 0.0))
+    model = system.compile()
+    monkeypatch.setattr(sys.modules["mbs.simulate"], "MAX_READBACK_BYTES", 1)
+    options = dict(h=0.01, t_end=20.0, flush_every=100)
+    with pytest.warns(UserWarning, match="the solution holds the last"):
+        mbs.simulate(model, "em", output=str(tmp_path / "run"), **options)
+    tracemalloc.start()
+    try:
+        with pytest.warns(UserWarning, match="the solution holds the last"):
+            mbs.simulate(model, "em", output=str(tmp_path / "run.npz"), **options)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    directory, packed = read_stream(tmp_path / "run"), read_stream(tmp_path / "run.npz")
+    stream_bytes = sum(array.nbytes for name, array in directory.items() if name != "manifest")
+    assert stream_bytes > 20 * 2**20 and peak < stream_bytes / 3
+    for name, array in directory.items():
+        if name != "manifest":
+            assert array.dtype == packed[name].dtype and np.array_equal(array, packed[name])
