@@ -219,12 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"observables as CSV ({', '.join(CSV_SUFFIXES)})")
     out.add_argument("--vtk", metavar="PATH", help="ParaView time series (.pvd + .vtp files)")
     anim = run.add_argument_group("animation")
-    anim.add_argument("--fps", type=_positive_float, default=30.0, help="frames per second")
-    anim.add_argument("--speed", type=_positive_float, default=1.0,
-                      help="real-time factor (0.5 = slow motion)")
+    anim.add_argument("--fps", type=_positive_float,
+                      help="frames per second (default: the script's VIZ, else 30)")
+    anim.add_argument("--speed", type=_positive_float,
+                      help="real-time factor (0.5 = slow motion; default 1)")
     anim.add_argument("--frames", type=_positive_int, help="exact number of frames")
-    anim.add_argument("--resolution", type=_resolution, default=(640, 480),
-                      help="WIDTHxHEIGHT (default 640x480)")
+    anim.add_argument("--resolution", type=_resolution,
+                      help="WIDTHxHEIGHT (default: the script's VIZ, else 640x480)")
     anim.add_argument("--camera", choices=("fixed", "follow", "lvlh"),
                       help="camera mode (default: the example's, else fixed)")
     anim.add_argument("--follow", metavar="BODY", help="body followed by the camera")
@@ -315,15 +316,31 @@ def _check_output_types(args) -> None:
         raise UsageError("--time is the time of --snapshot; give --snapshot PATH with it")
 
 
-def _check_run_options(args, model, t_end: float) -> None:
-    """Refuse a --time outside the run or a --follow naming no body before simulating."""
-    if args.time is not None and not 0.0 <= args.time <= t_end:
-        raise UsageError(f"--time {args.time:g} lies outside the run (t = 0 to {t_end:g})")
-    if args.follow is not None:
+def _check_run_options(args, model, h: float, t_end: float, viz_defaults: dict) -> None:
+    """Refuse, before simulating, a --time outside the run (which ends at the last whole
+    step), a --follow naming no body or with a fixed camera, and a GIF frame rate no
+    viewer plays."""
+    end = round(t_end / h) * h
+    if args.time is not None and not 0.0 <= args.time <= end + 1e-9 * max(1.0, end):
+        raise UsageError(f"--time {args.time:g} lies outside the run (t = 0 to {end:g})")
+    settings, options = _render_settings(args, viz_defaults)
+    follow = options.get("follow")
+    if follow is not None:
         names = [body.name for body in getattr(model, "director_model", model).bodies]
-        if args.follow not in names:
-            raise UsageError(f"--follow {args.follow}: no body of that name; bodies: "
+        if follow not in names:
+            raise UsageError(f"--follow {follow}: no body of that name; bodies: "
                              f"{', '.join(names)}")
+        if options.get("camera") == "fixed":
+            raise UsageError(f"--follow {follow} names a body for a moving camera, but the "
+                             f"camera is fixed; give --camera follow (or lvlh), or leave "
+                             f"--follow out")
+    if args.animate and Path(args.animate).suffix.lower() == ".gif":
+        from mbs.viz.writers import check_gif_fps
+
+        try:
+            check_gif_fps(settings["fps"])
+        except ModelError as exc:
+            raise UsageError(f"--animate {args.animate}: {exc}") from None
 
 
 def _image_suffixes() -> tuple[str, ...] | None:
@@ -406,7 +423,7 @@ def _cmd_run(args) -> int:
         raise UsageError(f"{args.target}: build() must return an mbs.System, got "
                          f"{type(system).__name__}")
     model = _compile(system, solver)
-    _check_run_options(args, model, t_end)
+    _check_run_options(args, model, h, t_end, viz_options)
     if not args.quiet:
         print(f"{title}\n")
         system.summary(getattr(model, "director_model", model))
@@ -421,10 +438,12 @@ def _cmd_run(args) -> int:
     if callable(report):
         print(report(solution))
     wrote: list[str] = []
-    _write_files(args, solution, viz_options, wrote)
-    _render(args, solution, viz_options, progress, wrote)
-    for path in wrote:
-        print(f"wrote {path}")
+    try:
+        _write_files(args, solution, viz_options, wrote)
+        _render(args, solution, viz_options, progress, wrote)
+    finally:  # also the files written before a later one failed
+        for path in wrote:
+            print(f"wrote {path}")
     return 0
 
 
@@ -479,6 +498,20 @@ def _viz_options(args, defaults: dict) -> dict:
     return options
 
 
+#: Rendering settings that a script's VIZ may give too; the command line's flags take
+#: precedence over it.
+RENDER_DEFAULTS = {"fps": 30.0, "speed": 1.0, "frames": None, "resolution": (640, 480)}
+
+
+def _render_settings(args, viz_defaults: dict) -> tuple[dict, dict]:
+    """The rendering settings (flag, else the script's VIZ, else the default) and the other
+    animation options."""
+    options = _viz_options(args, viz_defaults)
+    settings = {key: getattr(args, key) if getattr(args, key) is not None
+                else options.get(key, default) for key, default in RENDER_DEFAULTS.items()}
+    return settings, {k: v for k, v in options.items() if k not in RENDER_DEFAULTS}
+
+
 def _write_files(args, solution, viz_defaults: dict, wrote: list[str]) -> None:
     """Write --save, --csv, the plots and --vtk, appending each path to ``wrote`` as soon as
     it is written (so that a later failure still reports the earlier files)."""
@@ -503,10 +536,12 @@ def _write_files(args, solution, viz_defaults: dict, wrote: list[str]) -> None:
     if args.vtk:
         from mbs.io import save_vtk
 
-        scene_only = {k: v for k, v in _viz_options(args, viz_defaults).items()
+        settings, options = _render_settings(args, viz_defaults)
+        scene_only = {k: v for k, v in options.items()
                       if k not in ("camera", "follow", "view", "zoom", "center")}
-        wrote.append(str(save_vtk(solution, args.vtk, fps=args.fps, speed=args.speed,
-                                  frames=args.frames, **scene_only)))
+        wrote.append(str(save_vtk(solution, args.vtk, fps=settings["fps"],
+                                  speed=settings["speed"], frames=settings["frames"],
+                                  **scene_only)))
 
 
 def _render(args, solution, viz_defaults: dict, progress: bool, wrote: list[str]) -> None:
@@ -515,15 +550,14 @@ def _render(args, solution, viz_defaults: dict, progress: bool, wrote: list[str]
         return
     from mbs import viz
 
-    options = _viz_options(args, viz_defaults)
+    settings, options = _render_settings(args, viz_defaults)
     if args.snapshot:
-        viz.snapshot(solution, args.snapshot, time=args.time, resolution=args.resolution,
-                     **options)
+        viz.snapshot(solution, args.snapshot, time=args.time,
+                     resolution=settings["resolution"], **options)
         wrote.append(args.snapshot)
     if args.animate:
-        report = viz.animate(solution, args.animate, fps=args.fps, speed=args.speed,
-                             frames=args.frames, resolution=args.resolution,
-                             progress=progress, **options)
+        report = viz.animate(solution, args.animate, progress=progress, **settings,
+                             **options)
         print(f"animation: {report}")
 
 

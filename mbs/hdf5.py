@@ -69,8 +69,12 @@ def save_hdf5(solution: Solution, path) -> Path:
     elif path.suffix.lower() not in (".h5", ".hdf5"):
         raise ModelError(f"save_hdf5 writes HDF5 files (.h5 or .hdf5), got {path.name!r}; "
                          f"save_solution writes .npz")
-    path.parent.mkdir(parents=True, exist_ok=True)
     model = solution.model
+    slashed = [body.name for body in model.bodies if "/" in body.name]
+    if slashed:  # checked before the file is created: no half-written file
+        raise ModelError(f"save_hdf5: body names are HDF5 group names, where '/' separates "
+                         f"groups; rename {slashed[0]!r} (or save_solution to .npz)")
+    path.parent.mkdir(parents=True, exist_ok=True)
     residuals = solution.constraint_residuals()
     with h5py.File(path, "w") as out:
         out.attrs["format"], out.attrs["version"] = FORMAT, VERSION

@@ -29,6 +29,8 @@ its script and pass it: ``load_solution(path, model=build().compile())`` returns
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
@@ -728,7 +730,10 @@ def save_csv(solution: Solution, path, columns=None, every: int = 1) -> Path:
     names, table = observable_columns(solution, columns, every)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savetxt(path, table, delimiter=",", header=",".join(names), comments="", fmt="%.17g")
+    header = io.StringIO()  # quoted where a body name holds a comma or a quote
+    csv.writer(header, lineterminator="").writerow(names)
+    np.savetxt(path, table, delimiter=",", header=header.getvalue(), comments="",
+               fmt="%.17g")
     return path
 
 
@@ -748,8 +753,11 @@ def save_vtk(solution: Solution, path, *, frames: int | None = None, fps: float 
 
     pv = __import__("mbs.viz.backend", fromlist=["import_pyvista"]).import_pyvista()
     path = Path(path)
-    if path.suffix != ".pvd":
+    if not path.suffix:
         path = path.with_suffix(".pvd")
+    elif path.suffix.lower() != ".pvd":
+        raise ModelError(f"save_vtk writes a ParaView time series: give a .pvd file name, "
+                         f"got {path.name!r}")
     folder = path.with_name(path.stem + "_frames")
     folder.mkdir(parents=True, exist_ok=True)
     indices, _ = select_frames(solution.t, fps=fps, speed=speed, frames=frames)

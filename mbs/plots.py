@@ -8,6 +8,7 @@ PNG, PDF or SVG by suffix). Functions taking a solution also accept a list of so
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from mbs.errors import MbsError, ModelError, warn_user
+from mbs.safe_files import check_writable
 from mbs.solution import reference_point
 from mbs.solvers import REGISTRY
 
@@ -39,6 +41,7 @@ def _figure_path(path) -> Path | None:
     path = Path(path)
     if path.suffix.lower() not in (".png", ".pdf", ".svg"):
         raise ModelError(f"cannot save a figure as {str(path)!r}: use .png, .pdf or .svg")
+    check_writable(path, "the figure")
     return path
 
 
@@ -197,14 +200,18 @@ def plot_constraints(solutions, path=None, *, labels=None, title: str | None = N
         ax.semilogy(sol.t, np.maximum(res["velocity"], LOG_FLOOR),
                     label=r"$\max|G(q_n) M^{-1} p_n|$ at the nodes")
         steps_t = sol.t[1:]
+        # a scheme that enforces none (Lie-group methods) reports another residual instead
+        enforces = not str(enforced).startswith("none")
         if len(res["enforced_position"]):
             ax.semilogy(steps_t, np.maximum(res["enforced_position"], LOG_FLOOR), "--",
-                        label="position residual the scheme enforces")
-            ax.semilogy(steps_t, np.maximum(res["enforced_velocity"], LOG_FLOOR), ":",
-                        label="velocity residual the scheme enforces")
+                        label="position residual the scheme enforces" if enforces
+                        else "residual the scheme reports")
+            if enforces or np.any(res["enforced_velocity"]):
+                ax.semilogy(steps_t, np.maximum(res["enforced_velocity"], LOG_FLOOR), ":",
+                            label="velocity residual the scheme enforces")
         ax.set_ylabel("residual (max norm)")
-        ax.set_title(f"{_label(sol, labels, i)} - enforced at step ends: {enforced}",
-                     fontsize="medium")
+        ax.set_title(textwrap.fill(f"{_label(sol, labels, i)} - enforced at step ends: "
+                                   f"{enforced}", 90), fontsize="medium")
         ax.legend(loc="best", fontsize="x-small")
     if title:
         fig.suptitle(title)

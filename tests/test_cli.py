@@ -314,9 +314,15 @@ def test_unwritable_outputs_are_refused_before_simulating(tmp_path, capsys, flag
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--time", "3", "--snapshot", "still.png"], "outside the run"),
     (["--time", "0.02"], "--snapshot"),
-    (["--follow", "nobody", "--animate", "movie.gif"], "bodies: bob")])
+    (["--follow", "nobody", "--animate", "movie.gif"], "bodies: bob"),
+    (["--animate", "movie.gif", "--fps", "100"], "too high for a GIF"),
+    (["--follow", "bob", "--camera", "fixed", "--animate", "movie.mp4"],
+     "give --camera follow"),
+    # t_end = 0.054 with h = 0.01: the run ends at 0.05 (5 steps)
+    (["--time", "0.053", "--snapshot", "still.png", "--t-end", "0.054"], "t = 0 to 0.05")])
 def test_view_options_are_checked_before_simulating(tmp_path, capsys, arguments, message):
-    arguments = [str(tmp_path / a) if a.endswith((".png", ".gif")) else a for a in arguments]
+    arguments = [str(tmp_path / a) if a.endswith((".png", ".gif", ".mp4")) else a
+                 for a in arguments]
     code = main(["run", "pendulum-3d", "--t-end", "0.05", "--h", "0.01", *arguments,
                  "--quiet", "--progress", "off"])
     assert code == 2
@@ -354,3 +360,25 @@ def test_a_script_may_register_its_own_scheme(tmp_path, capsys, monkeypatch):
     assert "steps =" in capsys.readouterr().out
     assert main(["run", str(script), "--solver", "leapfrogs", "--quiet"]) == 2
     assert "leapfrog" in capsys.readouterr().err
+
+
+def test_a_scripts_viz_may_set_the_rendering_settings(tmp_path, capsys):
+    """VIZ's fps and resolution are used (the flags take precedence), not given twice."""
+    pytest.importorskip("pyvista")
+    script = tmp_path / "ball.py"
+    script.write_text(
+        "import mbs\n"
+        "RECOMMENDED = dict(solver='em', h=0.05, t_end=0.3)\n"
+        "VIZ = dict(view='front', fps=10, resolution=(64, 48))\n"
+        "def build():\n"
+        "    system = mbs.System(gravity=(0, 0, -9.81))\n"
+        "    system.add(mbs.PointMass(1.0, name='ball'))\n"
+        "    return system\n")
+    movie, still = tmp_path / "ball.gif", tmp_path / "ball.png"
+    assert main(["run", str(script), "--animate", str(movie), "--snapshot", str(still),
+                 "--quiet", "--progress", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "at 10 fps, 64x48" in out and f"wrote {still}" in out
+    assert main(["run", str(script), "--animate", str(movie), "--fps", "20", "--quiet",
+                 "--progress", "off"]) == 0
+    assert "at 20 fps, 64x48" in capsys.readouterr().out

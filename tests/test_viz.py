@@ -55,7 +55,7 @@ def test_frame_selection_depends_on_playback_not_steps():
         select_frames(t_long, fps=0.0)
     # the frame rate is the video's also when frames= sets the count (checked before any
     # file is written); a frame count is a whole number
-    with pytest.raises(mbs.ModelError, match="fps must be positive, got 0"):
+    with pytest.raises(mbs.ModelError, match="fps must be a positive number, got 0"):
         select_frames(t_long, fps=0, frames=5)
     with pytest.raises(mbs.ModelError, match="frames must be a whole number of at least 1, "
                                              "got 2.7"):

@@ -13,6 +13,7 @@ import numpy as np
 
 from mbs.errors import ModelError
 from mbs.run_context import progress_bar
+from mbs.safe_files import check_writable
 from mbs.viz.backend import is_headless
 from mbs.viz.camera import CameraRig
 from mbs.viz.frames import nearest_nodes, select_frames
@@ -65,6 +66,9 @@ def _scene(solution, indices, resolution, camera, follow, view, zoom, center, of
         raise ModelError(f"follow={follow!r} names a body for a moving camera, but "
                          f"camera='fixed' shows the whole motion from one place; give "
                          f"camera='follow' (or 'lvlh'), or leave follow out")
+    if off_screen is False and not notebook and is_headless():
+        raise ModelError("off_screen=False opens a window, and this machine has no display; "
+                         "leave off_screen out (files render off screen)")
     resolution = even_resolution(resolution)
     description = describe(solution, indices, _split_options(options))
     rig = CameraRig(description, camera, follow=follow, view=view, zoom=zoom, center=center,
@@ -104,7 +108,9 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
     follow : str, optional
         Name of the body the camera follows.
     view : str or 3-vector
-        Viewing direction: a preset name ("iso" by default) or a vector.
+        Viewing direction: a preset name ("iso" by default; presets are set in a frame whose
+        third axis points up against gravity) or a vector in world coordinates from the
+        target to the camera.
     zoom : float
         Magnification of the framed view.
     center : 3-vector, optional
@@ -190,10 +196,13 @@ def _check_image_suffix(path) -> None:
     """Refuse, before rendering, a file name whose suffix names no image format."""
     from PIL import Image
 
+    Image.init()
     suffix = Path(path).suffix.lower()
-    if suffix not in Image.registered_extensions():
-        raise ModelError(f"snapshot: {Path(path).name!r} has no image suffix; use .png (or "
-                         f".jpg, .tif, .bmp)")
+    kind = Image.registered_extensions().get(suffix)
+    if kind is None or kind not in Image.SAVE:
+        raise ModelError(f"snapshot: {Path(path).name!r} is no image type Pillow writes; use "
+                         f".png (or .jpg, .tif, .bmp)")
+    check_writable(Path(path), "snapshot")
 
 
 def _write_png(path, image: np.ndarray) -> None:

@@ -61,10 +61,16 @@ def view_direction(view, up: np.ndarray) -> np.ndarray:
         c = VIEWS[view]
         direction = c[0] * e_a + c[1] * e_b + c[2] * up
     else:
-        direction = np.asarray(view, dtype=float).reshape(3)
+        try:
+            direction = np.asarray(view, dtype=float)
+        except (TypeError, ValueError):
+            direction = np.zeros(0)
+        if direction.shape != (3,):
+            raise ModelError(f"view must be one of {sorted(VIEWS)} or a direction vector of "
+                             f"3 world coordinates, got {view!r}")
     norm = float(np.linalg.norm(direction))
-    if norm == 0.0:
-        raise ModelError("view direction must be non-zero")
+    if not (norm > 0.0 and np.isfinite(norm)):
+        raise ModelError("view direction must be non-zero and finite")
     return direction / norm
 
 

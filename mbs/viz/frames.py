@@ -26,10 +26,10 @@ def frame_count(t_start: float, t_end: float, fps: float = 30.0, speed: float = 
 
 def _check_playback(fps: float, speed: float) -> None:
     """Refuse a frame rate or real-time factor that is not a positive number."""
-    if not fps > 0.0:
-        raise ModelError(f"fps must be positive, got {fps!r}")
-    if not speed > 0.0:
-        raise ModelError(f"speed (real-time factor) must be positive, got {speed!r}")
+    for name, value in (("fps", fps), ("speed (real-time factor)", speed)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
+                or not 0.0 < value < np.inf:
+            raise ModelError(f"{name} must be a positive number, got {value!r}")
 
 
 def select_frames(t: np.ndarray, fps: float = 30.0, speed: float = 1.0,

@@ -171,6 +171,33 @@ class SceneOptions:
     markers: bool | str = "auto"
     inset: bool | str | Sequence[str] = "auto"
 
+    def __post_init__(self):
+        # one body given by its name is the list of it (a string is no list of names)
+        if isinstance(self.directors, str):
+            self.directors = [self.directors]
+        if isinstance(self.trails, str):
+            self.trails = [self.trails]
+        if isinstance(self.trails, dict):
+            for name, point in self.trails.items():
+                if np.shape(point) != (3,):
+                    raise ModelError(f"trails: the point of {name!r} must be 3 body-frame "
+                                     f"coordinates, got {point!r}")
+        if self.glyph_scale is not None and not (
+                isinstance(self.glyph_scale, (int, float, np.number))
+                and np.isfinite(self.glyph_scale) and self.glyph_scale > 0.0):
+            raise ModelError(f"glyph_scale must be a positive number (or None for the "
+                             f"default), got {self.glyph_scale!r}")
+        for name, allowed in (("ground_plane", (True, False, "auto")),
+                              ("markers", (True, False, "auto"))):
+            if getattr(self, name) not in allowed:
+                raise ModelError(f"{name} must be True, False or 'auto', got "
+                                 f"{getattr(self, name)!r}")
+        try:
+            import_pyvista().Color(self.background)
+        except ValueError:
+            raise ModelError(f"background {self.background!r} is not a colour; give a name "
+                             f"('white'), a hex string ('#ffffff') or an RGB triple") from None
+
 
 @dataclass
 class Item:

@@ -57,6 +57,18 @@ class VideoWriter:
         self._writer.close()
 
 
+def check_gif_fps(fps: float) -> None:
+    """A ModelError for a frame rate a GIF cannot play at its speed."""
+    if 1.0 / fps > MAX_GIF_DELAY:
+        raise ModelError(f"fps = {fps:g} is too low for a GIF, whose frames show for at "
+                         f"most {MAX_GIF_DELAY:g} s; raise fps or write a video")
+    if 1.0 / fps < MIN_GIF_DELAY:
+        raise ModelError(f"fps = {fps:g} is too high for a GIF: viewers show frames of "
+                         f"less than {MIN_GIF_DELAY * 1e3:g} ms for 100 ms, so it would "
+                         f"play slowly; use fps <= {1.0 / MIN_GIF_DELAY:g} or write a "
+                         f"video (.mp4)")
+
+
 class GifWriter:
     """Animated GIF, looping, at ``fps``: GIF delays are whole 10 ms, so frame k is shown
     from k / fps rounded to 10 ms until the next frame's time rounded alike; the delays
@@ -67,14 +79,7 @@ class GifWriter:
         _imageio()
         from PIL import Image
 
-        if 1.0 / fps > MAX_GIF_DELAY:
-            raise ModelError(f"fps = {fps:g} is too low for a GIF, whose frames show for at "
-                             f"most {MAX_GIF_DELAY:g} s; raise fps or write a video")
-        if 1.0 / fps < MIN_GIF_DELAY:
-            raise ModelError(f"fps = {fps:g} is too high for a GIF: viewers show frames of "
-                             f"less than {MIN_GIF_DELAY * 1e3:g} ms for 100 ms, so it would "
-                             f"play slowly; use fps <= {1.0 / MIN_GIF_DELAY:g} or write a "
-                             f"video (.mp4)")
+        check_gif_fps(fps)
         self._image = Image
         self._path = path
         self._fps = fps
