@@ -343,23 +343,27 @@ def _check_user_derivatives(model: Model, user_blocks: list, q0: np.ndarray) -> 
         compare = getattr(group.term, "derivative_mismatches", None)
         if compare is not None:
             for name, pi in zip(group.names, group.invariants(q0)):
-                checks.append((f"UserPotential {name!r}", "energy", compare, pi))
+                checks.append((f"UserPotential {name!r}", "energy", compare,
+                               group.term.values_at, pi))
     for block in user_blocks:
         if not block.constraint.time_dependent:
             checks.append((f"UserConstraint {block.constraint.name!r}", "function",
-                           block.constraint.derivative_mismatches, q0[block.indices]))
+                           block.constraint.derivative_mismatches,
+                           block.constraint.values_at, q0[block.indices]))
     for block in user_blocks:
         _check_drive_rate(getattr(block.constraint, "rate_mismatch", None),
                           block.constraint.name)
-    for owner, source, compare, point in checks:
+    for owner, source, compare, values_at, point in checks:
+        # at the initial state a failing function (a wrong shape or type) is an error of
+        # the model; the differences step beside it, where a function may leave its domain
+        # (simulate reports that if the motion goes there)
+        values_at(point)
         # also next to the state: a derivative wrong only away from a symmetric initial
         # state (e.g. a sign error in a slope that vanishes there) is still found
         nearby = point + 1e-2 * (1.0 + np.abs(point)) * np.cos(np.arange(point.size) + 1.0)
-        # at the initial state a failing function (a wrong shape or type) is an error of
-        # the model; next to it, the function may leave its domain (simulate reports that)
-        worst = dict(compare(point))
+        worst: dict[str, float] = {}
         try:
-            for what, mismatch in compare(nearby):
+            for what, mismatch in [*compare(point), *compare(nearby)]:
                 worst[what] = max(worst.get(what, 0.0), mismatch)
         except MbsError:
             pass

@@ -245,25 +245,33 @@ class Model:
 
     def discrete_jacobian_matrix(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0):
         """D^G g(q0, q1) (at time t for drives), dense when :attr:`dense`."""
-        return self._two_point_jacobian(q0, q1, t, "discrete_jacobian")
+        return self._two_point_jacobian(q0, q1, t, "discrete_jacobian", self.dense)
+
+    @property
+    def quadratic_forms_only(self) -> bool:
+        """Whether every constraint is quadratic in q (at fixed t, as drives are): then the
+        midpoint forms of the discrete derivatives are exact, and
+        :meth:`mean_jacobian_matrix` is :meth:`discrete_jacobian_matrix`."""
+        return all(block.constraint.quadratic for block in self._user)
 
     def mean_jacobian_matrix(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0):
         """(G(q0) + G(q1)) / 2 for the user constraints and the midpoint Jacobian (equal to it)
         for the quadratic ones, dense when :attr:`dense` (see
         :meth:`mbs.joints.UserConstraint.mean_jacobian`)."""
-        return self._two_point_jacobian(q0, q1, t, "mean_jacobian")
+        return self._two_point_jacobian(q0, q1, t, "mean_jacobian", self.dense)
 
-    def _two_point_jacobian(self, q0: np.ndarray, q1: np.ndarray, t: float, kind: str):
+    def _two_point_jacobian(self, q0: np.ndarray, q1: np.ndarray, t: float, kind: str,
+                            dense: bool):
         """The midpoint Jacobian of the quadratic rows, with each user block's ``kind``
-        ("discrete_jacobian" or "mean_jacobian") of (q0, q1) in its rows."""
-        middle = self._table.jacobian(0.5 * (q0 + q1)) if not self.dense else \
-            self._table.jacobian_dense(0.5 * (q0 + q1))
+        ("discrete_jacobian" or "mean_jacobian") of (q0, q1) in its rows; dense or sparse."""
+        middle = (self._table.jacobian_dense(0.5 * (q0 + q1)) if dense
+                  else self._table.jacobian(0.5 * (q0 + q1)))
         if not self._user:
             return middle
         blocks = [(block, getattr(block.constraint, kind)(q0[block.indices],
                                                           q1[block.indices], t))
                   for block in self._user]
-        if not self.dense:
+        if not dense:
             return sp.vstack([middle] + [self._user_block(block, local)
                                          for block, local in blocks]).tocsr()
         out = np.zeros((self.m, self.n))
@@ -277,13 +285,21 @@ class Model:
                                 ) -> np.ndarray:
         """A discrete gradient of f(q) = multipliers . G(q) w between q0 and q1,
         f(q1) - f(q0) = (this) . (q1 - q0): (sum_k mult_k d2 g_k(q_mid)) w, exact for the
-        quadratic rows, with Gonzalez's correction for the user rows
-        (:meth:`mbs.joints.UserConstraint.hessian_correction`)."""
+        quadratic rows, with Gonzalez's correction for the other user rows
+        (:meth:`hessian_corrections`)."""
         out = self.hessian_product_matrix(0.5 * (q0 + q1), multipliers, t) @ w
+        return out + self.hessian_corrections(q0, q1, multipliers, w, t)
+
+    def hessian_corrections(self, q0: np.ndarray, q1: np.ndarray, multipliers: np.ndarray,
+                            w: np.ndarray, t: float = 0.0) -> np.ndarray:
+        """The sum of the user constraints' corrections of :meth:`discrete_hessian_vector`
+        (:meth:`mbs.joints.UserConstraint.hessian_correction`; zero for quadratic ones)."""
+        out = np.zeros(self.n)
         for block in self._user:
-            out[block.indices] += block.constraint.hessian_correction(
-                q0[block.indices], q1[block.indices], multipliers[block.rows],
-                w[block.indices], t)
+            if not block.constraint.quadratic:
+                out[block.indices] += block.constraint.hessian_correction(
+                    q0[block.indices], q1[block.indices], multipliers[block.rows],
+                    w[block.indices], t)
         return out
 
     @property
@@ -648,8 +664,7 @@ class Model:
         """D^G g(q0, q1) with g(q1) - g(q0) = D^G g (q1 - q0): the midpoint Jacobian for the
         quadratic rows (exact, and orthogonal to symmetry generators), Gonzalez's discrete
         gradient for user rows (momentum then not guaranteed); sparse."""
-        jacobian = self._two_point_jacobian(q0, q1, t, "discrete_jacobian")
-        return jacobian if sp.issparse(jacobian) else sp.csr_matrix(jacobian)
+        return self._two_point_jacobian(q0, q1, t, "discrete_jacobian", False)
 
     def _user_block(self, block: UserConstraintBlock, local: np.ndarray) -> sp.csr_matrix:
         rows = np.repeat(np.arange(local.shape[0]), local.shape[1])

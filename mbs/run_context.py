@@ -120,10 +120,11 @@ def subnormals_flushed() -> Iterator[None]:
 
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
-    """Ctrl-C (SIGINT) held back until the block is done, then raised as KeyboardInterrupt:
-    for steps that must happen together or not at all (a flush of a stream and the
-    bookkeeping that records it). Outside the main thread, where no handler can be set,
-    the block runs as it is."""
+    """Ctrl-C (SIGINT) held back until the block is done, then delivered to the handler it
+    was meant for (Python's raises KeyboardInterrupt; an ignored SIGINT stays ignored): for
+    steps that must happen together or not at all (a flush of a stream and the bookkeeping
+    that records it). Outside the main thread, where no handler can be set, the block runs
+    as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -139,5 +140,5 @@ def interrupts_deferred() -> Iterator[None]:
         # None: a handler not set from Python; Python's own is the nearest equivalent
         signal.signal(signal.SIGINT, signal.default_int_handler if previous is None
                       else previous)
-    if received:
-        raise KeyboardInterrupt
+        if received:  # delivered now to the handler it was meant for (or ignored)
+            signal.raise_signal(signal.SIGINT)

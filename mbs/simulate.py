@@ -331,6 +331,7 @@ class _Run:
         self.iterations = np.zeros(rows, dtype=int)
         self.started = time.perf_counter()
         self.resumed_at = None  # the step a resumed run starts from
+        self.restart_stopped_at_base = False  # the last failed restart could go no further
         # a resumed run's refinements and restarts before it (known once the stream is read)
         self.earlier_events = {"refined_steps": [], "restarts": []}
         self.solver_state = (-1, None)  # (steps done, solver checkpoint) of a streamed run
@@ -711,7 +712,7 @@ class _Run:
                     else f" (residual {newton_failure.residual_norm:.3e})")
         tried = (f", also as {2**self.max_refinements} sub-steps"
                  if self.on_failure == "refine" and self.max_refinements > 0 else "")
-        if tried and self.base > 0:
+        if tried and self.restart_stopped_at_base:
             tried += (f" and with the steps from {self.base} redone (steps before it are in "
                       f"the stream, flushed or resumed from, and are not redone: a run in "
                       f"memory may get past this step)")
@@ -950,6 +951,8 @@ class _Run:
                 if failed and first > self.base:
                     back *= 2
                     continue
+                # steps before the base (flushed or resumed from) might have cured it
+                self.restart_stopped_at_base = failed and self.base > 0
                 row = k - self.base
                 self.solver.start(self.model, self.q[row], self.p[row], self.h / before)
                 self.solver.restore(checkpoint)

@@ -62,7 +62,9 @@ MAX_COUNT = 2**48
 def stream_directory(path: str | os.PathLike) -> Path:
     """Directory that holds the chunks of ``path`` while a run is in progress."""
     path = Path(path)
-    return path.with_name(path.name + ".partial") if _packs(path) else path
+    if not _packs(path) or (path / "manifest.json").is_file():  # a stream directory itself
+        return path
+    return path.with_name(path.name + ".partial")
 
 
 def _packs(path: Path) -> bool:

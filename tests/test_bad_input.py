@@ -311,3 +311,5 @@ def test_a_lie_group_iteration_option_is_named_as_given():
     with pytest.raises(mbs.ModelError, match="iteration must be 'newton' or 'fixed-point', "
                                              "got 'newtn'"):
         mbs.simulate(lie, "vrkmk", h=0.01, t_end=0.02, iteration="newtn")
+    with pytest.raises(mbs.ModelError, match=r"tol must lie in \(0, 1\), got 1.5"):
+        mbs.simulate(lie, "vrkmk", h=0.01, t_end=0.02, tol=1.5)

@@ -350,3 +350,13 @@ def test_mass_and_inertia_set_after_construction_are_validated_and_used():
     particle = mbs.PointMass(2.0, name="p")
     with pytest.raises(mbs.ModelError, match="PointMass 'p': mass must be positive"):
         particle.mass = 0.0
+
+
+def test_an_inertia_changes_only_as_a_whole():
+    """Editing the inertia array in place would bypass its checks and leave the Euler tensor
+    of the old one: the arrays are read-only."""
+    body = mbs.RigidBody(mass=1.0, inertia=(1.0, 2.0, 2.5), name="b")
+    with pytest.raises(ValueError, match="read-only"):
+        body.inertia[0, 0] = -5.0
+    with pytest.raises(ValueError, match="read-only"):
+        body.euler_tensor[0, 0] = 0.0

@@ -627,3 +627,18 @@ def test_the_summary_takes_the_angular_momentum_about_a_user_potentials_anchor()
     momentum = solution.angular_momentum(about=anchor)
     assert np.abs(momentum - momentum[0]).max() <= 1e-13 * np.abs(momentum).max()
     assert f"angular momentum about {anchor}" in solution.conservation_summary()
+
+
+def test_a_user_potential_defined_on_one_side_of_its_initial_state_compiles():
+    """E = pi^1.5 of a squared distance that starts at 0 is undefined for pi < 0, where the
+    derivative check's differences step: compile() evaluates the functions at the initial
+    state itself and only compares derivatives where they can be evaluated."""
+    system = mbs.System()
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(velocity=(1.0, 0.0, 0.0))
+    with np.errstate(invalid="ignore"):
+        system.add(UserPotential(SquaredDistance(system.ground, bob), lambda pi: pi[0] ** 1.5,
+                                 gradient=lambda pi: [1.5 * np.sqrt(pi[0])], name="soft"))
+        solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.5)
+    energy = solution.energy()
+    assert np.abs(energy - energy[0]).max() <= 1e-13 * energy[0]

@@ -100,6 +100,16 @@ def test_ctrl_c_waits_for_a_block_that_must_complete():
         done.append(True)
     assert done == [True]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    received = []
+    try:  # a process that ignores SIGINT, or handles it itself, keeps doing so
+        for handler in (signal.SIG_IGN, lambda number, frame: received.append(number)):
+            signal.signal(signal.SIGINT, handler)
+            with interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+            assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert received == [signal.SIGINT]
 
 
 def test_a_run_too_long_to_read_back_hands_over_its_last_block(tmp_path, monkeypatch):
@@ -203,3 +213,14 @@ def test_packing_a_stream_reads_one_chunk_at_a_time(tmp_path, monkeypatch):
     for name, array in directory.items():
         if name != "manifest":
             assert array.dtype == packed[name].dtype and np.array_equal(array, packed[name])
+
+
+def test_a_stream_directory_with_an_npz_name_resumes(tmp_path):
+    """A directory stream whose name ends in .NPZ (earlier versions wrote those as
+    directories) is the stream itself, not a packed file's <name>.partial."""
+    model = flywheel(Torque())
+    reference = mbs.simulate(model, "em", h=0.01, t_end=0.4)
+    mbs.simulate(model, "em", h=0.01, t_end=0.2, output=str(tmp_path / "run"))
+    (tmp_path / "run").rename(tmp_path / "run.NPZ")
+    resumed = mbs.simulate(model, "em", h=0.01, t_end=0.4, resume=str(tmp_path / "run.NPZ"))
+    assert np.array_equal(resumed.q, reference.q)

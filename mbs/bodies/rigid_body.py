@@ -63,16 +63,18 @@ class RigidBody(Body):
 
     @property
     def inertia(self) -> np.ndarray:
-        """Inertia tensor (3, 3) about the centre of mass in the body frame; setting it
-        validates it and updates :attr:`euler_tensor`."""
+        """Inertia tensor (3, 3) about the centre of mass in the body frame (read-only);
+        setting a new one validates it and updates :attr:`euler_tensor`."""
         return self._inertia
 
     @inertia.setter
     def inertia(self, value) -> None:
         owner = f"RigidBody {self.name!r}"
         inertia = _inertia_tensor(value, owner)
-        self._euler_tensor = _euler_tensor(inertia, owner)
-        self._inertia = inertia
+        euler = _euler_tensor(inertia, owner)
+        for array in (inertia, euler):  # changed only as a whole, through this setter
+            array.setflags(write=False)
+        self._inertia, self._euler_tensor = inertia, euler
 
     @property
     def euler_tensor(self) -> np.ndarray:

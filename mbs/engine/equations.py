@@ -568,6 +568,21 @@ class _Evaluations:
                 *(self.points[key] for key in keys), t=self.time)
         return out
 
+    def mean_jacobian(self, a: int, b: int):
+        """(G(a) + G(b)) / 2 of the user rows (:meth:`mbs.Model.mean_jacobian_matrix`): the
+        discrete Jacobian, evaluated once for both, when every constraint is quadratic."""
+        if self.model.quadratic_forms_only:
+            return self("discrete_jacobian_matrix", a, b)
+        return self("mean_jacobian_matrix", a, b)
+
+    def discrete_hessian(self, a: int, b: int, mu: int, v: int, middle: int):
+        """:meth:`mbs.Model.discrete_hessian_vector` from the Hessian product at the middle
+        that the derivatives share, plus the user rows' corrections."""
+        value = self("hessian_product_matrix", middle, mu) @ self.points[v]
+        if self.model.quadratic_forms_only:
+            return value
+        return value + self("hessian_corrections", a, b, mu, v)
+
     def rate(self, at: int, vector: int):
         """G(u) v + dg/dt(u): dg/dt only for rheonomic models."""
         value = self("jacobian_matrix", at) @ self.points[vector]
@@ -598,12 +613,12 @@ _TERMS = {
          1: lambda f, a, b, mu, middle: 0.5 * f("hessian_product_matrix", middle, mu),
          2: lambda f, a, b, mu, middle: f("discrete_jacobian_matrix", a, b).T}),
     "mean_jacobian_transpose": (  # ((G(a) + G(b)) / 2)^T mu; d/da, d/db as above
-        lambda f, a, b, mu, middle: f("mean_jacobian_matrix", a, b).T @ f.points[mu],
+        lambda f, a, b, mu, middle: f.mean_jacobian(a, b).T @ f.points[mu],
         {0: lambda f, a, b, mu, middle: 0.5 * f("hessian_product_matrix", middle, mu),
          1: lambda f, a, b, mu, middle: 0.5 * f("hessian_product_matrix", middle, mu),
-         2: lambda f, a, b, mu, middle: f("mean_jacobian_matrix", a, b).T}),
+         2: lambda f, a, b, mu, middle: f.mean_jacobian(a, b).T}),
     "discrete_hessian": (  # discrete gradient of mu . G(q) v; derivatives at the middle
-        lambda f, a, b, mu, v, middle: f("discrete_hessian_vector", a, b, mu, v),
+        lambda f, a, b, mu, v, middle: f.discrete_hessian(a, b, mu, v, middle),
         {2: lambda f, a, b, mu, v, middle: f("hessian_vector_matrix", middle, v).T,
          3: lambda f, a, b, mu, v, middle: f("hessian_product_matrix", middle, mu)}),
     "jacobian": (  # G(u) v + dg/dt(u)

@@ -216,12 +216,19 @@ def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[Invar
             return np.array([scalar_hessian(row) for row in pi])
 
         @classmethod
+        def values_at(cls, pi_row: np.ndarray) -> None:
+            """Evaluate the user's functions at ``pi_row`` alone (no differences beside it):
+            a value of the wrong shape or type raises ForceFunctionError there."""
+            scalar_energy(pi_row)
+            if gradient is not None:
+                scalar_gradient(pi_row)
+            if hessian is not None:
+                scalar_hessian(pi_row)
+
+        @classmethod
         def derivative_mismatches(cls, pi_row: np.ndarray) -> list[tuple[str, float]]:
             """The user's gradient and Hessian (those given) against central differences
-            of the energy and of the gradient at ``pi_row``: [(name, relative mismatch)].
-            The energy is evaluated in any case, so that a value of the wrong shape or type
-            is reported here (at compile) rather than at the first step."""
-            scalar_energy(pi_row)
+            of the energy and of the gradient at ``pi_row``: [(name, relative mismatch)]."""
             out = []
             if gradient is not None:
                 out.append(("gradient", difference_mismatch(

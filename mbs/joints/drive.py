@@ -66,6 +66,7 @@ class Drive(UserConstraint):
 
     kind = "drive"  # unnamed drives are called drive1, drive2, ...
     time_dependent = True
+    quadratic = True
 
     def __init__(self, joint: Joint, position, rate: Callable | None = None,
                  coordinate: str | None = None, name: str | None = None):

@@ -49,6 +49,9 @@ class UserConstraint(Element):
     kind = "constraint"
     #: Whether g depends on time (drives); a user constraint does not.
     time_dependent = False
+    #: Whether g is known to be quadratic in q (at fixed t), where the midpoint forms of its
+    #: discrete derivatives are exact (drives); a user constraint may be of any form.
+    quadratic = False
 
     def __init__(self, bodies: list, function: Callable, jacobian: Callable,
                  hessian: Callable | None = None, name: str | None = None):
@@ -108,6 +111,14 @@ class UserConstraint(Element):
                 q_local)))
         return out
 
+    def values_at(self, q_local: np.ndarray) -> None:
+        """Evaluate the user's functions at ``q_local`` alone (no differences beside it): a
+        value of the wrong shape or type raises ForceFunctionError there."""
+        self.value(q_local)
+        self.jacobian(q_local)
+        if self.hessian_function is not None:
+            self.hessian_product(q_local, np.ones(self.n_equations))
+
     # evaluation on the local coordinates -------------------------------------------------
     def value(self, q_local: np.ndarray, t: float = 0.0) -> np.ndarray:
         return self._checked(self.function, "function", q_local, shape=(self.n_equations,))
@@ -145,7 +156,8 @@ class UserConstraint(Element):
         norm2 = dq @ dq
         if norm2 == 0.0:
             return np.zeros_like(dq)
-        change = multipliers @ ((self.jacobian(q1, t) - self.jacobian(q0, t)) @ vector)
+        start, end = self.jacobian(q0, t), self.jacobian(q1, t)
+        change = multipliers @ ((end - start) @ vector)
         slope = (self.hessian_product(0.5 * (q0 + q1), multipliers, t) @ vector) @ dq
         return (change - slope) * dq / norm2
 

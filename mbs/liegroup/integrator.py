@@ -70,8 +70,8 @@ class SolverSettings:
     def __post_init__(self):
         if self.method not in ("newton", "fixed-point"):
             raise ValueError(f"method must be 'newton' or 'fixed-point', got {self.method!r}")
-        if not self.tol > 0.0:
-            raise ValueError(f"tol must be positive, got {self.tol!r}")
+        if not 0.0 < self.tol < 1.0:  # a relative error bound
+            raise ValueError(f"tol must lie in (0, 1), got {self.tol!r}")
         if self.max_iterations is None:
             object.__setattr__(self, "max_iterations", 20 if self.method == "newton" else 300)
         if (isinstance(self.max_iterations, bool)
