@@ -208,7 +208,7 @@ class StreamWriter:
         """Mark the run complete; pack into a single .npz when that was asked for."""
         self.manifest["completed"] = True
         _write_manifest(self.directory, self.manifest)
-        if _packs(self.path):
+        if self.directory != self.path:  # packed at the end (an .npz name)
             state = read_solver_state(self.directory, self.manifest)
             temporary = self.path.with_name(self.path.name + ".tmp")
             # the solver state has no zip-level protection against a member removed or
