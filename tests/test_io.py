@@ -266,3 +266,26 @@ def test_a_loaded_solution_says_which_momenta_it_knows_are_conserved_about_a_poi
     loaded = mbs.load_solution(mbs.save_solution(solution, tmp_path / "free.npz"))
     linear, angular = loaded.conserved_momenta((7.0, 7.0, 7.0))
     assert linear.tolist() == [True, True, True] and angular is None
+
+
+def test_body_names_with_commas_and_slashes_in_files(tmp_path):
+    """A comma in a body name is quoted in the CSV header (it shifted every later column); a
+    slash, a group separator in HDF5, is refused before the file is created; save_vtk
+    writes .pvd files only."""
+    import csv
+
+    system = mbs.System()
+    for name in ("wheel, left", "arm/left"):
+        system.add(mbs.PointMass(1.0, name=name))
+    solution = mbs.simulate(system.compile(), "em", h=0.1, t_end=0.2)
+    path = io.save_csv(solution, tmp_path / "run.csv",
+                       columns=["position:wheel, left", "position:arm/left"])
+    with open(path, newline="") as handle:
+        header, *rows = list(csv.reader(handle))
+    assert len(header) == len(rows[0]) == 7 and "wheel, left" in header[1]
+    pytest.importorskip("h5py")
+    with pytest.raises(mbs.ModelError, match="rename 'arm/left'"):
+        io.save_hdf5(solution, tmp_path / "run.h5")
+    assert not (tmp_path / "run.h5").exists()
+    with pytest.raises(mbs.ModelError, match="give a .pvd file name, got 'run.vtk'"):
+        io.save_vtk(solution, tmp_path / "run.vtk")

@@ -187,3 +187,32 @@ def test_a_reference_point_that_is_not_three_numbers_is_refused(pendulum_runs):
             call((1.0, 2.0))
         with pytest.raises(mbs.ModelTypeError, match=f"{owner}: about .* must be 3 numbers"):
             call("origin")
+
+
+def test_an_unwritable_figure_path_is_refused_before_the_study_runs(tmp_path):
+    """Refused before the model is even built (the runs would all be lost)."""
+    (tmp_path / "plainfile").write_text("not a directory")
+    built = []
+
+    def build():
+        built.append(True)
+        return mbs.System()
+
+    with pytest.raises(mbs.ModelError, match="cannot write the figure to .*choose a writable"):
+        plots.convergence_study(build, ["em"], [0.1, 0.05], 0.5,
+                                path=tmp_path / "plainfile" / "conv.png")
+    assert not built
+
+
+def test_the_constraint_plot_of_a_scheme_enforcing_none_labels_what_it_reports():
+    """Lie-group methods enforce no director constraints; their reported residual is
+    labelled as such, and no velocity line of exact zeros is drawn."""
+    import heavy_top
+
+    lie = heavy_top.build().compile(formulation="lie-group")
+    solution = mbs.simulate(lie, "vrkmk", h=0.01, t_end=0.05)
+    figure = plots.plot_constraints(solution)
+    labels = [line.get_label() for line in figure.axes[0].get_lines()]
+    assert "residual the scheme reports" in labels
+    assert not any("enforces" in label for label in labels)
+    assert "\n" in figure.axes[0].get_title()  # the long property wrapped, not cut off

@@ -295,3 +295,27 @@ def test_follow_alone_chooses_the_follow_camera_and_bad_combinations_fail_early(
     with pytest.raises(mbs.ModelError, match="'top.xyz' has no image suffix"):
         viz.snapshot(top_solution, tmp_path / "top.xyz", resolution=SMALL)
     assert not (tmp_path / "top.xyz").exists()
+
+
+def test_scene_options_are_checked_and_one_body_name_is_a_list_of_it(top_solution, tmp_path):
+    """Options that failed inside numpy or PyVista, were split into letters, or were taken
+    silently; snapshots to a type Pillow cannot write or to a directory fail before the
+    rendering."""
+    single = viz.snapshot(top_solution, resolution=(64, 48), trails="top", directors="top")
+    listed = viz.snapshot(top_solution, resolution=(64, 48), trails=["top"],
+                          directors=["top"])
+    assert np.array_equal(single, listed)
+    for options, message in (({"view": (1, 0)}, "a direction vector of 3 world coordinates"),
+                             ({"background": "notacolour"}, "background 'notacolour' is not"),
+                             ({"glyph_scale": -1.0}, "glyph_scale must be a positive"),
+                             ({"ground_plane": "yes"}, "ground_plane must be True, False"),
+                             ({"trails": {"top": (1, 2)}}, "the point of 'top' must be 3")):
+        with pytest.raises(mbs.ModelError, match=message):
+            viz.snapshot(top_solution, resolution=(64, 48), **options)
+    with pytest.raises(mbs.ModelError, match="fps must be a positive number, got '30'"):
+        viz.animate(top_solution, tmp_path / "top.mp4", fps="30", progress=False)
+    with pytest.raises(mbs.ModelError, match="'top.psd' is no image type Pillow writes"):
+        viz.snapshot(top_solution, tmp_path / "top.psd", resolution=(64, 48), bogus=True)
+    (tmp_path / "taken.png").mkdir()
+    with pytest.raises(mbs.ModelError, match="it is a directory"):
+        viz.snapshot(top_solution, tmp_path / "taken.png", resolution=(64, 48), bogus=True)
