@@ -148,15 +148,15 @@ class PotentialGroup:
     def discrete_gradient_jacobian(self, q0: np.ndarray, q1: np.ndarray, dense: bool):
         """d D^G V(q0, q1) / d q1, for Newton's method.
 
-        Exact when V~ is a polynomial of degree <= 2 in pi (the discrete gradient is then
-        dpi/dq(q_mid)^T grad V~(pi_mid) with pi_mid = (pi0 + pi1)/2); otherwise approximated by
-        1/2 Hess V(q_mid), which differs by O(|q1 - q0|).
+        Exact: when V~ is a polynomial of degree <= 2 in pi the discrete gradient is
+        dpi/dq(q_mid)^T grad V~(pi_mid) with pi_mid = (pi0 + pi1)/2; otherwise it is
+        Gonzalez's quotient, differentiated by :meth:`_quotient_jacobian`.
         """
         q_mid = 0.5 * (q0 + q1)
         if self.linear_in_q:
             return np.zeros((self.table.n,) * 2) if dense else sp.csr_matrix((self.table.n,) * 2)
         if self.term.polynomial_degree is None or self.term.polynomial_degree > 2:
-            return 0.5 * (self.hessian_dense(q_mid) if dense else self.hessian(q_mid))
+            return self._quotient_jacobian(q0, q1, dense)
         pi_mid = 0.5 * (self.invariants(q0) + self.invariants(q1))
         dv = self.term.gradient(pi_mid, self.params).ravel()
         d2v = self.term.hessian(pi_mid, self.params)
@@ -172,6 +172,27 @@ class PotentialGroup:
         block = sp.csr_matrix((d2v.ravel(), (rows, cols)), shape=(e * k, e * k))
         return 0.5 * (self.table.hessian_product(dv)
                       + self.table.jacobian(q_mid).T @ block @ self.table.jacobian(q1)).tocsr()
+
+    def _quotient_jacobian(self, q0: np.ndarray, q1: np.ndarray, dense: bool):
+        """d/dq1 of dpi/dq(q_mid)^T D V~(pi0, pi1) for Gonzalez's quotient (potentials that
+        are no polynomials of degree <= 2): 1/2 sum_k D_k Hess pi_k + dpi/dq(q_mid)^T
+        (dD/dpi1) dpi/dq(q1), exact (the invariants are quadratic in q)."""
+        gradient, slope = discrete_invariant_gradient(
+            self.term, self.invariants(q0), self.invariants(q1), self.params, self.scales,
+            jacobian=True)
+        q_mid = 0.5 * (q0 + q1)
+        k, e = self.n_invariants, self.n_elements
+        if dense:
+            jac_mid = self.table.jacobian_dense(q_mid)
+            jac_1 = self.table.jacobian_dense(q1)
+            weighted = np.einsum("eab,ebj->eaj", slope, jac_1.reshape(e, k, -1))
+            return (0.5 * self.table.hessian_product_dense(gradient.ravel())
+                    + jac_mid.T @ weighted.reshape(jac_1.shape))
+        rows = np.repeat(np.arange(e * k).reshape(-1, k), k, axis=1).ravel()
+        cols = np.tile(np.arange(e * k).reshape(-1, k), (1, k)).ravel()
+        block = sp.csr_matrix((slope.ravel(), (rows, cols)), shape=(e * k, e * k))
+        return (0.5 * self.table.hessian_product(gradient.ravel())
+                + self.table.jacobian(q_mid).T @ block @ self.table.jacobian(q1)).tocsr()
 
     def discrete_gradient(self, q0: np.ndarray, q1: np.ndarray) -> np.ndarray:
         """(dpi/dq)(q_mid)^T D V~(pi0, pi1), seed 003 eqs. (125)-(126)."""

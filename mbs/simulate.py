@@ -340,6 +340,8 @@ class _Run:
         self.checks_branches = isinstance(self.model, Model) and self.model.has_branch_checks
         self.has_frames = (isinstance(self.model, Model)
                            and self.model.director_columns.size > 0)
+        self.has_singular_potentials = (isinstance(self.model, Model) and bool(
+            self.model.potential_singular_distances(self.model.q0)))
 
     def begin(self, q0: np.ndarray, p0: np.ndarray) -> None:
         self.q[0], self.p[0] = q0, p0
@@ -894,6 +896,18 @@ class _Run:
         if mirrored is not None:
             raise NewtonConvergenceError(mirrored, 0.0, 0.0, result.iterations,
                                          "reduce the step size")
+        if self.has_singular_potentials:
+            # a step that ends closer to a potential's singular configuration than it
+            # travels may have jumped across it (a body falling through an attracting
+            # centre): refined, and named when no sub-step avoids it (_near_singularity)
+            name, distance = min(self.model.potential_singular_distances(result.q),
+                                 key=lambda item: item[1])
+            travel = float(np.linalg.norm(result.q - q0))
+            if distance < travel:
+                raise NewtonConvergenceError(
+                    f"the step ended {distance:.3g} from where the potential {name!r} is "
+                    f"singular, closer than it travelled ({travel:.3g})", 0.0, 0.0,
+                    result.iterations, "reduce the step size")
         return result
 
     def _refine(self, q, p, k) -> StepResult | None:

@@ -292,7 +292,7 @@ def test_follow_alone_chooses_the_follow_camera_and_bad_combinations_fail_early(
     assert np.array_equal(alone, explicit) and not np.array_equal(alone, fixed)
     with pytest.raises(mbs.ModelError, match="camera='fixed' shows the whole motion"):
         viz.snapshot(top_solution, resolution=SMALL, camera="fixed", follow="top")
-    with pytest.raises(mbs.ModelError, match="'top.xyz' has no image suffix"):
+    with pytest.raises(mbs.ModelError, match="'top.xyz' is no image type Pillow writes"):
         viz.snapshot(top_solution, tmp_path / "top.xyz", resolution=SMALL)
     assert not (tmp_path / "top.xyz").exists()
 

@@ -166,8 +166,10 @@ def dot(a: AffineVector, b: AffineVector) -> Invariant:
 
 def discrete_invariant_gradient(term: type[InvariantTerm], pi0: np.ndarray, pi1: np.ndarray,
                                 params: dict, scales: np.ndarray,
-                                roundoff_factor: float = 8.0) -> np.ndarray:
-    """Discrete gradient D V~(pi0, pi1) in pi-space, shape (n_elements, n_invariants).
+                                roundoff_factor: float = 8.0, jacobian: bool = False):
+    """Discrete gradient D V~(pi0, pi1) in pi-space, shape (n_elements, n_invariants), and
+    with ``jacobian`` its exact derivative dD/dpi1, shape (n_elements, k, k): Newton's
+    method then converges quadratically also for potentials that are no polynomials.
 
     For degree <= 2 polynomials the midpoint gradient is exact. Otherwise Gonzalez's formula in
     the metric W = diag(1/scales^2):
@@ -190,7 +192,7 @@ def discrete_invariant_gradient(term: type[InvariantTerm], pi0: np.ndarray, pi1:
     mid = 0.5 * (pi0 + pi1)
     grad_mid = term.gradient(mid, params)
     if term.polynomial_degree is not None and term.polynomial_degree <= 2:
-        return grad_mid
+        return (grad_mid, 0.5 * term.hessian(mid, params)) if jacobian else grad_mid
     delta = pi1 - pi0
     energy0, energy1 = term.energy(pi0, params), term.energy(pi1, params)
     residual = energy1 - energy0 - np.sum(grad_mid * delta, axis=1)
@@ -199,12 +201,29 @@ def discrete_invariant_gradient(term: type[InvariantTerm], pi0: np.ndarray, pi1:
         + np.sum(np.abs(grad_mid * delta), axis=1))
     use_quotient = np.abs(residual) > roundoff
     base = grad_mid  # what the quotient corrects; Simpson's mean where it is not used
+    grad1 = term.gradient(pi1, params) if jacobian or not np.all(use_quotient) else None
     if not np.all(use_quotient):
-        simpson = (term.gradient(pi0, params) + 4.0 * grad_mid + term.gradient(pi1, params)) / 6.0
+        simpson = (term.gradient(pi0, params) + 4.0 * grad_mid + grad1) / 6.0
         base = np.where(use_quotient[:, None], grad_mid, simpson)
-        if not np.any(use_quotient):
+        if not np.any(use_quotient) and not jacobian:
             return base
     weighted = delta / scales**2
     norm2 = np.sum(delta * weighted, axis=1)
-    factor = np.where(use_quotient, residual / np.where(use_quotient, norm2, 1.0), 0.0)
-    return base + factor[:, None] * weighted
+    safe_norm2 = np.where(use_quotient, norm2, 1.0)
+    factor = np.where(use_quotient, residual / safe_norm2, 0.0)
+    gradient = base + factor[:, None] * weighted
+    if not jacobian:
+        return gradient
+    # d/dpi1 of grad_mid + f w, w = W delta, f = residual / (delta . W delta):
+    # H_mid / 2 + f W + w (x) (grad V~(pi1) - grad_mid - H_mid delta / 2 - 2 f w) / norm2;
+    # of Simpson's mean: (2 H_mid + H(pi1)) / 6
+    hessian_mid = term.hessian(mid, params)
+    k = pi0.shape[1]
+    slope = (grad1 - grad_mid - 0.5 * np.einsum("eij,ej->ei", hessian_mid, delta)
+             - 2.0 * factor[:, None] * weighted) / safe_norm2[:, None]
+    quotient = (0.5 * hessian_mid + factor[:, None, None] * np.eye(k) / scales[:, :, None]**2
+                + np.einsum("ei,ej->eij", weighted, slope))
+    if np.all(use_quotient):
+        return gradient, quotient
+    mean = (2.0 * hessian_mid + term.hessian(pi1, params)) / 6.0
+    return gradient, np.where(use_quotient[:, None, None], quotient, mean)
