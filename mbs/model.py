@@ -960,7 +960,11 @@ class Model:
                 raise InconsistentInitialStateError(
                     f"initial positions violate the constraints (max |g| = {g:.3e}); fix the "
                     f"bodies' set_state calls or pass project=True", g, np.nan)
-            q, _ = self.project(q, p, t=t)
+            q_projected, _ = self.project(q, p, t=t)
+            warn_user(f"initial positions projected onto the constraint manifold: |dq| = "
+                      f"{np.max(np.abs(q_projected - q)):.3e} (residual was |g| = {g:.3e}); "
+                      f"the velocities follow from the given joint rates")
+            q = q_projected
         v = self.apply_inverse_mass(p)
         names, rates, rows = [], [], []
         for name, rate in joint_rates.items():

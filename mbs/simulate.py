@@ -243,7 +243,7 @@ def step_count(h: float, t_start: float, t_end: float, caller: str) -> int:
         raise ModelError(f"{caller}: h = {h} gives round((t_end - t_start) / h) = 0 steps on "
                          f"[{t_start}, {t_end}]; give h <= t_end - t_start = "
                          f"{t_end - t_start}")
-    if abs(steps * h - (t_end - t_start)) > 1e-9 * max(1.0, t_end - t_start):
+    if abs(steps * h - (t_end - t_start)) > 1e-6 * h:  # a millionth of a step, in any units
         warn_user(f"{caller}: h = {h} does not divide the interval; {steps} "
                   f"step{'s' if steps > 1 else ''} end{'s' if steps == 1 else ''} at "
                   f"t = {t_start + steps * h}")

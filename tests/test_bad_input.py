@@ -313,3 +313,24 @@ def test_a_lie_group_iteration_option_is_named_as_given():
         mbs.simulate(lie, "vrkmk", h=0.01, t_end=0.02, iteration="newtn")
     with pytest.raises(mbs.ModelError, match=r"tol must lie in \(0, 1\), got 1.5"):
         mbs.simulate(lie, "vrkmk", h=0.01, t_end=0.02, tol=1.5)
+
+
+def test_a_projection_with_joint_rates_is_reported_and_short_runs_are_timed_relative():
+    """initial_state(project=True, joint_rates=...) moved the positions without a word, as
+    the projection without joint rates does not; a 1 us run with h = 3e-10 (a third of a
+    step short) ends early with a warning, as a 1 s run with h = 3e-4 does."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    link = system.add(rigid())
+    link.set_state(position=(0.5, 0.0, 0.0))
+    system.add(mbs.joints.Revolute(system.ground, link, point=(0.0, 0.0, 0.0),
+                                   axis=(0.0, 1.0, 0.0), name="hinge"))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.0, 0.0, -0.5))
+    system.add(mbs.joints.Distance(link, bob, length=0.55, point_a=(1.0, 0.0, 0.0)))
+    model = system.compile()
+    with pytest.warns(UserWarning, match="initial positions projected .* joint rates"):
+        model.initial_state(project=True, joint_rates={"hinge": 2.0})
+    ball = mbs.System()
+    ball.add(mbs.PointMass(1.0, name="ball"))
+    with pytest.warns(UserWarning, match="does not divide the interval"):
+        mbs.simulate(ball.compile(), h=3e-10, t_end=1e-6)

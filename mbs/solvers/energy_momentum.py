@@ -48,10 +48,11 @@ class EnergyMomentum(Solver):
 
     The equations are written once (:meth:`_equations`) and evaluated in tensor form or
     through the model (:mod:`mbs.engine.equations`). Newton's Jacobian follows from them; it
-    is exact when every potential term is a polynomial of degree <= 2 in its invariants
-    (gravity, quartic springs); for other potentials the derivative of the discrete gradient
-    is taken as 1/2 Hess V(q_mid), which differs by O(|q1 - q0|): Newton then converges
-    linearly with a rate O(h).
+    is exact for every potential (the derivative of Gonzalez's quotient included, see
+    :meth:`mbs.potential_group.PotentialGroup.discrete_gradient_jacobian`). With user
+    constraints that are not quadratic, the derivatives of the mean Jacobian and of the
+    corrected Hessian product are taken at the midpoint; Newton then converges linearly and
+    goes on until its iterate is exact to round-off (:attr:`iterates_to_roundoff`).
     """
 
     properties = SchemeProperties(
