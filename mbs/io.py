@@ -30,9 +30,9 @@ its script and pass it: ``load_solution(path, model=build().compile())`` returns
 from __future__ import annotations
 
 import csv
-import io
 import json
 from dataclasses import asdict, fields, is_dataclass
+from io import StringIO
 from pathlib import Path
 
 import numpy as np
@@ -730,7 +730,7 @@ def save_csv(solution: Solution, path, columns=None, every: int = 1) -> Path:
     names, table = observable_columns(solution, columns, every)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = io.StringIO()  # quoted where a body name holds a comma or a quote
+    header = StringIO()  # quoted where a body name holds a comma or a quote
     csv.writer(header, lineterminator="").writerow(names)
     np.savetxt(path, table, delimiter=",", header=header.getvalue(), comments="",
                fmt="%.17g")

@@ -6,6 +6,7 @@ import numpy as np
 
 from mbs.elements import Element
 from mbs.quadratic import AffineVector, QuadraticTableBuilder
+from mbs.validation import as_scalar
 
 
 class Body(Element):
@@ -19,6 +20,16 @@ class Body(Element):
     kind = "body"
     n_coordinates = 0
     has_orientation = False
+
+    @property
+    def mass(self) -> float:
+        """Total mass (validated when set; a model compiled before keeps the old value)."""
+        return self._mass
+
+    @mass.setter
+    def mass(self, value: float) -> None:
+        self._mass = as_scalar(value, "mass", f"{type(self).__name__} {self.name!r}",
+                               positive=True)
 
     def reference_point(self) -> np.ndarray:
         """World position of the body's reference point in the initial state."""

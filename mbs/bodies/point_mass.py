@@ -33,15 +33,6 @@ class PointMass(Body):
         self.position = np.zeros(3)
         self.velocity = np.zeros(3)
 
-    @property
-    def mass(self) -> float:
-        """Mass (validated when set; a model compiled before keeps the old value)."""
-        return self._mass
-
-    @mass.setter
-    def mass(self, value: float) -> None:
-        self._mass = as_scalar(value, "mass", f"PointMass {self.name!r}", positive=True)
-
     def set_state(self, position=None, velocity=None, **others) -> PointMass:
         """Set the initial position and velocity (world frame)."""
         owner = f"PointMass {self.name!r}"

@@ -8,7 +8,7 @@ from mbs.bodies.base import Body
 from mbs.errors import ModelError
 from mbs.quadratic import AffineVector, QuadraticTableBuilder
 from mbs.rotations import check_rotation
-from mbs.validation import MAX_MAGNITUDE, MIN_POSITIVE, as_scalar, as_vector
+from mbs.validation import MAX_MAGNITUDE, MIN_POSITIVE, as_vector
 
 #: Relative tolerance (to the trace of the inertia) for symmetry and for a vanishing Euler inertia.
 INERTIA_TOLERANCE = 1e-12
@@ -51,15 +51,6 @@ class RigidBody(Body):
         self.rotation = np.eye(3)
         self.velocity = np.zeros(3)
         self.angular_velocity = np.zeros(3)
-
-    @property
-    def mass(self) -> float:
-        """Total mass (validated when set; a model compiled before keeps the old value)."""
-        return self._mass
-
-    @mass.setter
-    def mass(self, value: float) -> None:
-        self._mass = as_scalar(value, "mass", f"RigidBody {self.name!r}", positive=True)
 
     @property
     def inertia(self) -> np.ndarray:
