@@ -1026,12 +1026,14 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
     spring between equal masses, and 2 sqrt(k / m) for a long chain, its highest mode;
     springs one by one would miss that factor sqrt 2. Springs along lines act on the masses;
     torsion springs on the moments of inertia about their joint's axis through the joint
-    point (:func:`_axis_inertias`), the exact sqrt(k / I) for a body hinged to the ground."""
-    masses = {body.name: body.mass for body in model.bodies}
+    point (:func:`_axis_inertias`), the exact sqrt(k / I) for a body hinged to the ground.
+    A line spring attached to a rigid body away from its centre of mass acts on the body's
+    effective mass at that point along the line (:func:`_point_masses`): a light link
+    turned by a spring on a long arm oscillates much faster than sqrt(k / m)."""
     springs, rows = [], {}
     for force in model.forces:
         if force.type in ("Spring", "QuarticSpring"):
-            kind, inertias = "translation", masses
+            kind, inertias = "translation", _point_masses(model, force)
         elif force.type == "TorsionSpring":
             kind, inertias = "rotation", _axis_inertias(model, force.data["joint"])
         else:
@@ -1060,11 +1062,41 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
     unstable = (" and beyond rattle's stability limit h omega = 2"
                 if solver.startswith("rattle") and h * omega > 2.0 else "")
     warn_user(f"simulate: {force.type} {force.name!r} oscillates at up to omega = "
-              f"{omega:.3g} rad per time unit (sqrt(k/m), or sqrt(k/I) for torsion, over "
-              f"the springs on its bodies; "
+              f"{omega:.3g} rad per time unit (sqrt(k/m) with the bodies' masses at its "
+              f"attachment points, or sqrt(k/I) for torsion, over the springs on its bodies; "
               f"period {2 * math.pi / omega:.3g}); h omega = {h * omega:.3g} is beyond the "
               f"accuracy of every scheme{unstable}{others}: choose h <= {0.2 / omega:.2g} "
               f"to resolve it, or a softer spring", RuntimeWarning)
+
+
+def _point_masses(model: Model, force) -> dict[str, float]:
+    """The effective masses, at the initial pose, of a line spring's bodies at its
+    attachment points along its line e: 1 / (1/m + (r x e) . J_world^-1 (r x e)) with r the
+    point relative to the centre of mass (m for a point mass or a point at the centre). A
+    free body's: a joint can only make it heavier, so omega stays an upper bound. Where the
+    points coincide (a zero-length spring) the line is any direction, and the lightest one
+    is taken."""
+    points = [np.asarray(point, dtype=float) for point in force.data.get("points", ())]
+    line = points[1] - points[0] if len(points) == 2 else np.zeros(3)
+    length = float(np.linalg.norm(line))
+    out = {}
+    for body in model.bodies:
+        if body.name not in force.bodies:
+            continue
+        out[body.name] = body.mass
+        if body.inertia is None or len(points) != 2:
+            continue
+        coordinates = model.q0[body.coordinates]
+        rotation = coordinates[3:].reshape(3, 3).T  # columns the directors
+        arm = points[force.bodies.index(body.name)] - coordinates[:3]
+        compliance = rotation @ np.linalg.inv(body.inertia) @ rotation.T  # J_world^-1
+        lever = np.array([[0.0, -arm[2], arm[1]], [arm[2], 0.0, -arm[0]],
+                          [-arm[1], arm[0], 0.0]])  # r x (.)
+        rotational = lever.T @ compliance @ lever  # e -> (r x e) . J^-1 (r x e)
+        turn = (line @ rotational @ line / length**2 if length > 0.0
+                else float(np.linalg.eigvalsh(rotational)[-1]))
+        out[body.name] = 1.0 / (1.0 / body.mass + max(turn, 0.0))
+    return out
 
 
 def _axis_inertias(model: Model, joint: str) -> dict[str, float]:

@@ -106,6 +106,25 @@ def test_a_spring_too_stiff_for_the_step_is_named():
         mbs.simulate(model, "em", h=1e-5, t_end=2e-5)  # h omega = 0.1: no warning
 
 
+def test_a_spring_on_a_long_arm_is_named_by_its_own_frequency():
+    """A 1 kg, 2 cm cube hinged at its centre, turned by a k = 100 spring 0.5 m from the
+    hinge: omega = sqrt(k r^2 / I) = 612 rad/s, not sqrt(k / m) = 10; at h = 0.01 (h omega
+    = 6.1) the run is wrong, and the warning says so."""
+    system = mbs.System()
+    cube = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.02, ly=0.02, lz=0.02,
+                                               name="cube"))
+    system.add(mbs.joints.Revolute(system.ground, cube, point=(0.0, 0.0, 0.0),
+                                   axis=(0.0, 0.0, 1.0)))
+    system.add(mbs.forces.Spring(system.ground, cube, stiffness=100.0, rest_length=0.3,
+                                 point_a=(0.5, 0.3, 0.0), point_b=(0.5, 0.0, 0.0),
+                                 name="lever"))
+    inertia = 1.0 * 0.02**2 / 6.0
+    omega = np.sqrt(100.0 * 0.5**2 / inertia)
+    with pytest.warns(RuntimeWarning, match=rf"Spring 'lever' oscillates at up to omega = "
+                                            rf"{omega:.3g} rad"):
+        mbs.simulate(system.compile(), "em", h=0.01, t_end=0.02)
+
+
 def test_a_diverging_run_stops_with_its_steps():
     """RATTLE is explicit in its momenta: on a spring with h omega = 10 (beyond its
     stability limit 2) the state grows by a factor of about (h omega)^2 / 2 = 50 per step, so
