@@ -408,9 +408,15 @@ class _Run:
             if flushed != self.base:
                 raise ModelError(f"{self.stream}: holds {flushed} steps, the run flushed "
                                  f"{self.base}; was it changed while the run wrote it?")
-        except MbsError as exc:  # the stream is gone or damaged: keep what is in memory
+        except (MbsError, KeyboardInterrupt) as exc:
+            # the stream is gone or damaged, or a second Ctrl-C stopped reading it (the
+            # steps are on disk): keep what is in memory
+            if isinstance(exc, KeyboardInterrupt) and not failing:
+                raise
             window = {name: array.copy() for name, array in held.items()}
-            message = (f"the flushed steps cannot be read back ({exc}); the solution holds "
+            reason = ("reading them was interrupted" if isinstance(exc, KeyboardInterrupt)
+                      else str(exc))
+            message = (f"the flushed steps cannot be read back ({reason}); the solution holds "
                        f"the last {rows} steps (from step {self.base})")
             if not failing:
                 raise SimulationError(f"simulate: {message}", solution=self._build(

@@ -224,3 +224,34 @@ def test_a_stream_directory_with_an_npz_name_resumes(tmp_path):
     (tmp_path / "run").rename(tmp_path / "run.NPZ")
     resumed = mbs.simulate(model, "em", h=0.01, t_end=0.4, resume=str(tmp_path / "run.NPZ"))
     assert np.array_equal(resumed.q, reference.q)
+
+
+def test_a_second_ctrl_c_while_the_stream_is_read_back_keeps_the_window(tmp_path,
+                                                                        monkeypatch):
+    """Ctrl-C (here from a load's function) writes the steps not yet flushed first; a second
+    one while the stream is read back for error.solution leaves the window in memory
+    instead of escaping without any solution."""
+    class Interrupt:
+        def __call__(self, t):
+            if t > 0.25:
+                raise KeyboardInterrupt
+            return (0.0, 0.0, 0.0)
+
+    system = mbs.System()
+    ball = system.add(mbs.PointMass(1.0, name="ball"))
+    ball.set_state(velocity=(1.0, 0.0, 0.0))
+    system.add(mbs.forces.Load(ball, force=Interrupt(), name="push"))
+    model = system.compile()
+
+    def interrupted_read(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys.modules["mbs.simulate"], "read_stream", interrupted_read)
+    path = tmp_path / "run"
+    with pytest.warns(UserWarning, match="reading them was interrupted"), \
+            pytest.raises(mbs.SimulationInterrupted) as stopped:
+        mbs.simulate(model, "em", h=0.01, t_end=1.0, output=str(path), flush_every=10)
+    monkeypatch.undo()
+    assert stopped.value.solution.stats["first_step"] == 20
+    done = stopped.value.solution.stats["steps"]
+    assert json.loads((path / "manifest.json").read_text())["steps_done"] == done
