@@ -488,13 +488,17 @@ def _keep_partial_run(args, error: SolverError | SimulationInterrupted,
 
 
 def _viz_options(args, defaults: dict) -> dict:
+    """The script's VIZ with the flags over it: --follow makes a fixed camera follow, and
+    --camera fixed drops the script's followed body."""
     options = dict(defaults)
     for key in ("camera", "follow", "view"):
         value = getattr(args, key)
         if value is not None:
             options[key] = value
-    if args.follow and "camera" not in options:
+    if args.follow and args.camera is None and options.get("camera") in (None, "fixed"):
         options["camera"] = "follow"
+    if args.camera == "fixed" and args.follow is None:
+        options.pop("follow", None)
     return options
 
 

@@ -481,6 +481,13 @@ class Model:
         return [item for group in self.potential_groups
                 for item in group.singular_distances(q)]
 
+    def potential_singular_steps(self, q0: np.ndarray, q1: np.ndarray
+                                 ) -> list[tuple[str, float, float]]:
+        """(element name, distance at q1 from its singular configurations, how far the
+        point it measures moved from q0) of the potentials that have any."""
+        return [item for group in self.potential_groups
+                for item in group.singular_steps(q0, q1)]
+
     def potential_discrete_gradient(self, q0: np.ndarray, q1: np.ndarray) -> np.ndarray:
         """Momentum-conserving discrete gradient D^G V(q0, q1) (seed 003, (125)-(126)).
 

@@ -115,6 +115,18 @@ class PotentialGroup:
             return []
         return [(name, float(distance)) for name, distance in zip(self.names, distances)]
 
+    def singular_steps(self, q0: np.ndarray, q1: np.ndarray) -> list[tuple[str, float, float]]:
+        """(element name, distance at q1 from its singular configurations, how far the
+        measured point moved from q0) for the elements whose V~ has any."""
+        pi1 = self.invariants(q1)
+        distances = self.term.singular_distance(pi1, self.params)
+        if distances is None:
+            return []
+        travel = self.term.singular_travel(self.invariants(q0),
+                                           self.invariants(0.5 * (q0 + q1)), pi1, self.params)
+        return [(name, float(distance), float(moved))
+                for name, distance, moved in zip(self.names, distances, travel)]
+
     def _tiled_params(self, count: int) -> dict:
         cache = self.__dict__.setdefault("_tiled", {})
         if count not in cache:

@@ -906,14 +906,12 @@ class _Run:
             # a step that ends closer to a potential's singular configuration than it
             # travels may have jumped across it (a body falling through an attracting
             # centre): refined, and named when no sub-step avoids it (_near_singularity)
-            name, distance = min(self.model.potential_singular_distances(result.q),
-                                 key=lambda item: item[1])
-            travel = float(np.linalg.norm(result.q - q0))
-            if distance < travel:
-                raise NewtonConvergenceError(
-                    f"the step ended {distance:.3g} from where the potential {name!r} is "
-                    f"singular, closer than it travelled ({travel:.3g})", 0.0, 0.0,
-                    result.iterations, "reduce the step size")
+            for name, distance, travel in self.model.potential_singular_steps(q0, result.q):
+                if distance < travel:
+                    raise NewtonConvergenceError(
+                        f"the step ended {distance:.3g} from where the potential {name!r} "
+                        f"is singular, closer than its point travelled ({travel:.3g})", 0.0,
+                        0.0, result.iterations, "reduce the step size")
         return result
 
     def _refine(self, q, p, k) -> StepResult | None:

@@ -271,12 +271,17 @@ class StreamWriter:
         for chunk in records:
             file = self.directory / chunk["file"]
             with open_archive(file, _chunk_bytes(chunk["steps"], n, m)) as archive:
-                if name in archive.files:
+                if name in EVENTS:
+                    array = _events(archive, chunk["steps"], file)[name]
+                elif name in archive.files:
                     array = archive[name]
-                elif name in EVENTS:
-                    array = np.zeros((0, *tail), np.int64)
                 else:  # written without work
                     array = np.zeros(chunk["steps"])
+            if name not in EVENTS and (array.shape != (chunk["steps"], *tail)
+                                       or array.dtype.kind not in "biuf"):
+                raise ModelError(f"{file}: {name} has shape {array.shape} ({array.dtype}), "
+                                 f"the manifest implies {(chunk['steps'], *tail)}; the stream "
+                                 f"is damaged")
             yield array
 
 

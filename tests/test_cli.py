@@ -382,3 +382,26 @@ def test_a_scripts_viz_may_set_the_rendering_settings(tmp_path, capsys):
     assert main(["run", str(script), "--animate", str(movie), "--fps", "20", "--quiet",
                  "--progress", "off"]) == 0
     assert "at 20 fps, 64x48" in capsys.readouterr().out
+
+
+def test_camera_flags_take_precedence_over_the_scripts_viz(tmp_path, capsys):
+    """--follow turns the script's fixed camera into a following one, and --camera fixed
+    drops the script's followed body, instead of reporting a conflict the user never wrote."""
+    pytest.importorskip("pyvista")
+    script = tmp_path / "ball.py"
+    script.write_text(
+        "import mbs\n"
+        "RECOMMENDED = dict(solver='em', h=0.05, t_end=0.1)\n"
+        "VIZ = dict(camera='fixed', resolution=(64, 48))\n"
+        "def build():\n"
+        "    system = mbs.System(gravity=(0, 0, -9.81))\n"
+        "    system.add(mbs.PointMass(1.0, name='ball'))\n"
+        "    return system\n")
+    still = tmp_path / "ball.png"
+    assert main(["run", str(script), "--follow", "ball", "--snapshot", str(still), "--quiet",
+                 "--progress", "off"]) == 0
+    script.write_text(script.read_text().replace("camera='fixed'",
+                                                 "camera='follow', follow='ball'"))
+    assert main(["run", str(script), "--camera", "fixed", "--snapshot", str(still),
+                 "--quiet", "--progress", "off"]) == 0
+    assert still.exists()

@@ -48,3 +48,18 @@ def test_the_attitude_converges_at_second_order(spacecraft):
     coarse = np.abs(attitudes[0] - attitudes[1]).max()
     fine = np.abs(attitudes[1] - attitudes[2]).max()
     assert coarse == pytest.approx(4.0 * fine, rel=0.05)
+
+
+def test_many_satellites_on_one_orbit_are_not_taken_for_a_fall_into_the_centre():
+    """The step check against a potential's singular configuration compares each element's
+    own distance and travel: 100 satellites at 50 steps per orbit (each moving 0.13 of its
+    distance per step) need no sub-steps, as one alone does not."""
+    system = mbs.System()
+    for k in range(100):
+        angle = 2.0 * np.pi * k / 100
+        body = system.add(mbs.PointMass(1e-3, name=f"sat{k}"))
+        body.set_state(position=(np.cos(angle), np.sin(angle), 0.0),
+                       velocity=(-np.sin(angle), np.cos(angle), 0.0))
+    system.add(mbs.forces.CentralGravity(mu=1.0, name="planet"))
+    solution = mbs.simulate(system.compile(), "em", h=2.0 * np.pi / 50, t_end=np.pi)
+    assert solution.stats["refined_steps"] == []

@@ -79,6 +79,15 @@ class InvariantTerm:
         return None
 
     @classmethod
+    def singular_travel(cls, pi0: np.ndarray, pi_mid: np.ndarray, pi1: np.ndarray,
+                        params: dict) -> np.ndarray | None:
+        """For a V~ with :meth:`singular_distance`: per element, how far the point whose
+        distance that measures moved between two configurations with invariants ``pi0``
+        and ``pi1`` (``pi_mid`` at their midpoint), in the same unit; None (the
+        default) otherwise."""
+        return None
+
+    @classmethod
     def invariant_scales(cls, pi0: np.ndarray, params: dict) -> np.ndarray:
         """Characteristic magnitude of each invariant, (n_elements, n_invariants).
 

@@ -93,6 +93,13 @@ class CentralPointTerm(InvariantTerm):
     def singular_distance(cls, pi, params):
         return np.sqrt(np.abs(pi[:, 0]))
 
+    @classmethod
+    def singular_travel(cls, pi0, pi_mid, pi1, params):
+        """|d1 - d0| of the relative position d (affine in q, so d(q_mid) = (d0 + d1) / 2)
+        from the squared distances: |d1 - d0|^2 = 2 |d0|^2 + 2 |d1|^2 - 4 |d_mid|^2."""
+        return np.sqrt(np.maximum(2.0 * pi0[:, 0] + 2.0 * pi1[:, 0] - 4.0 * pi_mid[:, 0],
+                                  0.0))
+
 
 class CentralGradientTerm(InvariantTerm):
     """Gravity gradient of a rigid body: the part of its central-gravity potential beyond the

@@ -713,7 +713,7 @@ class Solver:
         approximate_jacobians`). It then converges linearly, and an iterate accepted at
         the tolerance keeps an error of one sign from step to step, which shows as an
         energy drift; the other schemes' energy errors are of the order of h^p anyway."""
-        return (self.properties.energy.startswith("exact")
+        return (self.properties.energy == "exact (round-off)"
                 and self.model.approximate_jacobians)
 
     @property
