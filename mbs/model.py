@@ -248,15 +248,6 @@ class Model:
         return self._two_point_jacobian(q0, q1, t, "discrete_jacobian", self.dense)
 
     @property
-    def approximate_jacobians(self) -> bool:
-        """Whether Newton's Jacobian of the schemes' step equations is an approximation on
-        this model: with constraints of other forms than quadratic (the derivatives of their
-        discrete Jacobians are taken at the midpoint). Newton then converges linearly, and
-        the energy-conserving schemes iterate until the iterate is exact to round-off
-        (:func:`mbs.engine.newton.converged`)."""
-        return not self.quadratic_forms_only
-
-    @property
     def quadratic_forms_only(self) -> bool:
         """Whether every constraint is quadratic in q (at fixed t, as drives are): then the
         midpoint forms of the discrete derivatives are exact, and

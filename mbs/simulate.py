@@ -40,6 +40,7 @@ from mbs.errors import (
 from mbs.liegroup.model import LieGroupModel
 from mbs.liegroup.simulation import LIE_GROUP_SOLVERS, is_lie_group_solver, lie_group_solver
 from mbs.model import Model
+from mbs.rotations import skew
 from mbs.run_context import (
     interrupts_deferred,
     progress_bar,
@@ -1094,8 +1095,7 @@ def _point_masses(model: Model, force) -> dict[str, float]:
         rotation = coordinates[3:].reshape(3, 3).T  # columns the directors
         arm = points[force.bodies.index(body.name)] - coordinates[:3]
         compliance = rotation @ np.linalg.inv(body.inertia) @ rotation.T  # J_world^-1
-        lever = np.array([[0.0, -arm[2], arm[1]], [arm[2], 0.0, -arm[0]],
-                          [-arm[1], arm[0], 0.0]])  # r x (.)
+        lever = skew(arm)  # r x (.)
         rotational = lever.T @ compliance @ lever  # e -> (r x e) . J^-1 (r x e)
         turn = (line @ rotational @ line / length**2 if length > 0.0
                 else float(np.linalg.eigvalsh(rotational)[-1]))

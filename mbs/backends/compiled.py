@@ -42,7 +42,6 @@ import scipy.sparse as sp
 
 from mbs.engine.defects import COEFFICIENT_TABLE
 from mbs.engine.guess import FAR_ROOT_FLOOR, FAR_ROOT_ITERATIONS
-from mbs.engine.newton import APPROXIMATE_ERROR, ROUNDOFF_ERROR
 from mbs.engine.newton import estimated_error as _estimated_error_python
 from mbs.engine.newton import stale_cannot_finish as _stale_cannot_finish_python
 from mbs.engine.newton import stale_iterate_exact as _stale_iterate_exact_python
@@ -103,22 +102,20 @@ Condensation = namedtuple("Condensation", (
 #: dense solves (vectorised) are faster.
 SPARSE_FACTORS_FILL = 0.15
 SPARSE_FACTORS_ABOVE = 150
-#: The stopping rules of :class:`mbs.engine.newton.NewtonOptions` as kernel arguments,
-#: whether the factorisation is kept across steps (simplified Newton), and whether iterates
-#: with the approximate Jacobians of Python terms go on to round-off (``approximate`` of
-#: :func:`mbs.engine.newton.converged`).
+#: The stopping rules of :class:`mbs.engine.newton.NewtonOptions` as kernel arguments, and
+#: whether the factorisation is kept across steps (simplified Newton).
 NewtonLimits = namedtuple("NewtonLimits", (
     "tolerance", "stagnation", "estimate_level", "contraction", "refactor_above",
-    "max_iterations", "simplified", "approximate"))
+    "max_iterations", "simplified"))
 
 
-def newton_limits(options, simplified: bool, approximate: bool = False) -> NewtonLimits:
-    """The kernel's :class:`NewtonLimits` of a :class:`~mbs.engine.newton.NewtonOptions`,
-    the run's choice of simplified Newton and of iterating to round-off."""
+def newton_limits(options, simplified: bool) -> NewtonLimits:
+    """The kernel's :class:`NewtonLimits` of a :class:`~mbs.engine.newton.NewtonOptions`
+    and the run's choice of simplified Newton."""
     return NewtonLimits(float(options.tolerance), float(options.stagnation_level),
                         float(options.estimate_level), float(options.contraction),
                         float(options.refactor_above), int(options.max_iterations),
-                        bool(simplified), bool(approximate))
+                        bool(simplified))
 
 
 def available() -> bool:
@@ -420,7 +417,7 @@ def _newton_step(data, x, equations, segments, limits, condensation, constraint_
      term_row, term_scale, row_constant) = equations
     segment_lo, segment_hi, floors = segments
     (tolerance, stagnation, estimate_level, contraction, refactor_above, max_iterations,
-     simplified, approximate) = limits
+     simplified) = limits
     quadratic = (pattern_start, pattern_col, tensor_xx_indptr, tensor_xx_indices,
                  tensor_xx_data)
     factored = (override_rows, uv_indptr, uv_indices, uv_data, term_row, term_scale,
@@ -496,12 +493,8 @@ def _newton_step(data, x, equations, segments, limits, condensation, constraint_
                 largest_step = max(largest_step, abs(step[j]))
                 largest_x = max(largest_x, abs(x[j] - shift_step[j]))
             increment = max(increment, largest_step / largest_x)
-        # a stale Jacobian, or approximate Jacobians of the Python terms (pausing):
-        # converging linearly, the iterate must be exact, not only its increment small
         if increment <= tolerance and simplified and not fresh:
-            accept = _stale_iterate_exact(increment, previous, ROUNDOFF_ERROR)
-        elif increment <= tolerance and pausing and approximate:
-            accept = _stale_iterate_exact(increment, previous, APPROXIMATE_ERROR)
+            accept = _stale_iterate_exact(increment, previous)
         else:
             accept = (increment <= tolerance
                       or _estimated_error(increment, previous) <= estimate_level

@@ -166,8 +166,7 @@ class CompiledRun:
 
     def limits(self):
         """The kernel's :class:`~mbs.backends.compiled.NewtonLimits` of this run."""
-        return _compiled().newton_limits(self.solver.newton, self.solver.uses_simplified_newton,
-                                         self.solver.iterates_to_roundoff)
+        return _compiled().newton_limits(self.solver.newton, self.solver.uses_simplified_newton)
 
     def defect_rows(self, width: int | None = None) -> np.ndarray:
         """The kernel's defect buffer, ((degree + 1) L, ``width``), with the history's rows

@@ -496,7 +496,7 @@ class QuadraticSystem:
         return residual_at_roundoff(residual, jacobian, natural_size(x, starts, floors, lead))
 
     def solve(self, x0: np.ndarray, blocks: tuple[np.ndarray, np.ndarray, slice],
-              floors: np.ndarray, options: NewtonOptions, approximate: bool = False
+              floors: np.ndarray, options: NewtonOptions
               ) -> tuple[np.ndarray, int, int, np.ndarray]:
         """Newton's method on R(x) = 0 at the current step data. Dense systems only.
 
@@ -516,9 +516,6 @@ class QuadraticSystem:
         floors : array
             The relative increment of block b is max|dx_b| / max(floor_b, max|x_b|).
         options : NewtonOptions
-        approximate : bool
-            With extra terms (whose Jacobians are approximate), iterate until the iterate
-            is exact to round-off (see :func:`mbs.engine.newton.converged`).
 
         Returns
         -------
@@ -591,8 +588,7 @@ class QuadraticSystem:
                 increment = 0.0
             if converged(increment, previous, fresh, options,
                          lambda x=x: self._at_roundoff(x if shift is None else x - shift,
-                                                       blocks, floors),
-                         approximate=approximate and extra is not None):
+                                                       blocks, floors)):
                 # the multiplier blocks are outside the increment test: check them once
                 if not math.isfinite(step.dot(step)):
                     _raise_failure("increment", residual, iteration)

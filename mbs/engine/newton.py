@@ -769,9 +769,8 @@ def converged(increment: float, previous: float, fresh: bool, options: NewtonOpt
     """The stopping rule of every Newton loop of the implicit schemes.
 
     Accept when the relative increment is at the tolerance (with a ``stale`` Jacobian of
-    simplified Newton, or an ``approximate`` one -- the derivative of a discrete gradient
-    of a potential that is no polynomial of degree <= 2, of a non-quadratic constraint's
-    terms, or of applied forces, taken at the midpoint --, once the iterate is also exact:
+    simplified Newton, or an ``approximate`` one -- the derivatives of a non-quadratic
+    constraint's terms taken at the midpoint --, once the iterate is also exact:
     :func:`stale_iterate_exact`; both contract only linearly); or when
     the estimated error of the iterate (:func:`estimated_error`) is below ``estimate_level``;
     or when it stopped halving (``stalled``) at round-off level with a fresh Jacobian

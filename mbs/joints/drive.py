@@ -253,12 +253,9 @@ class Drive(UserConstraint):
     def discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0) -> np.ndarray:
         return self.jacobian(0.5 * (q0 + q1), t)  # exact: g is quadratic in q at fixed t
 
-    # g quadratic in q at fixed t: the midpoint forms are exact
+    # g quadratic in q at fixed t: the midpoint Jacobian is the mean one (and the Hessian
+    # product needs no correction, see Model.hessian_corrections)
     mean_jacobian = discrete_jacobian
-
-    def hessian_correction(self, q0: np.ndarray, q1: np.ndarray, multipliers: np.ndarray,
-                           vector: np.ndarray, t: float = 0.0) -> np.ndarray:
-        return np.zeros_like(q0)
 
     def time_derivative_jacobian(self, q_local: np.ndarray, t: float) -> np.ndarray:
         """d(dg/dt)/dq, (1, size): an angle's dg/dt is f'(t) w'(t) . pi(q) with the quadratic

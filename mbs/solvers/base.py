@@ -480,8 +480,7 @@ class Solver:
             sizes = np.array([b.stop - b.start for b in blocks if b.stop > b.start],
                              dtype=np.intp)
             x, iterations, factorizations, residual = system.solve(
-                guess.copy(), (starts, sizes, lead), floors, self.newton,
-                self.iterates_to_roundoff)
+                guess.copy(), (starts, sizes, lead), floors, self.newton)
             self._newton_state.factorizations += factorizations
             return x, iterations, residual
         # the model-evaluated system measures the terms of its rows, step data included
@@ -668,7 +667,7 @@ class Solver:
                 floors = np.array(self._scales(q0, p0))
             x, iterations, factorizations, residual = system.solve(
                 guess, (self._block_starts, self._block_sizes, self._blocks_lead), floors,
-                self.newton, self.iterates_to_roundoff)
+                self.newton)
             self._newton_state.factorizations += factorizations
         else:
             x, iterations, residual = self._solve_system(
@@ -709,12 +708,13 @@ class Solver:
     def iterates_to_roundoff(self) -> bool:
         """Whether Newton goes on until its iterate is exact to round-off rather than until
         its increment is at the tolerance: for schemes that conserve energy exactly, on
-        models where Newton's Jacobian is approximate (:attr:`mbs.Model.
-        approximate_jacobians`). It then converges linearly, and an iterate accepted at
-        the tolerance keeps an error of one sign from step to step, which shows as an
-        energy drift; the other schemes' energy errors are of the order of h^p anyway."""
+        models with constraints that are not quadratic, whose terms' derivatives are taken
+        at the midpoint (the model-evaluated equations, the only ones such models use).
+        Newton then converges linearly, and an iterate accepted at the tolerance keeps an
+        error of one sign from step to step, which shows as an energy drift; the other
+        schemes' energy errors are of the order of h^p anyway."""
         return (self.properties.energy == "exact (round-off)"
-                and self.model.approximate_jacobians)
+                and not self.model.quadratic_forms_only)
 
     @property
     def newton_factorizations(self) -> int:
