@@ -854,22 +854,29 @@ class _Run:
     def _near_singularity(self, k: int) -> str | None:
         """Why step k failed when the state is within one step's travel of a potential's
         singular configurations (a body falling into a central gravity's centre): a hint
-        naming the element, or None."""
+        naming the element, or None. Each element's distance is compared with how far its
+        own point moves in a step (the explicit step ahead, and the step before)."""
         row = k - self.base
         q = self.q[row]
-        singular = self.model.potential_singular_distances(q)
-        if not singular:
+        ahead = q + self.h * self.model.apply_inverse_mass(self.p[row])
+        steps = self.model.potential_singular_steps(q, ahead)
+        if not steps:
             return None
-        name, distance = min(singular, key=lambda item: item[1])
-        travel = self.h * float(np.linalg.norm(self.model.apply_inverse_mass(self.p[row])))
+        distances = [distance for _, distance in self.model.potential_singular_distances(q)]
+        travels = [moved for _, _, moved in steps]
         if row > 0:
-            travel = max(travel, float(np.linalg.norm(q - self.q[row - 1])))
-        if not distance < travel:
+            before = self.model.potential_singular_steps(self.q[row - 1], q)
+            travels = [max(moved, earlier) for moved, (_, _, earlier) in zip(travels, before)]
+        near = [(distance, travel, name) for (name, _, _), distance, travel
+                in zip(steps, distances, travels) if distance < travel]
+        if not near:
             return None
+        distance, travel, name = min(near)
         return (f"the state at t = {self.t_start + k * self.h:.6g} is {distance:.3g} from "
                 f"where the potential {name!r} is singular (an attracting centre), less "
-                f"than one step's travel ({travel:.3g}): a body that reaches it cannot be "
-                f"continued; if the motion only passes close, reduce the step size there")
+                f"than one step's travel of its point ({travel:.3g}): a body that reaches "
+                f"it cannot be continued; if the motion only passes close, reduce the step "
+                f"size there")
 
     def _substeps(self, k: int, q: np.ndarray, p: np.ndarray, count: int) -> StepResult:
         """Output step k as ``count`` steps of the solver, whose step size is h / count."""

@@ -413,6 +413,24 @@ def test_a_body_falling_into_an_attracting_centre_is_named():
     assert abs(failure.value.time - np.pi / 2**1.5) < 0.02
 
 
+def test_a_fast_body_far_from_an_attracting_centre_does_not_blame_the_centre():
+    """A satellite at r = 1 (speed 1) and a probe at r = 1000 moving 10 per step: the whole
+    state travels 10 per step, more than the satellite's distance 1 from the centre, but the
+    satellite itself moves 0.01. A step that fails for another reason (one Newton iteration
+    allowed) gets the iteration hint, not the singularity's."""
+    system = mbs.System()
+    satellite = system.add(mbs.PointMass(mass=1.0, name="satellite"))
+    satellite.set_state(position=(1.0, 0.0, 0.0), velocity=(0.0, 1.0, 0.0))
+    probe = system.add(mbs.PointMass(mass=1.0, name="probe"))
+    probe.set_state(position=(1000.0, 0.0, 0.0), velocity=(0.0, 1000.0, 0.0))
+    system.add(mbs.forces.CentralGravity(mu=1.0, name="earth"))
+    with pytest.raises(mbs.SolverError) as failure:
+        mbs.simulate(system.compile(), "em", h=0.01, t_end=1.0, on_failure="raise",
+                     newton=mbs.solvers.NewtonOptions(max_iterations=1))
+    assert "singular" not in failure.value.hint
+    assert "max_iterations" in failure.value.hint
+
+
 def test_a_stream_deleted_mid_run_leaves_a_message_that_says_what_the_error_holds(tmp_path):
     """A cleanup job removes the output directory at t = 0.5 (flushes every 10 steps): the
     run stops at the next write; the flushed steps 0-50 cannot be read back, so the error
