@@ -18,7 +18,9 @@ ground) with a user constraint is merged into one block with it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import networkx as nx
 import numpy as np
@@ -26,11 +28,24 @@ import scipy.linalg as la
 import scipy.sparse as sp
 
 from mbs.errors import ModelError, warn_user
+from mbs.quadratic import QuadraticTable
 
 #: Singular values below this fraction of the largest one count as zero.
 RANK_TOLERANCE = 1e-9
 #: Blocks with more columns than this are not rank-checked (dense SVD would be too slow).
 MAX_BLOCK_COLUMNS = 3000
+#: Redundant blocks with at most this many columns choose the equations they drop along
+#: walks over the configurations the mechanism can reach (:func:`_reachable_null_spaces`);
+#: larger ones at the initial state only.
+SAMPLED_BLOCK_COLUMNS = 240
+#: Steps of each walk and their length: the largest change of a director entry (about that
+#: many radians), or of a position in units of the block's size when it has no rigid body.
+WALK_STEPS, WALK_STEP = 12, 0.25
+#: The equations dropped by the initial state's choice are replaced by another choice only
+#: when that keeps the remaining equations this many times better conditioned on the walks.
+BETTER_CHOICE = 2.0
+#: Models up to this many coordinates evaluate a block's Jacobian on the walks densely.
+DENSE_WALK_SIZE = 2000
 
 
 @dataclass
@@ -42,6 +57,8 @@ class ConstraintGroup:
     rows: np.ndarray
     #: Equations invariant under a common rigid motion of the bodies (all built-in joints).
     invariant: bool = True
+    #: Equations that prescribe a motion in time (drives).
+    prescribed: bool = False
 
 
 @dataclass
@@ -105,12 +122,23 @@ def _non_invariant_components(groups: list[ConstraintGroup], ground: str) -> dic
 
 def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
                  body_columns: dict[str, np.ndarray], internal_rows: dict[str, np.ndarray],
-                 ground: str, kept_rows: np.ndarray | None = None) -> list[BlockRank]:
-    """Rank of the joint equations of every block at the configuration of ``jacobian``.
+                 ground: str, kept_rows: np.ndarray | None = None,
+                 table: QuadraticTable | None = None, q0: np.ndarray | None = None
+                 ) -> list[BlockRank]:
+    """Rank of the joint equations of every block at the configuration ``q0`` of
+    ``jacobian``.
 
     ``kept_rows`` (user constraints and drives, which the quadratic tables cannot hold and
     removal cannot drop) are never chosen as dependent rows; when they are dependent among
-    themselves a :class:`~mbs.errors.ModelError` names them."""
+    themselves, or on the joints' equations (they constrain a motion the joints already
+    fix), a :class:`~mbs.errors.ModelError` names them.
+
+    The dependent rows of a redundant block are chosen so that the others stay regular: at
+    ``q0`` by pivoted QR, and, given the constraint ``table`` (rows 0 .. table.n_rows - 1
+    of ``jacobian``), along the configurations the block can reach from ``q0``
+    (:func:`_reachable_null_spaces`): a choice that is regular at ``q0`` may lose rank
+    further along the motion where the mechanism does not (a Bennett linkage), and a
+    solver then follows a wrong branch."""
     kept_rows = np.zeros(0, dtype=int) if kept_rows is None else np.asarray(kept_rows)
     results = []
     for block in joint_blocks(groups, ground):
@@ -153,8 +181,19 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
                     f"removed as redundant: remove one of them, or drive a joint whose "
                     f"coordinate the other constraints leave free")
             free = np.flatnonzero(~kept)
-            dependent = joint_rows[free[_dependent_rows(dense[:joint_rows.size][free], fixed,
-                                                        rank - int(kept.sum()))]]
+            _check_drives_independent_of_joints(dense, joint_rows.size, kept, owner, block,
+                                                names, rank_total, u, s)
+            local = _dependent_rows(dense[:joint_rows.size][free], fixed,
+                                    rank - int(kept.sum()))
+            if (table is not None and q0 is not None and not kept.any()
+                    and columns.size <= SAMPLED_BLOCK_COLUMNS):
+                directors = np.concatenate(
+                    [body_columns[b][3:] for b in bodies if internal_rows[b].size]
+                    + [np.zeros(0, dtype=int)])
+                nulls = _reachable_null_spaces(table.rows(rows), columns, directors, q0,
+                                               rank_total)
+                local = _sampled_dependent_rows(nulls, local, joint_rows.size)
+            dependent = joint_rows[free[local]]
         results.append(BlockRank(names, joint_rows.size, rank, involved, dependent))
     return results
 
@@ -168,6 +207,132 @@ def _dependent_rows(joint: np.ndarray, internal: np.ndarray, rank: int) -> np.nd
         joint = joint - (joint @ basis) @ basis.T
     _, _, pivots = la.qr(joint.T, mode="economic", pivoting=True)
     return np.sort(pivots[rank:])
+
+
+def _check_drives_independent_of_joints(dense: np.ndarray, joint_count: int,
+                                        kept: np.ndarray, owner: np.ndarray,
+                                        block: list[ConstraintGroup], names: tuple,
+                                        rank_total: int, u: np.ndarray, singular: np.ndarray
+                                        ) -> None:
+    """Raise when a drive fixes a motion that the joints of its block already fix (a
+    mechanism driven twice, or a structure driven): dropping a joint's equation to make
+    room for it would change the mechanism. A user constraint that repeats a joint's
+    equation is redundant like a joint and only makes that equation droppable.
+
+    ``dense`` holds the block's joint rows (``kept`` marking user constraints and drives),
+    then its internal rows; ``u``, ``singular`` its SVD, of rank ``rank_total``."""
+    rest = np.vstack([dense[joint_count:], dense[:joint_count][~kept]])
+    tolerance = RANK_TOLERANCE * singular[0]
+    if np.linalg.matrix_rank(rest, tol=tolerance) + int(kept.sum()) <= rank_total:
+        return
+    # the kept rows in the dependencies among all rows
+    weight = np.max(np.abs(u[:joint_count, rank_total:][kept]), axis=1)
+    involved = set(owner[kept][weight > 1e-8])
+    prescribed = [group.name for group in block if group.prescribed and group.name in involved]
+    if not prescribed:
+        return
+    freedom = dense.shape[1] - np.linalg.matrix_rank(rest, tol=tolerance)
+    kept_names = set(owner[kept])
+    joints = [name for name in names if name not in kept_names]
+    raise ModelError(
+        f"{', '.join(prescribed)} over-constrain{'s' if len(prescribed) == 1 else ''} the "
+        f"loop of {', '.join(joints)}: its joints leave {freedom} degree"
+        f"{'s' if freedom != 1 else ''} of freedom, and the drives and user constraints on "
+        f"it prescribe {int(kept.sum())} motion{'s' if kept.sum() != 1 else ''}; a drive "
+        f"cannot be removed as redundant, and dropping a joint's equation for it would "
+        f"change the mechanism: remove a drive, or drive a joint whose coordinate the "
+        f"others leave free")
+
+
+def _reachable_null_spaces(block: QuadraticTable, columns: np.ndarray,
+                           directors: np.ndarray, q0: np.ndarray, rank: int) -> list[np.ndarray]:
+    """Left null spaces (rows, redundant) of the Jacobian of a block's equations ``block``
+    (its joint rows, then its bodies' internal rows) at configurations it can reach from
+    ``q0``, ``q0``'s first: walks of :data:`WALK_STEPS` steps both ways along each of (at
+    most three of) the motions the equations leave free, every step projected back onto
+    g = 0 by Gauss-Newton with the rank-``rank`` pseudo-inverse. Configurations where the
+    equations have another rank (singular ones) are skipped.
+
+    Only the block's ``columns`` move. A step changes a director entry (``directors``, in
+    ``q``'s numbering) by at most :data:`WALK_STEP`, or, in a block of point masses, a
+    position by that fraction of the block's size."""
+    def jacobian(q):
+        if block.n <= DENSE_WALK_SIZE:
+            return block.jacobian_dense(q)[:, columns]
+        return block.jacobian(q)[:, columns].toarray()
+
+    def spaces(q):  # (left null space or None where the rank differs, right null space)
+        u, singular, vt = np.linalg.svd(jacobian(q))
+        regular = int(np.sum(singular > RANK_TOLERANCE * max(singular[0], 1e-300))) == rank
+        return (u[:, rank:] if regular else None), vt[rank:].T
+
+    moving = np.isin(columns, directors)
+    if moving.any():
+        length = 1.0
+    else:
+        positions = q0[columns].reshape(-1, 3)
+        length = float(np.max(np.linalg.norm(positions - positions.mean(axis=0), axis=1)))
+        length, moving = (length if length > 0.0 else 1.0), np.ones(columns.size, dtype=bool)
+    tolerance = 1e-12 * max(1.0, float(np.max(np.abs(q0[columns]))))
+    null, free = spaces(q0)
+    nulls = [null]
+    for direction in np.hstack([free[:, :3], -free[:, :3]]).T:
+        q = q0.copy()
+        for _ in range(WALK_STEPS):
+            candidate = q.copy()
+            candidate[columns] += (WALK_STEP * length / np.max(np.abs(direction[moving])))\
+                * direction
+            # Gauss-Newton with the pseudo-inverse at the predicted point (chord iteration)
+            u, singular, vt = np.linalg.svd(jacobian(candidate), full_matrices=False)
+            inverse = vt[:rank].T @ (u[:, :rank].T / singular[:rank, None])
+            for _ in range(20):
+                residual = block.value(candidate)
+                if np.max(np.abs(residual)) <= tolerance:
+                    break
+                candidate[columns] -= inverse @ residual
+            else:
+                break
+            null, free_here = spaces(candidate)
+            turned = free_here @ (free_here.T @ direction)
+            if np.linalg.norm(turned) < 1e-3:  # the motion ends here (a fold)
+                break
+            direction, q = turned / np.linalg.norm(turned), candidate
+            nulls.append(null)
+    return [null for null in nulls if null is not None]
+
+
+def _sampled_dependent_rows(nulls: list[np.ndarray], initial: np.ndarray, candidates: int
+                            ) -> np.ndarray:
+    """Rows to drop (local indices below ``candidates``) so that the other equations stay
+    regular at every configuration of ``nulls``: dropping rows D leaves a full-rank set
+    exactly where N[D] is invertible (N the orthonormal left null space there), and |det
+    N[D]| (at most 1) measures how far the rest is from losing rank, as in pivoted QR. The
+    choice ``initial`` (the initial state's) is kept unless another one is
+    :data:`BETTER_CHOICE` times better at its worst configuration; every choice is
+    compared when there are few, else rows are added greedily."""
+    null = np.stack(nulls)  # (configurations, rows, redundant)
+    count = null.shape[2]
+    # rows outside every dependency cannot be dropped (N[D] would have a zero row)
+    droppable = np.flatnonzero(np.max(np.abs(null[:, :candidates, :]), axis=(0, 2)) > 1e-8)
+
+    def worst(choices: np.ndarray) -> np.ndarray:  # (choices, count) -> min over configs
+        return np.abs(np.linalg.det(null[:, choices, :])).min(axis=0)
+
+    if math.comb(droppable.size, count) * null.shape[0] <= 200_000:
+        choices = np.array(list(combinations(droppable, count)), dtype=int)
+    else:  # greedily: each row the one that keeps the chosen rows' volume largest
+        chosen = np.zeros(0, dtype=int)
+        for size in range(1, count + 1):
+            others = np.setdiff1d(droppable, chosen)
+            trial = np.column_stack([np.tile(chosen, (others.size, 1)), others])
+            singular = np.linalg.svd(null[:, trial, :], compute_uv=False)
+            volume = np.prod(singular[..., :size], axis=-1).min(axis=0)
+            chosen = np.append(chosen, others[int(np.argmax(volume))])
+        choices = chosen[None, :]
+    scores = worst(choices)
+    best = np.sort(choices[int(np.argmax(scores))])
+    initial_score = float(worst(np.sort(initial)[None, :])[0])
+    return best if float(np.max(scores)) > BETTER_CHOICE * initial_score else initial
 
 
 #: Fraction of the largest singular value below which a falling smallest one is taken as the

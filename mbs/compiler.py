@@ -86,7 +86,8 @@ def compile_system(system: System) -> Model:
         names = tuple(b.name for b in constraint.bodies)
         constraint_rows[constraint.name] = rows
         joint_infos.append(ElementInfo(constraint.name, type(constraint).__name__, names, rows))
-        groups.append(ConstraintGroup(constraint.name, names, rows, invariant=False))
+        groups.append(ConstraintGroup(constraint.name, names, rows, invariant=False,
+                                      prescribed=bool(constraint.time_dependent)))
 
     potential_groups, force_infos = _potential_groups(system, context, n, q0)
     applied = AppliedForces(n, _applied_terms(system, context))
@@ -108,7 +109,8 @@ def compile_system(system: System) -> Model:
                       constraint_rows)
         try:
             ranks = analyse_rank(jacobian, groups, columns, internal_rows, system.ground.name,
-                                 kept_rows=np.arange(table.n_rows, model.m))
+                                 kept_rows=np.arange(table.n_rows, model.m), table=table,
+                                 q0=q0)
         except np.linalg.LinAlgError as exc:
             raise ModelError(f"the rank analysis of the constraint Jacobian failed ({exc}); "
                              f"check joint points, axes and lengths for extreme values") from exc
@@ -148,9 +150,10 @@ def compile_system(system: System) -> Model:
         redundancies = [replace(red, removed=(), removed_labels=()) for red in redundancies]
         kept = "; ".join(f"{red.count} among {', '.join(red.joints)}" for red in redundancies)
         warn_user(f"redundant constraints kept (System(redundant='keep')): {kept}. The "
-                  f"Newton matrices of the implicit schemes are then singular: em, ggl-vi "
-                  f"and hbvm can lose accuracy or fail where a step is refined (rattle "
-                  f"copes); the default redundant='remove' drops a dependent subset")
+                  f"Newton matrices of the implicit schemes are then singular: every scheme "
+                  f"can lose accuracy or fail where a step is refined (rattle copes on "
+                  f"planar loops); the default redundant='remove' drops a dependent "
+                  f"subset")
     model.degrees_of_freedom = dof
     model.redundancies = redundancies
     model.joint_coordinates = _joint_coordinates(system, context)

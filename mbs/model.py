@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from mbs.analysis import RANK_TOLERANCE
 from mbs.errors import (
     InconsistentInitialStateError,
     ModelError,
@@ -396,8 +397,10 @@ class Model:
         try:
             array = np.asarray(value, dtype=float)
         except (TypeError, ValueError) as exc:
+            states = (" (a Solution's states are its .q and .p)" if hasattr(value, "q")
+                      and hasattr(value, "p") else "")
             raise ModelTypeError(f"{caller}: {what} must be an array of {self.n} "
-                                 f"numbers, got {type(value).__name__}") from exc
+                                 f"numbers, got {type(value).__name__}{states}") from exc
         if single and array.shape != (self.n,):
             raise ModelError(f"{caller}: {what} must be one state of shape ({self.n},), "
                              f"got shape {array.shape}")
@@ -698,13 +701,22 @@ class Model:
             velocity[rows] = np.abs(table.jacobian_products(Q[rows], V)).max(axis=1)
         return position, velocity
 
+    def full_constraint_rank(self, q: np.ndarray, t: float = 0.0) -> int:
+        """Rank of the Jacobian of every constraint equation at q, the ones dropped as
+        redundant at compile time included (dense: for diagnostics of small models)."""
+        q = self.checked_state(q, "q", "Model.full_constraint_rank", single=True)
+        jacobian = np.vstack([self.constraint_jacobian(q, t).toarray(),
+                              self._removed.jacobian(q).toarray()])
+        singular = np.linalg.svd(jacobian, compute_uv=False)
+        return int(np.sum(singular > RANK_TOLERANCE * max(singular[0], 1e-300)))
+
     def removed_constraint_norms(self, Q: np.ndarray) -> np.ndarray:
         """max |g(q_k)| of the equations dropped as redundant at compile time, at every
         configuration of a trajectory (K, n) (zeros when none were dropped). A redundancy
         found at the initial state holds along the motion, and these stay at the size of
         the kept residuals, unless the initial state was a singular configuration, where
         the constraints lose rank without being redundant nearby."""
-        Q = np.atleast_2d(Q)
+        Q = np.atleast_2d(self.checked_state(Q, "Q", "Model.removed_constraint_norms"))
         if not self._removed.n_rows:
             return np.zeros(Q.shape[0])
         norms = np.empty(Q.shape[0])

@@ -1134,25 +1134,45 @@ def _axis_inertias(model: Model, joint: str) -> dict[str, float]:
 REMOVED_CONSTRAINT_LEVEL = 1e-6
 
 
+#: Models up to this many coordinates are told why dropped equations broke (a dense rank).
+DIAGNOSED_REDUNDANCY_SIZE = 600
+
+
 def _warn_if_removed_constraints_broke(solution: Solution) -> None:
-    """Name the equations dropped as redundant at compile time when the run broke them: the
-    initial state was a singular configuration (a parallelogram folded flat), where the
-    constraints lose rank without being redundant along the motion."""
+    """Name the equations dropped as redundant at compile time when the run broke them, and
+    say why: either the initial state was a singular configuration (a parallelogram
+    folded flat), where the constraints lose rank without being redundant along the
+    motion (all equations then have a higher rank where they first broke), or the
+    equations kept in their place lost rank further along the motion where the mechanism
+    does not, and the scheme left it there."""
     model = solution.model
     if not (isinstance(model, Model) and model.redundancies):
         return
     removed = model.removed_constraint_norms(solution.q)
     kept = float(np.max(solution.constraint_residuals()["position"], initial=0.0))
+    level = max(REMOVED_CONSTRAINT_LEVEL, 100.0 * kept)
     worst = int(np.argmax(removed))
-    if removed[worst] > max(REMOVED_CONSTRAINT_LEVEL, 100.0 * kept):
-        dropped = ", ".join(label for red in model.redundancies for label in red.removed_labels)
-        warn_user(f"simulate: the equations dropped at compile time as redundant "
-                  f"({dropped}) are violated by up to {removed[worst]:.3g} (at t = "
-                  f"{solution.t[worst]:.6g}) while the kept ones hold to {kept:.1e}: they "
-                  f"were not redundant along the motion. The initial state is a singular "
-                  f"configuration of the mechanism (its constraints lose rank there, as a "
-                  f"parallelogram folded flat); start from a regular pose near it",
-                  RuntimeWarning)
+    if not removed[worst] > level:
+        return
+    dropped = ", ".join(label for red in model.redundancies for label in red.removed_labels)
+    first = int(np.argmax(removed > level))
+    before = max(first - 1, 0)
+    singular_start = ("The initial state is a singular configuration of the mechanism (its "
+                      "constraints lose rank there, as a parallelogram folded flat); start "
+                      "from a regular pose near it")
+    if model.n <= DIAGNOSED_REDUNDANCY_SIZE:
+        t0, t1 = float(solution.t[0]), float(solution.t[before])
+        if not model.full_constraint_rank(solution.q[before], t1) > \
+                model.full_constraint_rank(solution.q[0], t0):
+            singular_start = (
+                f"The equations kept in their place lose rank near t = {t1:.6g} where the "
+                f"mechanism does not (they were chosen at the initial state), and the "
+                f"scheme left the mechanism there: reduce the step size around t = "
+                f"{t1:.6g}, or start from a pose near it")
+    warn_user(f"simulate: the equations dropped at compile time as redundant "
+              f"({dropped}) are violated by up to {removed[worst]:.3g} (at t = "
+              f"{solution.t[worst]:.6g}) while the kept ones hold to {kept:.1e}: they "
+              f"were not redundant along the motion. {singular_start}", RuntimeWarning)
 
 
 def _warn_if_potentials_left_their_range(solution: Solution) -> None:

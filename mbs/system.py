@@ -30,9 +30,11 @@ class System:
     redundant : {"remove", "keep"}
         What ``compile()`` does with redundant joint equations (a rank-deficient constraint
         Jacobian at the initial state, e.g. a planar four-bar built from 3-D revolute joints):
-        "remove" (default) drops a dependent subset, chosen by pivoted QR, with a warning
-        naming them, so that the solvers' Newton matrices stay regular; "keep" keeps every
-        equation (the saddle-point matrices are then singular).
+        "remove" (default) drops a dependent subset, with a warning naming them, so that
+        the solvers' Newton matrices stay regular; the subset is chosen so that the other
+        equations stay regular along the motions the joints allow from the initial state
+        (:func:`mbs.analysis.analyse_rank`); "keep" keeps every equation (the
+        saddle-point matrices are then singular).
 
     Examples
     --------

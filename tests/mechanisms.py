@@ -151,6 +151,54 @@ def planar_four_bar(coupler_rocker_joint: str = "revolute") -> mbs.System:
     return system
 
 
+def bennett_linkage(crank_angle: float = 1.0) -> mbs.System:
+    """Bennett's spatial four-bar: four revolute joints whose axes are twisted by 40 and 70
+    degrees between links of lengths 1 and sin 70 / sin 40 (Bennett's condition), so that
+    the loop moves with one degree of freedom where Grubler's count gives -2: three of its
+    20 joint equations are redundant at every pose. Links of masses 1, 1.3, 1.6 hang under
+    gravity, at rest, at the pose where the first joint is at ``crank_angle``.
+
+    The pose follows from the Denavit-Hartenberg closure of the loop (frame k turned by
+    joint angle theta_k about z, then moved along x by the link length and turned about x
+    by its twist), solved for the other three angles."""
+    from scipy.optimize import least_squares
+
+    lengths = [1.0, np.sin(np.radians(70.0)) / np.sin(np.radians(40.0))] * 2
+    twists = [np.radians(40.0), np.radians(70.0)] * 2
+
+    def transform(rotation: np.ndarray, offset=(0.0, 0.0, 0.0)) -> np.ndarray:
+        out = np.eye(4)
+        out[:3, :3], out[:3, 3] = rotation, offset
+        return out
+
+    def frames(angles) -> list[np.ndarray]:
+        out, current = [], np.eye(4)
+        for angle, length, twist in zip(angles, lengths, twists):
+            current = current @ transform(mbs.rotation_about_z(angle))
+            out.append(current)
+            current = (current @ transform(np.eye(3), (length, 0.0, 0.0))
+                       @ transform(mbs.rotation_about_x(twist)))
+        return out + [current]
+
+    closure = least_squares(
+        lambda rest: (frames([crank_angle, *rest])[-1] - np.eye(4))[:3].ravel(),
+        [2.0, 2.0, 2.0], xtol=1e-15, ftol=1e-15, gtol=1e-15)
+    poses = frames([crank_angle, *closure.x])
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    links = []
+    for k in range(3):
+        rotation, origin = poses[k][:3, :3], poses[k][:3, 3]
+        body = system.add(mbs.RigidBody.from_shape(
+            "box", mass=1.0 + 0.3 * k, lx=lengths[k], ly=0.05, lz=0.05, name=f"link{k + 1}"))
+        body.set_state(position=origin + 0.5 * lengths[k] * rotation[:, 0], rotation=rotation)
+        links.append(body)
+    ends = [system.ground, *links, system.ground]
+    for k in range(4):
+        system.add(mbs.joints.Revolute(ends[k], ends[k + 1], point=poses[k][:3, 3],
+                                       axis=poses[k][:3, 2], name=f"hinge{k + 1}"))
+    return system
+
+
 def stacked_four_bars(count: int) -> mbs.System:
     """``count`` independent planar four-bars stacked along z (3 redundant equations each);
     20 of them exceed the size above which the model uses sparse linear algebra."""

@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 from mechanisms import (
+    bennett_linkage,
     double_pendulum,
     planar_four_bar,
     random_rotation,
@@ -319,3 +320,51 @@ def test_an_inconsistent_state_names_a_violated_equation_that_was_removed_as_red
         with pytest.raises(mbs.InconsistentInitialStateError,
                            match=f"largest in '{violated}' \\(position\\)"):
             mbs.simulate(model, "em", h=0.01, t_end=0.1)
+
+
+def test_bennett_linkage_keeps_equations_that_stay_regular_along_its_motion():
+    """Bennett's linkage has 3 redundant equations at every pose. The equations kept must
+    stay regular along the whole motion, not only at the initial pose: along a turn and a
+    half of the crank the full set's 35th singular value stays above 0.3 of its largest,
+    and the kept set's smallest must not fall to a false singular point (a choice made at
+    the initial pose alone reaches 1e-4 there). RATTLE, which follows whatever the kept
+    equations allow, then stays on the linkage: the dropped equations hold to round-off
+    and the energy error stays O(h^2) (instead of jumping by 40 % at the false singular
+    point)."""
+    with pytest.warns(UserWarning, match="redundant constraints removed"):
+        model = bennett_linkage().compile()
+    assert model.degrees_of_freedom == 1
+    (red,) = model.redundancies
+    assert red.count == 3
+    path = mbs.simulate(model, "em", h=2e-3, t_end=3.0)
+    assert np.ptp(path.joint("hinge1").position) > 4.0  # more than two thirds of a turn
+    conditioning = [np.linalg.svd(model.constraint_jacobian(q).toarray(), compute_uv=False)
+                    for q in path.q[::10]]
+    assert min(s[-1] / s[0] for s in conditioning) > 1e-2
+    rattle = mbs.simulate(model, "rattle", h=2e-3, t_end=3.0)
+    assert np.max(model.removed_constraint_norms(rattle.q)) < 1e-12
+    energy = rattle.energy()
+    assert np.max(np.abs(energy - energy[0])) < 1e-3 * np.max(rattle.kinetic_energy())
+
+
+def test_drives_that_over_constrain_a_loop_are_refused():
+    """Two drives on the one degree of freedom of a four-bar, or a drive on a beam that two
+    hinges already hold: compile refuses them, naming the drives, instead of dropping a
+    joint's own equation to make room for them (which changed the mechanism)."""
+    system = planar_four_bar()
+    system.add(mbs.joints.Drive(system["pivot_O"], lambda t: 0.1 * t, name="motor_O"))
+    system.add(mbs.joints.Drive(system["pivot_C"], lambda t: 0.2 * t, name="motor_C"))
+    with pytest.raises(mbs.ModelError, match=r"motor_O, motor_C over-constrain the loop of "
+                                             r"pivot_O, pin_A, pin_B, pivot_C: its joints "
+                                             r"leave 1 degree of freedom"):
+        system.compile()
+    beam = mbs.System()
+    body = beam.add(mbs.RigidBody(1.0, (1.0, 1.2, 1.4), name="beam"))
+    beam.add(mbs.joints.Revolute(beam.ground, body, point=(0, 0, 0), axis=(0, 0, 1),
+                                 name="h1"))
+    beam.add(mbs.joints.Revolute(beam.ground, body, point=(0, 0, 0), axis=(1, 0, 0),
+                                 name="h2"))
+    beam.add(mbs.joints.Drive(beam["h1"], lambda t: t, name="motor"))
+    with pytest.raises(mbs.ModelError, match=r"motor over-constrains the loop of h1, h2: its "
+                                             r"joints leave 0 degrees of freedom"):
+        beam.compile()
