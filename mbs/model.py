@@ -853,11 +853,13 @@ class Model:
 
     def is_consistent(self, q: np.ndarray, p: np.ndarray, t: float = 0.0) -> bool:
         """Whether (q, p) satisfies g = 0 and G M^-1 p (+ dg/dt) = 0 at time t within the
-        tolerances."""
+        tolerances, every drive on the solution of g = 0 it prescribes (an angle drive's g
+        also vanishes half a turn away)."""
         q = self.checked_state(q, "q", "Model.is_consistent", single=True)
         p = self.checked_state(p, "p", "Model.is_consistent", single=True)
         g, gv, scale = self._residuals_and_scale(q, p, t)
-        return g <= POSITION_TOLERANCE and gv <= VELOCITY_TOLERANCE * scale
+        return (g <= POSITION_TOLERANCE and gv <= VELOCITY_TOLERANCE * scale
+                and not self.constraint_branch_errors(q, t))
 
     def initial_state(self, project: bool = False, joint_rates: dict | None = None,
                       t: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -912,6 +914,7 @@ class Model:
             raise ModelError(f"initial state: the directors of {', '.join(map(repr, mirrored))} "
                              f"form a left-handed frame (a mirror image, det = -1); give a "
                              f"rotation (det = +1), e.g. reverse one director")
+        self._check_branches(q, t)
         if self.is_consistent(q, p, t):
             return q, p
         g, gv = self._residuals(q, p, t)
@@ -931,6 +934,7 @@ class Model:
                 f"projecting the initial state failed ({exc}); the constraints may be "
                 f"degenerate or badly scaled at the initial state (before: max |g| = {g:.3e}, "
                 f"max |G M^-1 p| = {gv:.3e})", g, gv) from exc
+        self._check_branches(q_new, t)
         if not (np.all(np.isfinite(q_new)) and np.all(np.isfinite(p_new))
                 and self.is_consistent(q_new, p_new, t)):
             g_new, gv_new = self._residuals(q_new, p_new, t)
@@ -945,6 +949,22 @@ class Model:
             f"(residuals were |g| = {g:.3e}, |G v| = {gv:.3e})"
             + self._changed_rates(q, p, q_new, p_new))
         return q_new, p_new
+
+    def _check_branches(self, q: np.ndarray, t: float) -> None:
+        """Raise when an initial configuration puts a drive on the solution of its equation
+        half a turn from the angle it prescribes (a pose more than a quarter turn from it,
+        which a projection cannot cross)."""
+        drives = [repr(block.constraint.name) for block in self._user
+                  if getattr(block.constraint, "branch_error", None) is not None
+                  and block.constraint.branch_error(q[block.indices], t) is not None]
+        if drives:
+            raise InconsistentInitialStateError(
+                f"initial state: the pose set on the bodies is more than a quarter turn from "
+                f"the angle that {', '.join(drives)} prescribe{'s' if len(drives) == 1 else ''}"
+                f" at t = "
+                f"{t:.6g} (sin(angle - f(t)) = 0 also holds half a turn away, the solution a "
+                f"projection reaches from there); set the bodies at a pose near f({t:.6g}), "
+                f"or start f at the pose's angle", 0.0, 0.0)
 
     def _changed_rates(self, q, p, q_new, p_new) -> str:
         """The joint rates a projection changed, as a sentence for its warning."""
@@ -975,6 +995,7 @@ class Model:
                       f"{np.max(np.abs(q_projected - q)):.3e} (residual was |g| = {g:.3e}); "
                       f"the velocities follow from the given joint rates")
             q = q_projected
+        self._check_branches(q, t)
         v = self.apply_inverse_mass(p)
         names, rates, rows = [], [], []
         for name, rate in joint_rates.items():

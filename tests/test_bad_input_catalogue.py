@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 187 inputs: 78 of models (bodies, joints, forces, systems), 48 of run
+The catalogue holds 189 inputs: 78 of models (bodies, joints, forces, systems), 48 of run
 options (step size, interval, solver names and options, step counts, streaming), 40 of files
-(stream directories, model JSON, solution archives) and 21 of user callbacks. None repeats an
+(stream directories, model JSON, solution archives) and 23 of user callbacks. None repeats an
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 228 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 187 others
-(228 with tests/test_bad_input.py) pass.
+hold 230 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 189 others
+(230 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -759,6 +759,12 @@ CALLBACKS = [
     Bad("joint-torque-returns-nan", lambda d: simulate_system(motor(
         lambda t, angle, rate: np.nan)),
         E, r"JointTorque 'motor': the torque function returned a non-finite value nan"),
+    Bad("joint-torque-returns-text", lambda d: simulate_system(motor(lambda t: "0.1")),
+        E, r"JointTorque 'motor': the torque function returned '0.1' at t = 0; it must return "
+           r"a real number"),
+    Bad("joint-torque-returns-none", lambda d: simulate_system(motor(lambda t: None)),
+        E, r"JointTorque 'motor': the torque function returned None at t = 0; it must return "
+           r"a real number"),
     Bad("joint-torque-returns-a-pair", lambda d: simulate_system(motor(lambda t: (1.0, 2.0))),
         E, r"JointTorque 'motor': the torque function returned \(1.0, 2.0\) at t = 0; it must "
            r"return a real number"),

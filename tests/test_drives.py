@@ -332,6 +332,57 @@ def test_a_drive_on_the_wrong_branch_is_reported_when_refinement_is_off():
     assert error.value.solution.t.size >= 1
 
 
+def hinged_link_driven_by(position, rate: float = 1.0) -> mbs.Model:
+    """A link on a y-hinge, set at angle 0 and at rest, driven by ``position(t)`` at
+    ``rate``."""
+    system = mbs.System(gravity=(0, 0, -9.81))
+    link = system.add(mbs.RigidBody.from_shape("box", mass=2.0, lx=1.0, ly=0.05, lz=0.05,
+                                               name="link"))
+    link.set_state(position=(0.5, 0, 0))
+    hinge = system.add(mbs.joints.Revolute(system.ground, link, point=(0, 0, 0),
+                                           axis=(0, 1, 0), name="hinge"))
+    system.add(mbs.joints.Drive(hinge, position, rate=lambda t: rate, name="motor"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the pose is off the drive's angle
+        return system.compile()
+
+
+@pytest.mark.parametrize("start", [0.0, 1.0])
+def test_a_pose_more_than_a_quarter_turn_from_a_drive_is_refused_not_projected_half_a_turn_off(
+        start):
+    """sin(angle - f) = 0 holds at f and at f + pi: a pose 2 rad from f(t_start) (0.6 rad
+    past the quarter turn) projects onto the second solution, where the run then failed at
+    its first step asking for smaller steps. The initial state is refused instead, naming
+    the drive; a pose within a quarter turn projects onto f itself."""
+    model = hinged_link_driven_by(lambda t: 2.0 - start + t)
+    match = r"more than a quarter turn from the angle that 'motor' prescribes"
+    with pytest.raises(mbs.InconsistentInitialStateError, match=match):
+        model.initial_state(project=True, t=start)
+    with pytest.raises(mbs.InconsistentInitialStateError, match=match), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the positions are projected before the rates
+        model.initial_state(project=True, joint_rates={"hinge": 1.0}, t=start)
+    with pytest.raises(mbs.InconsistentInitialStateError, match=match):
+        mbs.simulate(model, "em", h=0.01, t_end=start + 0.1, t_start=start, project=True)
+    near = hinged_link_driven_by(lambda t: 1.2 - start + t)
+    with pytest.warns(UserWarning, match="projected"):
+        solution = mbs.simulate(near, "em", h=0.01, t_end=start + 0.1, t_start=start,
+                                project=True)
+    np.testing.assert_allclose(solution.drive("motor").position, 1.2 - start + solution.t,
+                               rtol=0, atol=1e-12)
+
+
+def test_is_consistent_is_false_for_a_drive_half_a_turn_off():
+    """A state exactly half a turn from a drive's angle satisfies g = 0 and G v = 0 but is
+    not the motion the drive prescribes."""
+    model = hinged_link_driven_by(lambda t: np.pi, rate=0.0)
+    q, p = model.q0, model.p0
+    assert np.max(np.abs(model.constraints(q))) < 1e-12
+    assert np.max(np.abs(model.velocity_constraints(q, p))) < 1e-12
+    assert not model.is_consistent(q, p)
+    assert hinged_link_driven_by(lambda t: 0.0, rate=0.0).is_consistent(q, p)
+
+
 def test_an_unknown_joint_name_is_reported_as_unknown():
     model, state = fast_rotor()
     solution = mbs.simulate(model, "em", h=0.05, t_end=0.1, initial_state=state)

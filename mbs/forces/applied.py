@@ -235,15 +235,19 @@ class _Value:
 
 
 def _numeric(value) -> bool:
-    """Whether ``value`` converts to real floats (complex values do not: their imaginary
-    parts would be dropped)."""
+    """Whether ``value`` holds real numbers (integers or floats): not complex values (their
+    imaginary parts would be dropped), strings ("0.1" converts, but is a bug in the law),
+    booleans or None."""
     try:
-        if np.iscomplexobj(value):
-            return False
-        np.asarray(value, dtype=float)
+        array = np.asarray(value)
+        if array.dtype.kind == "O":  # Fractions, Decimals, numbers of other libraries
+            items = array.reshape(-1).tolist()
+            np.asarray(items, dtype=float)
+            return not any(isinstance(item, (str, bytes, bool, complex)) or item is None
+                           for item in items)
     except (TypeError, ValueError):
         return False
-    return True
+    return array.dtype.kind in "iuf"
 
 
 def _positional_count(function: Callable, what: str, owner: str, state_names: str) -> int:
