@@ -1043,11 +1043,14 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
     effective mass at that point along the line (:func:`_point_masses`): a light link
     turned by a spring on a long arm oscillates much faster than sqrt(k / m)."""
     springs, rows = [], {}
+    bodies = {body.name: body for body in model.bodies}
+    joints = {joint.name: joint for joint in model.joints}
     for force in model.forces:
         if force.type in ("Spring", "QuarticSpring"):
-            kind, inertias = "translation", _point_masses(model, force)
+            kind, inertias = "translation", _point_masses(model, force, bodies)
         elif force.type == "TorsionSpring":
-            kind, inertias = "rotation", _axis_inertias(model, force.data["joint"])
+            kind, inertias = "rotation", _axis_inertias(model, joints[force.data["joint"]],
+                                                        bodies)
         else:
             continue
         stiffness = float(force.data.get("stiffness", 0.0))
@@ -1081,7 +1084,7 @@ def _warn_if_springs_are_too_stiff(model: Model, h: float, solver: str) -> None:
               f"to resolve it, or a softer spring", RuntimeWarning)
 
 
-def _point_masses(model: Model, force) -> dict[str, float]:
+def _point_masses(model: Model, force, bodies: dict) -> dict[str, float]:
     """The effective masses, at the initial pose, of a line spring's bodies at its
     attachment points along its line e: 1 / (1/m + (r x e) . J_world^-1 (r x e)) with r the
     point relative to the centre of mass (m for a point mass or a point at the centre). A
@@ -1092,9 +1095,7 @@ def _point_masses(model: Model, force) -> dict[str, float]:
     line = points[1] - points[0] if len(points) == 2 else np.zeros(3)
     length = float(np.linalg.norm(line))
     out = {}
-    for body in model.bodies:
-        if body.name not in force.bodies:
-            continue
+    for body in (bodies[name] for name in force.bodies if name in bodies):
         out[body.name] = body.mass
         if body.inertia is None or len(points) != 2:
             continue
@@ -1110,15 +1111,14 @@ def _point_masses(model: Model, force) -> dict[str, float]:
     return out
 
 
-def _axis_inertias(model: Model, joint: str) -> dict[str, float]:
-    """The moments of inertia of a joint's rigid bodies about its axis through its point, at
-    the model's initial pose (the director rotation R gives the world inertia R J R^T;
-    Steiner's term m |a x (c - p)|^2 moves it to the axis)."""
-    info = next(element for element in model.joints if element.name == joint)
+def _axis_inertias(model: Model, info, bodies: dict) -> dict[str, float]:
+    """The moments of inertia of a joint's (``info``) rigid bodies about its axis through its
+    point, at the model's initial pose (the director rotation R gives the world inertia
+    R J R^T; Steiner's term m |a x (c - p)|^2 moves it to the axis)."""
     axis, point = np.asarray(info.data["axis"]), np.asarray(info.data["point"])
     inertias = {}
-    for body in model.bodies:
-        if body.name not in info.bodies or body.inertia is None:
+    for body in (bodies[name] for name in info.bodies if name in bodies):
+        if body.inertia is None:
             continue
         coordinates = model.q0[body.coordinates]
         rotation = coordinates[3:].reshape(3, 3).T  # columns the directors

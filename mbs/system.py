@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import itertools
 
 import networkx as nx
 import numpy as np
@@ -49,6 +48,7 @@ class System:
 
     def __init__(self, gravity=None, redundant: str = "remove"):
         self._names: dict[str, Element] = {}
+        self._next_default: dict[str, int] = {}
         self.gravity = gravity
         if redundant not in ("remove", "keep"):
             raise ModelError(f"System: redundant must be 'remove' or 'keep', got "
@@ -86,9 +86,12 @@ class System:
             where = "this system" if element.system is self else "another system"
             raise ModelError(f"{element!r} is already part of {where}; create a new element")
         if not getattr(element, "name_given", True):
-            element.name = next(name for name in (f"{element.kind}{k}" for k in
-                                                  itertools.count(1))
-                                if name not in self._names)
+            # the first free "<kind><k>": names are never removed, so every k below the
+            # kind's counter is taken and the search resumes there (no quadratic cost)
+            k = self._next_default.get(element.kind, 1)
+            while f"{element.kind}{k}" in self._names:
+                k += 1
+            element.name, self._next_default[element.kind] = f"{element.kind}{k}", k + 1
         if element.name == "gravity" and self.gravity is not None:
             raise ModelError("the name 'gravity' is taken by the system's uniform gravity; "
                              "choose another name")
