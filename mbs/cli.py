@@ -245,7 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated step sizes (default 0.004,0.002,0.001)")
     conv.add_argument("--t-end", type=_positive_float,
                       help="end time (default: 50 times the largest h)")
+    conv.add_argument("--option", type=_key_value, action="append", metavar="KEY=VALUE",
+                      help="an option of the studied solvers, e.g. stages=4 (lobatto) or "
+                           "order=4; repeat for several")
     conv.add_argument("--reference-solver", type=_solver_name, default="em")
+    conv.add_argument("--reference-option", type=_key_value, action="append",
+                      metavar="KEY=VALUE",
+                      help="an option of the reference solver, e.g. stages=6 with "
+                           "--reference-solver lobatto; repeat for several")
     conv.add_argument("--reference-factor", type=_positive_int, default=8,
                       help="reference step = smallest h / this (default 8)")
     conv.add_argument("--plot", metavar="PATH", help="log-log error plot (.png, .pdf)")
@@ -579,7 +586,9 @@ def _cmd_convergence(args) -> int:
     print(f"{title}: convergence study\n")
     convergence_study(module.build, args.solvers, args.h, t_end,
                       reference_solver=args.reference_solver,
-                      reference_factor=args.reference_factor, path=args.plot)
+                      reference_factor=args.reference_factor,
+                      reference_options=dict(args.reference_option or []) or None,
+                      path=args.plot, **dict(args.option or []))
     if args.plot:
         print(f"wrote {args.plot}")
     return 0

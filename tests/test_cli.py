@@ -136,6 +136,20 @@ def test_convergence_command(capsys):
     assert len(errors) == 2 and errors[1] < errors[0]
 
 
+def test_convergence_command_passes_solver_options(capsys):
+    """--option configures the studied solvers and --reference-option the reference: Lobatto
+    with 3 stages (order 4) against Lobatto with 5 (order 8), on the spherical pendulum. The
+    fitted slope is 4 to within the pre-asymptotic drift of two halvings (+-0.3)."""
+    code = main(["convergence", "pendulum-3d", "--solvers", "lobatto", "--option", "stages=3",
+                 "--h", "0.04,0.02,0.01", "--t-end", "0.4", "--reference-solver", "lobatto",
+                 "--reference-option", "stages=5"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "against lobatto (stages=5)" in out
+    (fitted,) = [line for line in out.splitlines() if line.startswith("lobatto    fitted")]
+    assert abs(float(fitted.split()[3]) - 4.0) < 0.3
+
+
 def test_convergence_refuses_a_figure_type_before_running(capsys, tmp_path, monkeypatch):
     def no_run(*args, **kwargs):
         raise AssertionError("a run was made before the figure type was checked")

@@ -91,7 +91,9 @@ def solver_table() -> str:
         p = make_solver(name, **options).properties
         label = f"`{name}`, `order={options['order']}`" if options else f"`{p.name}`"
         rows.append(f"| {label} | {p.order_q}, {p.order_p} | "
-                    f"{'yes' if p.symplectic else 'no'} | {p.energy} | {p.momentum} | "
+                    f"{'yes' if p.symplectic else 'no'}"
+                    f"{f' (in {p.symplectic_in})' if p.symplectic_in else ''} | {p.energy} | "
+                    f"{p.momentum} | "
                     f"{p.constraints_at_step_end} | {p.multiplier_times} | {p.reference} |")
     return "\n".join([header] + rows)
 

@@ -66,6 +66,8 @@ class SchemeProperties:
     order_q: str = "2"
     order_p: str = "2"
     symplectic: bool
+    #: The variables in which the step map is symplectic when they are not (q, p).
+    symplectic_in: str = ""
     energy: str
     momentum: str = "exact (symmetric potentials)"
     constraints_at_step_end: str = "g(q^{n+1}) and G M^-1 p^{n+1}"

@@ -197,6 +197,7 @@ class VariationalConversion(Solver):
     properties = SchemeProperties(
         name="vi-conversion", order_q="order of the RK layer (4 for rk4)",
         order_p="order of the RK layer (4 for rk4)", symplectic=True,
+        symplectic_in="the node variables (q_bar, mu), not (q, p)",
         energy="bounded oscillation",
         momentum="discrete Noether momentum mu . (xi q_bar) exact; the continuous one to "
                  "O(h^r)",

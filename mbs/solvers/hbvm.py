@@ -229,7 +229,9 @@ class HBVM(Solver):
     double pendulum, a four-bar, an RSSR linkage and a gimbal, and for s = 3 and 4 on double
     pendulums and spring-coupled bodies: the multiplier, constant over a step, bars more),
     while the momenta show order 2: their error lies along the hidden constraint, which
-    holds to O(h^2) only. The multiplier lambda converges with order 1. Momentum maps are
+    holds to O(h^2) only (applied forces and dampers on slender bodies feel that error, and
+    their positions can then converge at order 2 only). The multiplier lambda converges with
+    order 1. Momentum maps are
     kept to round-off by HBVM(1,1), and only approximately (a slow drift) by HBVM(2,2).
     """
 
@@ -240,7 +242,10 @@ class HBVM(Solver):
     newton: NewtonOptions = field(default_factory=_default_options)
 
     properties = SchemeProperties(
-        name="hbvm", order_q="4 observed for s >= 2 (2 proven)", order_p="2 (2s if lambda const.)",
+        name="hbvm",
+        order_q="4 observed for s >= 2 on conservative models (2 proven; down to 2 under "
+                "applied forces and dampers, see the limitations)",
+        order_p="2 (2s if lambda const.)",
         symplectic=False,
         energy="exact if H polynomial of degree <= 2k/s, else O(h^{2k})",
         momentum="not guaranteed",
