@@ -44,6 +44,9 @@ WALK_STEPS, WALK_STEP = 12, 0.25
 #: The equations dropped by the initial state's choice are replaced by another choice only
 #: when that keeps the remaining equations this many times better conditioned on the walks.
 BETTER_CHOICE = 2.0
+#: Blocks with more redundant equations than this choose at the initial state only (the
+#: choice among many rows costs their number to the fourth power).
+SAMPLED_REDUNDANCY = 12
 #: Models up to this many coordinates evaluate a block's Jacobian on the walks densely.
 DENSE_WALK_SIZE = 2000
 
@@ -182,11 +185,13 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
                     f"coordinate the other constraints leave free")
             free = np.flatnonzero(~kept)
             _check_drives_independent_of_joints(dense, joint_rows.size, kept, owner, block,
-                                                names, rank_total, u, s)
+                                                rank_total, u, s)
             local = _dependent_rows(dense[:joint_rows.size][free], fixed,
                                     rank - int(kept.sum()))
             if (table is not None and q0 is not None and not kept.any()
-                    and columns.size <= SAMPLED_BLOCK_COLUMNS):
+                    and columns.size <= SAMPLED_BLOCK_COLUMNS
+                    and columns.size > rank_total  # a loop that can move
+                    and joint_rows.size - rank <= SAMPLED_REDUNDANCY):
                 directors = np.concatenate(
                     [body_columns[b][3:] for b in bodies if internal_rows[b].size]
                     + [np.zeros(0, dtype=int)])
@@ -211,13 +216,13 @@ def _dependent_rows(joint: np.ndarray, internal: np.ndarray, rank: int) -> np.nd
 
 def _check_drives_independent_of_joints(dense: np.ndarray, joint_count: int,
                                         kept: np.ndarray, owner: np.ndarray,
-                                        block: list[ConstraintGroup], names: tuple,
-                                        rank_total: int, u: np.ndarray, singular: np.ndarray
-                                        ) -> None:
-    """Raise when a drive fixes a motion that the joints of its block already fix (a
-    mechanism driven twice, or a structure driven): dropping a joint's equation to make
-    room for it would change the mechanism. A user constraint that repeats a joint's
-    equation is redundant like a joint and only makes that equation droppable.
+                                        block: list[ConstraintGroup], rank_total: int,
+                                        u: np.ndarray, singular: np.ndarray) -> None:
+    """Raise when a drive fixes a motion that the joints of its block already fix at the
+    initial pose (a loop driven twice, a structure driven, or a driven coordinate at a dead
+    point): dropping a joint's equation to make room for it would change the mechanism. A
+    user constraint that repeats a joint's equation is redundant like a joint and only
+    makes that equation droppable.
 
     ``dense`` holds the block's joint rows (``kept`` marking user constraints and drives),
     then its internal rows; ``u``, ``singular`` its SVD, of rank ``rank_total``."""
@@ -225,23 +230,20 @@ def _check_drives_independent_of_joints(dense: np.ndarray, joint_count: int,
     tolerance = RANK_TOLERANCE * singular[0]
     if np.linalg.matrix_rank(rest, tol=tolerance) + int(kept.sum()) <= rank_total:
         return
-    # the kept rows in the dependencies among all rows
-    weight = np.max(np.abs(u[:joint_count, rank_total:][kept]), axis=1)
-    involved = set(owner[kept][weight > 1e-8])
+    # the rows in the dependencies among all rows
+    weight = np.max(np.abs(u[:joint_count, rank_total:]), axis=1)
+    involved = set(owner[weight > 1e-8])
     prescribed = [group.name for group in block if group.prescribed and group.name in involved]
     if not prescribed:
         return
-    freedom = dense.shape[1] - np.linalg.matrix_rank(rest, tol=tolerance)
-    kept_names = set(owner[kept])
-    joints = [name for name in names if name not in kept_names]
+    joints = [name for name in dict.fromkeys(owner[~kept]) if name in involved]
     raise ModelError(
-        f"{', '.join(prescribed)} over-constrain{'s' if len(prescribed) == 1 else ''} the "
-        f"loop of {', '.join(joints)}: its joints leave {freedom} degree"
-        f"{'s' if freedom != 1 else ''} of freedom, and the drives and user constraints on "
-        f"it prescribe {int(kept.sum())} motion{'s' if kept.sum() != 1 else ''}; a drive "
-        f"cannot be removed as redundant, and dropping a joint's equation for it would "
-        f"change the mechanism: remove a drive, or drive a joint whose coordinate the "
-        f"others leave free")
+        f"{', '.join(prescribed)} prescribe{'s' if len(prescribed) == 1 else ''} a motion "
+        f"that the joints {', '.join(joints)} already fix at the initial pose: either the "
+        f"loop is driven more often than it can move (remove a drive, or drive a joint whose "
+        f"coordinate the others leave free), or the driven coordinate cannot move at this "
+        f"pose (a dead point: start from another pose). A drive cannot be removed as "
+        f"redundant, and dropping a joint's equation for it would change the mechanism")
 
 
 def _reachable_null_spaces(block: QuadraticTable, columns: np.ndarray,
@@ -254,8 +256,8 @@ def _reachable_null_spaces(block: QuadraticTable, columns: np.ndarray,
     equations have another rank (singular ones) are skipped.
 
     Only the block's ``columns`` move. A step changes a director entry (``directors``, in
-    ``q``'s numbering) by at most :data:`WALK_STEP`, or, in a block of point masses, a
-    position by that fraction of the block's size."""
+    ``q``'s numbering) by at most :data:`WALK_STEP`, and a position by at most that
+    fraction of the block's size."""
     def jacobian(q):
         if block.n <= DENSE_WALK_SIZE:
             return block.jacobian_dense(q)[:, columns]
@@ -266,13 +268,13 @@ def _reachable_null_spaces(block: QuadraticTable, columns: np.ndarray,
         regular = int(np.sum(singular > RANK_TOLERANCE * max(singular[0], 1e-300))) == rank
         return (u[:, rank:] if regular else None), vt[rank:].T
 
-    moving = np.isin(columns, directors)
-    if moving.any():
-        length = 1.0
-    else:
-        positions = q0[columns].reshape(-1, 3)
-        length = float(np.max(np.linalg.norm(positions - positions.mean(axis=0), axis=1)))
-        length, moving = (length if length > 0.0 else 1.0), np.ones(columns.size, dtype=bool)
+    # a step's size: director entries count as they are, positions in units of the
+    # block's size (the spread of its bodies, or their distance from the origin)
+    turning = np.isin(columns, directors)
+    positions = q0[columns[~turning]].reshape(-1, 3)
+    length = float(np.max(np.linalg.norm(positions - positions.mean(axis=0), axis=1)))
+    length = length or float(np.max(np.linalg.norm(positions, axis=1))) or 1.0
+    weights = np.where(turning, 1.0, 1.0 / length)
     tolerance = 1e-12 * max(1.0, float(np.max(np.abs(q0[columns]))))
     null, free = spaces(q0)
     nulls = [null]
@@ -280,8 +282,7 @@ def _reachable_null_spaces(block: QuadraticTable, columns: np.ndarray,
         q = q0.copy()
         for _ in range(WALK_STEPS):
             candidate = q.copy()
-            candidate[columns] += (WALK_STEP * length / np.max(np.abs(direction[moving])))\
-                * direction
+            candidate[columns] += WALK_STEP / np.max(np.abs(weights * direction)) * direction
             # Gauss-Newton with the pseudo-inverse at the predicted point (chord iteration)
             u, singular, vt = np.linalg.svd(jacobian(candidate), full_matrices=False)
             inverse = vt[:rank].T @ (u[:, :rank].T / singular[:rank, None])

@@ -15,7 +15,13 @@ import scipy.sparse as sp
 
 from mbs.analysis import ConstraintGroup, analyse_rank
 from mbs.bodies.rigid_body import RigidBody
-from mbs.errors import ForceFunctionError, MbsError, ModelError, warn_user
+from mbs.errors import (
+    ForceFunctionError,
+    InconsistentInitialStateError,
+    MbsError,
+    ModelError,
+    warn_user,
+)
 from mbs.forces.applied import AppliedForces, JointDamper, joint_effort_term
 from mbs.forces.base import TermInstance
 from mbs.joints.base import BuildContext
@@ -163,6 +169,19 @@ def compile_system(system: System) -> Model:
                    f"uniformly" for name in system.unconnected_bodies()]
     _check_user_derivatives(model, user_blocks, model._q0)
     g, gv = model.initial_residuals()
+    try:
+        model.check_drive_branches(model._q0)
+    except InconsistentInitialStateError as exc:
+        warn_user(f"{exc} (model.initial_state() raises this at t = 0; with "
+                  f"initial_state(t=t_start) and simulate a run is checked at its start)")
+    else:
+        _warn_if_inconsistent(model, g, gv)
+    return model
+
+
+def _warn_if_inconsistent(model: Model, g: float, gv: float) -> None:
+    """Warn, naming the most violated joints, when the states set on the bodies violate the
+    constraints at t = 0 (max |g| = ``g``, max |G v| = ``gv``)."""
     if not model.is_consistent(model._q0, model._p0):
         worst = model._worst_constraints(model._q0, model._p0, 0.0)
         timed = (" at t = 0 (a run from another t_start is checked at its start)"
@@ -171,7 +190,6 @@ def compile_system(system: System) -> Model:
                   f"{g:.3e}, max |G v| = {gv:.3e}{worst}); "
                   f"model.initial_state(project=True{', t=t_start' if timed else ''}) "
                   f"projects it")
-    return model
 
 
 def _mass_matrices(bodies, n: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:

@@ -402,6 +402,12 @@ def _initial_arrays(model: Model, initial_states) -> tuple[np.ndarray, np.ndarra
         raise ModelError(f"simulate_ensemble: members {mirrored} start with the directors of "
                          f"a body forming a left-handed frame (a mirror image, det = -1); "
                          f"give rotations (det = +1)")
+    if model.drives:  # a drive's angle half a turn off satisfies every residual test
+        for k in range(q0.shape[0]):
+            try:
+                model.check_drive_branches(q0[k])
+            except ModelError as exc:
+                raise ModelError(f"simulate_ensemble: member {k}: {exc}") from None
     unsure = np.flatnonzero(~_clearly_consistent(model, q0, p0))
     bad = [int(k) for k in unsure if not model.is_consistent(q0[k], p0[k])]
     if bad:

@@ -707,6 +707,8 @@ class Model:
         q = self.checked_state(q, "q", "Model.full_constraint_rank", single=True)
         jacobian = np.vstack([self.constraint_jacobian(q, t).toarray(),
                               self._removed.jacobian(q).toarray()])
+        if not jacobian.size:
+            return 0
         singular = np.linalg.svd(jacobian, compute_uv=False)
         return int(np.sum(singular > RANK_TOLERANCE * max(singular[0], 1e-300)))
 
@@ -914,7 +916,7 @@ class Model:
             raise ModelError(f"initial state: the directors of {', '.join(map(repr, mirrored))} "
                              f"form a left-handed frame (a mirror image, det = -1); give a "
                              f"rotation (det = +1), e.g. reverse one director")
-        self._check_branches(q, t)
+        self.check_drive_branches(q, t)
         if self.is_consistent(q, p, t):
             return q, p
         g, gv = self._residuals(q, p, t)
@@ -934,7 +936,7 @@ class Model:
                 f"projecting the initial state failed ({exc}); the constraints may be "
                 f"degenerate or badly scaled at the initial state (before: max |g| = {g:.3e}, "
                 f"max |G M^-1 p| = {gv:.3e})", g, gv) from exc
-        self._check_branches(q_new, t)
+        self.check_drive_branches(q_new, t)
         if not (np.all(np.isfinite(q_new)) and np.all(np.isfinite(p_new))
                 and self.is_consistent(q_new, p_new, t)):
             g_new, gv_new = self._residuals(q_new, p_new, t)
@@ -950,10 +952,11 @@ class Model:
             + self._changed_rates(q, p, q_new, p_new))
         return q_new, p_new
 
-    def _check_branches(self, q: np.ndarray, t: float) -> None:
-        """Raise when an initial configuration puts a drive on the solution of its equation
-        half a turn from the angle it prescribes (a pose more than a quarter turn from it,
-        which a projection cannot cross)."""
+    def check_drive_branches(self, q: np.ndarray, t: float = 0.0) -> None:
+        """Raise :class:`InconsistentInitialStateError` when an initial configuration q
+        puts a drive on the solution of its equation half a turn from the angle it
+        prescribes at time t (a pose more than a quarter turn from it, which a projection
+        cannot cross), naming the drives."""
         drives = [repr(block.constraint.name) for block in self._user
                   if getattr(block.constraint, "branch_error", None) is not None
                   and block.constraint.branch_error(q[block.indices], t) is not None]
@@ -995,7 +998,7 @@ class Model:
                       f"{np.max(np.abs(q_projected - q)):.3e} (residual was |g| = {g:.3e}); "
                       f"the velocities follow from the given joint rates")
             q = q_projected
-        self._check_branches(q, t)
+        self.check_drive_branches(q, t)
         v = self.apply_inverse_mass(p)
         names, rates, rows = [], [], []
         for name, rate in joint_rates.items():

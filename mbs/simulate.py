@@ -1156,11 +1156,13 @@ def _warn_if_removed_constraints_broke(solution: Solution) -> None:
         return
     dropped = ", ".join(label for red in model.redundancies for label in red.removed_labels)
     first = int(np.argmax(removed > level))
-    before = max(first - 1, 0)
+    before = first - 1
     singular_start = ("The initial state is a singular configuration of the mechanism (its "
                       "constraints lose rank there, as a parallelogram folded flat); start "
                       "from a regular pose near it")
-    if model.n <= DIAGNOSED_REDUNDANCY_SIZE:
+    # the kept equations are regular at the initial state by their choice: a break in the
+    # first step is the singular start's
+    if first > 1 and model.n <= DIAGNOSED_REDUNDANCY_SIZE:
         t0, t1 = float(solution.t[0]), float(solution.t[before])
         if not model.full_constraint_rank(solution.q[before], t1) > \
                 model.full_constraint_rank(solution.q[0], t0):

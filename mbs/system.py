@@ -87,11 +87,12 @@ class System:
             raise ModelError(f"{element!r} is already part of {where}; create a new element")
         if not getattr(element, "name_given", True):
             # the first free "<kind><k>": names are never removed, so every k below the
-            # kind's counter is taken and the search resumes there (no quadratic cost)
+            # kind's counter (advanced when an element is stored) is taken and the search
+            # resumes there (no quadratic cost)
             k = self._next_default.get(element.kind, 1)
             while f"{element.kind}{k}" in self._names:
                 k += 1
-            element.name, self._next_default[element.kind] = f"{element.kind}{k}", k + 1
+            element.name = f"{element.kind}{k}"
         if element.name == "gravity" and self.gravity is not None:
             raise ModelError("the name 'gravity' is taken by the system's uniform gravity; "
                              "choose another name")
@@ -121,6 +122,8 @@ class System:
             raise ModelTypeError(f"System.add: unsupported element {element!r}")
         element.system = self
         self._names[element.name] = element
+        if not getattr(element, "name_given", True):
+            self._next_default[element.kind] = int(element.name[len(element.kind):]) + 1
         return element
 
     @staticmethod

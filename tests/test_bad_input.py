@@ -119,6 +119,21 @@ def test_duplicate_names():
         system.add(rigid("ground"))
 
 
+def test_an_element_refused_by_add_keeps_its_default_name_when_added_again():
+    """The error names the element by the default name it was given ('joint1'); after the
+    fix the same element is added under that name, and the next one takes 'joint2'."""
+    system = mbs.System()
+    a = system.add(mbs.PointMass(1.0))
+    b = mbs.PointMass(1.0)
+    joint = mbs.joints.Spherical(a, b, point=(0, 0, 0))
+    with pytest.raises(mbs.ModelError, match="Spherical 'joint1' references body 'body2'"):
+        system.add(joint)
+    system.add(b)
+    system.add(joint)
+    assert joint.name == "joint1"
+    assert system.add(mbs.joints.Spherical(system.ground, a, point=(0, 0, 0))).name == "joint2"
+
+
 def test_negative_rest_length():
     a, b = rigid("a"), mbs.PointMass(1.0, name="b")
     with pytest.raises(mbs.ModelError, match="'spring'.*rest_length.*negative"):

@@ -349,14 +349,15 @@ def test_bennett_linkage_keeps_equations_that_stay_regular_along_its_motion():
 
 def test_drives_that_over_constrain_a_loop_are_refused():
     """Two drives on the one degree of freedom of a four-bar, or a drive on a beam that two
-    hinges already hold: compile refuses them, naming the drives, instead of dropping a
-    joint's own equation to make room for them (which changed the mechanism)."""
+    hinges already hold: compile refuses them, naming the drives and the joints, instead of
+    dropping a joint's own equation to make room for them (which changed the mechanism)."""
     system = planar_four_bar()
     system.add(mbs.joints.Drive(system["pivot_O"], lambda t: 0.1 * t, name="motor_O"))
     system.add(mbs.joints.Drive(system["pivot_C"], lambda t: 0.2 * t, name="motor_C"))
-    with pytest.raises(mbs.ModelError, match=r"motor_O, motor_C over-constrain the loop of "
-                                             r"pivot_O, pin_A, pin_B, pivot_C: its joints "
-                                             r"leave 1 degree of freedom"):
+    with pytest.raises(mbs.ModelError, match=r"motor_O, motor_C prescribe a motion that the "
+                                             r"joints pivot_O, pin_A, pin_B, pivot_C already "
+                                             r"fix at the initial pose: either the loop is "
+                                             r"driven more often than it can move"):
         system.compile()
     beam = mbs.System()
     body = beam.add(mbs.RigidBody(1.0, (1.0, 1.2, 1.4), name="beam"))
@@ -365,6 +366,24 @@ def test_drives_that_over_constrain_a_loop_are_refused():
     beam.add(mbs.joints.Revolute(beam.ground, body, point=(0, 0, 0), axis=(1, 0, 0),
                                  name="h2"))
     beam.add(mbs.joints.Drive(beam["h1"], lambda t: t, name="motor"))
-    with pytest.raises(mbs.ModelError, match=r"motor over-constrains the loop of h1, h2: its "
-                                             r"joints leave 0 degrees of freedom"):
+    with pytest.raises(mbs.ModelError, match=r"motor prescribes a motion that the joints "
+                                             r"h1, h2 already fix"):
         beam.compile()
+
+
+@pytest.mark.parametrize("kind, dof, redundant", [("Prismatic", 1, 5), ("Cylindrical", 2, 4)])
+def test_a_body_on_two_parallel_sliding_joints_compiles(kind, dof, redundant):
+    """A carriage on two parallel rails (prismatic) or a shaft in two coaxial bearings
+    (cylindrical): the redundant equations are found along motions that turn no director
+    (a pure slide), and the body keeps the joints' degrees of freedom."""
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(1.0, (1.0, 1.0, 1.0), name="carriage"))
+    joint = getattr(mbs.joints, kind)
+    offset = (0, 1, 0) if kind == "Prismatic" else (1, 0, 0)
+    system.add(joint(system.ground, body, point=(0, 0, 0), axis=(1, 0, 0), name="rail1"))
+    system.add(joint(system.ground, body, point=offset, axis=(1, 0, 0), name="rail2"))
+    with pytest.warns(UserWarning, match="redundant constraints removed"):
+        model = system.compile()
+    assert model.degrees_of_freedom == independent_dof(model) == dof
+    (red,) = model.redundancies
+    assert red.count == redundant

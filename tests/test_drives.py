@@ -332,9 +332,9 @@ def test_a_drive_on_the_wrong_branch_is_reported_when_refinement_is_off():
     assert error.value.solution.t.size >= 1
 
 
-def hinged_link_driven_by(position, rate: float = 1.0) -> mbs.Model:
+def hinged_link_driven_by(position, rate: float = 1.0, quiet: bool = True) -> mbs.Model:
     """A link on a y-hinge, set at angle 0 and at rest, driven by ``position(t)`` at
-    ``rate``."""
+    ``rate`` (compiled with its warnings silenced when ``quiet``)."""
     system = mbs.System(gravity=(0, 0, -9.81))
     link = system.add(mbs.RigidBody.from_shape("box", mass=2.0, lx=1.0, ly=0.05, lz=0.05,
                                                name="link"))
@@ -342,6 +342,8 @@ def hinged_link_driven_by(position, rate: float = 1.0) -> mbs.Model:
     hinge = system.add(mbs.joints.Revolute(system.ground, link, point=(0, 0, 0),
                                            axis=(0, 1, 0), name="hinge"))
     system.add(mbs.joints.Drive(hinge, position, rate=lambda t: rate, name="motor"))
+    if not quiet:
+        return system.compile()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the pose is off the drive's angle
         return system.compile()
@@ -370,6 +372,20 @@ def test_a_pose_more_than_a_quarter_turn_from_a_drive_is_refused_not_projected_h
                                 project=True)
     np.testing.assert_allclose(solution.drive("motor").position, 1.2 - start + solution.t,
                                rtol=0, atol=1e-12)
+
+
+def test_compile_and_ensembles_name_a_drive_half_a_turn_off():
+    """compile's warning about such a pose says what initial_state will say (not "project
+    it", which raises), and an ensemble member starting there is named."""
+    with pytest.warns(UserWarning, match="more than a quarter turn from the angle that "
+                                         "'motor' prescribes"):
+        hinged_link_driven_by(lambda t: np.pi, rate=0.0, quiet=False)
+    model = hinged_link_driven_by(lambda t: np.pi, rate=0.0)
+    states = (np.stack([model.q0] * 2), np.stack([model.p0] * 2))
+    with pytest.raises(mbs.ModelError, match="simulate_ensemble: member 0: initial state: "
+                                             "the pose set on the bodies is more than a "
+                                             "quarter turn"):
+        mbs.simulate_ensemble(model, states, h=0.01, t_end=0.1)
 
 
 def test_is_consistent_is_false_for_a_drive_half_a_turn_off():
@@ -411,7 +427,7 @@ def test_a_drive_without_a_rate_differences_its_position_exactly_late_in_a_run()
     hinge = system.add(mbs.joints.Revolute(system.ground, link, point=(0, 0, 0),
                                            axis=(0, 1, 0), name="hinge"))
     system.add(Drive(hinge, position, name="motor"))
-    with pytest.warns(UserWarning, match=r"inconsistent .* at t = 0 .*t=t_start\)"):
+    with pytest.warns(UserWarning, match=r"quarter turn .* at t = 0.*initial_state\(t=t_start\)"):
         model = system.compile()
     solution = mbs.simulate(model, "em", h=0.01, t_start=t_start, t_end=t_start + 0.5)
     drive = solution.drive("motor")

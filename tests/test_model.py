@@ -542,3 +542,9 @@ def test_projection_of_a_gram_and_millimetre_body_welded_to_a_tonne_drum():
     _, p = model.initial_state(joint_rates={"hinge": 3.0})
     assert model.joint_coordinate("hinge", q, np.linalg.solve(mass, p))[1] == pytest.approx(
         3.0, rel=1e-12)
+
+
+def test_full_constraint_rank_of_a_model_without_constraints_is_zero():
+    system = mbs.System()
+    system.add(mbs.PointMass(1.0, name="p"))
+    assert system.compile().full_constraint_rank(np.zeros(3)) == 0
