@@ -143,6 +143,50 @@ def conserved_directions(model: Model, states: list[tuple[float, np.ndarray, np.
     return right[singular <= INVARIANCE_TOLERANCE]
 
 
+def symmetry_axis_points(model: Model, states: list[tuple[float, np.ndarray, np.ndarray]]
+                         ) -> list[np.ndarray]:
+    """Points on the axes of the rotational symmetries of the model, wherever those axes
+    lie (a bead on a surface of revolution about an axis through no pivot or anchor), one
+    per rotation found at ``states`` (which should be generic, :func:`generic_states`).
+
+    A rotation about the axis w through c acts as the rotation about the parallel axis
+    through the origin followed by the translation v = -w x c, so the symmetries are the
+    (v, w) that make every product of :func:`conserved_directions` vanish for the
+    generator translation(v) + rotation(w) (linear in (v, w)); each null vector with w != 0
+    gives the point c = w x v / |w|^2 of its axis nearest the origin (for a screw symmetry
+    that axis is not one of a rotation, and the check about c finds none)."""
+    parts = []
+    for t, q, p in states:
+        try:
+            linear, bounds, moving = _products(model, t, q, p, "translation", (0.0, 0.0, 0.0))
+            angular, _, turning = _products(model, t, q, p, "rotation", (0.0, 0.0, 0.0))
+        except ForceFunctionError:
+            continue
+        parts.append((linear, angular, bounds, np.linalg.norm(moving, 2),
+                      np.linalg.norm(turning, 2)))
+    if not parts:
+        return []
+    # fixed column scales (the largest generators), so that rows of all states combine
+    scale_v = max(part[3] for part in parts) or 1.0
+    scale_w = max(part[4] for part in parts) or 1.0
+    rows = [np.hstack([linear[bounds > 0.0] / (bounds[bounds > 0.0, None] * scale_v),
+                       angular[bounds > 0.0] / (bounds[bounds > 0.0, None] * scale_w)])
+            for linear, angular, bounds, _, _ in parts]
+    matrix = np.vstack(rows + [np.zeros((6, 6))])
+    if not np.all(np.isfinite(matrix)):
+        return []
+    _, singular, right = np.linalg.svd(matrix, full_matrices=False)
+    points = []
+    for vector in right[singular <= INVARIANCE_TOLERANCE]:
+        v, w = vector[:3] / scale_v, vector[3:] / scale_w
+        if np.linalg.norm(vector[3:]) > 1e-6:
+            point = np.cross(w, v) / (w @ w)
+            # round-off of the null vector, not a position: a printed axis point reads 0
+            size = max(float(np.linalg.norm(point)), model.length_scale)
+            points.append(np.where(np.abs(point) <= 1e-10 * size, 0.0, point))
+    return points
+
+
 def generic_states(model: Model, states: list[tuple[float, np.ndarray, np.ndarray]],
                    size: float = 1e-5, seed: int = 0
                    ) -> list[tuple[float, np.ndarray, np.ndarray]]:
