@@ -92,8 +92,13 @@ def compile_system(system: System) -> Model:
         names = tuple(b.name for b in constraint.bodies)
         constraint_rows[constraint.name] = rows
         joint_infos.append(ElementInfo(constraint.name, type(constraint).__name__, names, rows))
-        groups.append(ConstraintGroup(constraint.name, names, rows, invariant=False,
-                                      prescribed=bool(constraint.time_dependent)))
+        # a drive reads its joint's relative coordinate, invariant under a common rigid
+        # motion of the joint's bodies: it joins its joint's block (a chain with one drive
+        # is not one merged block)
+        joint = getattr(constraint, "joint", None)
+        groups.append(ConstraintGroup(
+            constraint.name, names if joint is None else tuple(b.name for b in joint.bodies),
+            rows, invariant=joint is not None, prescribed=bool(constraint.time_dependent)))
 
     potential_groups, force_infos = _potential_groups(system, context, n, q0)
     applied = AppliedForces(n, _applied_terms(system, context))

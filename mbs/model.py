@@ -610,6 +610,14 @@ class Model:
         vectorised over the states, in blocks of them, when every constraint is quadratic;
         state by state otherwise."""
         out = np.empty(Q.shape)
+        rows = np.asarray(rows, dtype=int)
+        if np.all(rows < self._table.n_rows):
+            # rows of the table only (one joint's reaction): its sub-table, whose cost is
+            # that of the rows, not of the whole model
+            table = self._table.rows(rows)
+            for block in self._state_blocks(Q.shape[0]):
+                out[block] = table.jacobian_transpose_products(Q[block], Y[block])
+            return out
         for block in self._state_blocks(Q.shape[0]):
             full = np.zeros((Q[block].shape[0], self.m))
             full[:, rows] = Y[block]
@@ -1077,12 +1085,29 @@ class Model:
             return np.linalg.lstsq(dense, rhs / scale, rcond=1e-12)[0] / scale
         rhs_norm = np.linalg.norm(rhs)
         try:
-            solution = spla.splu(gram.tocsc()).solve(rhs)
-            # a numerically singular Gram matrix (redundant constraints) need not make splu
-            # fail; it then returns garbage, so accept the solution only if it solves
-            if (np.all(np.isfinite(solution))
-                    and np.linalg.norm(gram @ solution - rhs) <= 1e-10 * rhs_norm):
-                return solution
+            factor = spla.splu(gram.tocsc())
+            solution = factor.solve(rhs)
+            # an ill-conditioned Gram matrix (a long chain) leaves the solve at its
+            # condition number times round-off: refined with the same factors; a
+            # numerically singular one (redundant constraints) need not make splu fail and
+            # then returns garbage, so a solution is accepted only if it solves
+            best, best_norm = None, np.inf
+            for _ in range(3):
+                if not np.all(np.isfinite(solution)):
+                    break
+                residual = rhs - gram @ solution
+                size = np.linalg.norm(residual)
+                if size <= 1e-10 * rhs_norm:
+                    return solution
+                if size >= 0.5 * best_norm:  # at the conditioning's limit
+                    break
+                best, best_norm = solution, size
+                solution = solution + factor.solve(residual)
+            # the Gram matrix squares G's condition number (1e11 for a chain of 200 links):
+            # a residual at that limit still makes Gauss-Newton contract by 1e-6 per step,
+            # where the regularised solve below would crawl
+            if best is not None and best_norm <= 1e-6 * rhs_norm:
+                return best
         except RuntimeError:
             pass
         # Redundant constraints: factorise gram + delta I and refine iteratively. The

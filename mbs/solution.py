@@ -284,6 +284,13 @@ class Solution:
         (``constraint_residuals()["velocity"]``), and these velocities are that accurate."""
         return (self.model.inverse_mass_matrix @ self.p.T).T
 
+    def _velocities_of(self, coordinates) -> np.ndarray:
+        """:attr:`velocities` of one body's ``coordinates`` (a slice or indices), from its
+        own block of the inverse mass matrix (block-diagonal per body): the cost of the
+        body, not of the model."""
+        inverse = self.model.inverse_mass_matrix[coordinates][:, coordinates]
+        return np.asarray((inverse @ self.p[:, coordinates].T).T)
+
     def __len__(self) -> int:
         return self.t.size
 
@@ -486,7 +493,7 @@ class Solution:
         name = element_name(name)
         info = self.model.body(name)
         coords = self.q[:, info.coordinates]
-        rates = self.velocities[:, info.coordinates]
+        rates = self._velocities_of(info.coordinates)
         if info.kind == "point":
             return BodyTrajectory(name, coords.copy(), rates.copy(), t=self.t)
         directors = coords[:, 3:].reshape(-1, 3, 3)  # [step, i, component]
@@ -510,7 +517,7 @@ class Solution:
             raise ModelError(f"Solution.point: at must be 3 finite world coordinates, got "
                              f"{at!r}")
         coords = self.q[:, info.coordinates]
-        rates = self.velocities[:, info.coordinates]
+        rates = self._velocities_of(info.coordinates)
         if info.kind == "point":
             return coords.copy(), rates.copy()
         start = coords[0, 3:].reshape(3, 3)  # rows d_i at the first node
@@ -583,15 +590,18 @@ class Solution:
     def _candidate_points(self) -> list[np.ndarray]:
         """Points the angular momentum is naturally taken about: the ground points of joints
         and forces (pivots, anchors of distance joints, springs and dampers) and the centres
-        of central gravity, each once; with user constraints or potentials (which name no
+        of central gravity, each once, the first :attr:`SUMMARY_POINTS` + 1; with user
+        constraints or potentials (which name no
         point) first the points of the axes of the rotations that leave the model invariant
         (:func:`mbs.symmetry.symmetry_axis_points`)."""
-        points = []
+        points, seen = [], set()
         if any(joint.type == "UserConstraint" for joint in self.model.joints) or any(
                 force.type == "UserPotential" for force in self.model.forces):
             # user elements carry no points: the axes of the model's rotations, found
             points += symmetry_axis_points(self.model, self._check_states())
         for element in (*self.model.joints, *self.model.forces):
+            if len(points) > self.SUMMARY_POINTS:  # the origin may be among them
+                break
             data, bodies = element.data, tuple(element.bodies)
             found = [data.get("center")]
             if "ground" in bodies:
@@ -602,8 +612,8 @@ class Solution:
                     found.append(data["points"][bodies.index("ground")])
             found += list(data.get("ground_points", ()))  # user potentials' anchors
             for point in found:
-                if point is not None and not any(np.array_equal(point, other)
-                                                 for other in points):
+                if point is not None and tuple(np.ravel(point)) not in seen:
+                    seen.add(tuple(np.ravel(point)))
                     points.append(np.asarray(point, dtype=float))
         return points
 
@@ -648,9 +658,14 @@ class Solution:
         """The states of the invariance check: generic neighbours of states spread over the
         run (:func:`mbs.symmetry.generic_states`), and with applied forces
         :attr:`FORCE_CHECK_NODES` further nodes."""
+        key = (id(self.model), id(self.q), id(self.p), self.t.size)
+        cached = self.__dict__.get("_check_state_cache")
+        if cached is not None and cached[0] == key:  # projections of neighbours cost most
+            return cached[1]
         states = generic_states(self.model, self._symmetry_states())
         if self.model.has_applied_forces:
             states += self._symmetry_states(self.FORCE_CHECK_NODES)
+        self.__dict__["_check_state_cache"] = (key, states)
         return states
 
     def _momentum_hints(self, angular: bool, about) -> list[str]:
