@@ -28,10 +28,9 @@ import scipy.linalg as la
 import scipy.sparse as sp
 
 from mbs.errors import ModelError, warn_user
+from mbs.model import RANK_TOLERANCE
 from mbs.quadratic import QuadraticTable
 
-#: Singular values below this fraction of the largest one count as zero.
-RANK_TOLERANCE = 1e-9
 #: Blocks with more columns than this are not rank-checked (dense SVD would be too slow).
 MAX_BLOCK_COLUMNS = 3000
 #: Redundant blocks with at most this many columns choose the equations they drop along

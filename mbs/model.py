@@ -13,7 +13,6 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from mbs.analysis import RANK_TOLERANCE
 from mbs.errors import (
     InconsistentInitialStateError,
     ModelError,
@@ -27,6 +26,10 @@ from mbs.validation import as_scalar, as_vector
 
 #: Max-norm of g(q0) accepted as consistent (constraints are scaled to be dimensionless).
 POSITION_TOLERANCE = 1e-10
+
+#: Singular values below this fraction of the largest one count as zero (the rank analysis
+#: of compile and the diagnostics of broken redundancy).
+RANK_TOLERANCE = 1e-9
 #: Max-norm of G M^-1 p0 accepted, relative to max_k sum_i |G_ki v_i|.
 VELOCITY_TOLERANCE = 1e-10
 #: Systems with more coordinates than this use sparse factorisations: below it the dense LU

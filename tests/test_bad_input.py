@@ -126,7 +126,7 @@ def test_an_element_refused_by_add_keeps_its_default_name_when_added_again():
     a = system.add(mbs.PointMass(1.0))
     b = mbs.PointMass(1.0)
     joint = mbs.joints.Spherical(a, b, point=(0, 0, 0))
-    with pytest.raises(mbs.ModelError, match="Spherical 'joint1' references body 'body2'"):
+    with pytest.raises(mbs.ModelError, match="Spherical 'joint1' references body"):
         system.add(joint)
     system.add(b)
     system.add(joint)
