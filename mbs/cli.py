@@ -572,6 +572,14 @@ def _render(args, solution, viz_defaults: dict, progress: bool, wrote: list[str]
         print(f"animation: {report}")
 
 
+#: Keywords ``mbs convergence`` sets itself, with the flag that sets them.
+_STUDY_SETTINGS = {"h": "--h", "t_end": "--t-end", "path": "--plot",
+                   "reference_solver": "--reference-solver",
+                   "reference_factor": "--reference-factor",
+                   "reference_options": "--reference-option", "reference": "the Python API",
+                   "print_table": "the Python API"}
+
+
 def _cmd_convergence(args) -> int:
     from mbs.gallery import load_example
     from mbs.plots import convergence_study
@@ -582,6 +590,11 @@ def _cmd_convergence(args) -> int:
                          "0.004,0.002,0.001")
     if len(set(args.h)) < len(args.h):
         raise UsageError(f"--h: each step size once, got {','.join(map(str, args.h))}")
+    for flag, given in (("--option", args.option), ("--reference-option", args.reference_option)):
+        for key, _ in given or []:
+            if key in _STUDY_SETTINGS:
+                raise UsageError(f"{flag} {key}=...: {key} is a setting of the study, not a "
+                                 f"solver option; use {_STUDY_SETTINGS[key]}")
     t_end = args.t_end or 50.0 * max(args.h)
     print(f"{title}: convergence study\n")
     convergence_study(module.build, args.solvers, args.h, t_end,

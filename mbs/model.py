@@ -276,8 +276,8 @@ class Model:
                                                           q1[block.indices], t))
                   for block in self._user]
         if not dense:
-            return sp.vstack([middle] + [self._user_block(block, local)
-                                         for block, local in blocks]).tocsr()
+            return sp.vstack([middle, self._user_rows([local for _, local in blocks])]
+                             ).tocsr()
         out = np.zeros((self.m, self.n))
         out[:self._table.n_rows] = middle
         for block, local in blocks:
@@ -643,8 +643,8 @@ class Model:
         jac = self._table.jacobian(q)
         if not self._user:
             return jac
-        return sp.vstack([jac] + [self._user_block(b, b.constraint.jacobian(q[b.indices], t))
-                                  for b in self._user]).tocsr()
+        return sp.vstack([jac, self._user_rows([b.constraint.jacobian(q[b.indices], t)
+                                                for b in self._user])]).tocsr()
 
     def constraint_hessian_product(self, q: np.ndarray, multipliers: np.ndarray,
                                    t: float = 0.0) -> sp.csr_matrix:
@@ -652,13 +652,18 @@ class Model:
         constraints are quadratic."""
         k = self._table.n_rows
         out = self._table.hessian_product(multipliers[:k])
-        for block in self._user:
-            local = block.constraint.hessian_product(q[block.indices],
-                                                     multipliers[block.rows], t)
-            rows, cols = np.meshgrid(block.indices, block.indices, indexing="ij")
-            out = out + sp.csr_matrix((local.ravel(), (rows.ravel(), cols.ravel())),
-                                      shape=(self.n, self.n))
-        return out.tocsr()
+        if not self._user:
+            return out.tocsr()
+        # every block's (indices x indices) matrix in one sparse sum: adding them one by
+        # one would cost the whole matrix per block
+        rows = np.concatenate([np.repeat(block.indices, block.indices.size)
+                               for block in self._user])
+        cols = np.concatenate([np.tile(block.indices, block.indices.size)
+                               for block in self._user])
+        values = np.concatenate([np.asarray(block.constraint.hessian_product(
+            q[block.indices], multipliers[block.rows], t), dtype=float).ravel()
+            for block in self._user])
+        return (out + sp.csr_matrix((values, (rows, cols)), shape=(self.n, self.n))).tocsr()
 
     def constraint_hessian_vector_product(self, q: np.ndarray, w: np.ndarray,
                                           t: float = 0.0) -> sp.csr_matrix:
@@ -667,9 +672,8 @@ class Model:
         out = self._table.hessian_vector_product(w)
         if not self._user:
             return out
-        blocks = [out] + [self._user_block(block, self._user_hessian_vector(block, q, w, t))
-                          for block in self._user]
-        return sp.vstack(blocks).tocsr()
+        return sp.vstack([out, self._user_rows([self._user_hessian_vector(block, q, w, t)
+                                                for block in self._user])]).tocsr()
 
     @staticmethod
     def _user_hessian_vector(block: UserConstraintBlock, q: np.ndarray, w: np.ndarray,
@@ -691,6 +695,27 @@ class Model:
         rows = np.repeat(np.arange(local.shape[0]), local.shape[1])
         cols = np.tile(block.indices, local.shape[0])
         return sp.csr_matrix((local.ravel(), (rows, cols)), shape=(local.shape[0], self.n))
+
+    def _user_rows(self, locals_: list[np.ndarray]) -> sp.csr_matrix:
+        """The user constraints' rows (their dense local matrices, one per block, in the
+        order of the blocks) as one sparse (rows, n) matrix: their pattern is fixed, so its
+        index arrays are built once and each call only concatenates the values (one
+        scipy matrix per constraint and step cost milliseconds per thousand)."""
+        pattern = self.__dict__.get("_user_pattern")
+        if pattern is None:
+            sizes = [block.rows.size * block.indices.size for block in self._user]
+            indices = np.concatenate([np.tile(block.indices, block.rows.size)
+                                      for block in self._user])
+            indptr = np.concatenate([[0], np.cumsum(np.concatenate(
+                [np.full(block.rows.size, block.indices.size) for block in self._user]))])
+            pattern = self.__dict__["_user_pattern"] = (sizes, indices, indptr)
+        sizes, indices, indptr = pattern
+        values = [np.asarray(local, dtype=float) for local in locals_]
+        if [value.size for value in values] != sizes:  # a block of another shape
+            return sp.vstack([self._user_block(block, value)
+                              for block, value in zip(self._user, values)]).tocsr()
+        return sp.csr_matrix((np.concatenate([value.ravel() for value in values]), indices,
+                              indptr), shape=(indptr.size - 1, self.n))
 
     def constraint_residual_norms(self, Q: np.ndarray, P: np.ndarray, T: np.ndarray
                                   ) -> tuple[np.ndarray, np.ndarray]:

@@ -150,6 +150,15 @@ def test_convergence_command_passes_solver_options(capsys):
     assert abs(float(fitted.split()[3]) - 4.0) < 0.3
 
 
+def test_convergence_options_that_are_settings_of_the_study_are_refused(capsys):
+    for flag, key, use in (("--option", "path", "--plot"), ("--option", "h", "--h"),
+                           ("--reference-option", "reference_solver", "--reference-solver")):
+        assert main(["convergence", "pendulum-3d", flag, f"{key}=1", "--h", "0.04,0.02",
+                     "--t-end", "0.08"]) == 2
+        assert f"{key} is a setting of the study, not a solver option; use {use}" in \
+            capsys.readouterr().err
+
+
 def test_convergence_refuses_a_figure_type_before_running(capsys, tmp_path, monkeypatch):
     def no_run(*args, **kwargs):
         raise AssertionError("a run was made before the figure type was checked")
