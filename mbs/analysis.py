@@ -38,7 +38,7 @@ MAX_BLOCK_COLUMNS = 3000
 #: larger ones at the initial state only.
 SAMPLED_BLOCK_COLUMNS = 240
 #: Steps of each walk and their length: the largest change of a director entry (about that
-#: many radians), or of a position in units of the block's size when it has no rigid body.
+#: many radians) or of a position in units of the block's size.
 WALK_STEPS, WALK_STEP = 12, 0.25
 #: The equations dropped by the initial state's choice are replaced by another choice only
 #: when that keeps the remaining equations this many times better conditioned on the walks.

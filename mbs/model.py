@@ -999,11 +999,10 @@ class Model:
         if drives:
             raise InconsistentInitialStateError(
                 f"initial state: the pose set on the bodies is more than a quarter turn from "
-                f"the angle that {', '.join(drives)} prescribe{'s' if len(drives) == 1 else ''}"
-                f" at t = "
-                f"{t:.6g} (sin(angle - f(t)) = 0 also holds half a turn away, the solution a "
-                f"projection reaches from there); set the bodies at a pose near f({t:.6g}), "
-                f"or start f at the pose's angle", 0.0, 0.0)
+                f"the angle that {', '.join(drives)} prescribe{'s' if len(drives) == 1 else ''} "
+                f"at t = {t:.6g} (sin(angle - f(t)) = 0 also holds half a turn away, the "
+                f"solution a projection reaches from there); set the bodies at a pose near "
+                f"f({t:.6g}), or start f at the pose's angle", 0.0, 0.0)
 
     def _changed_rates(self, q, p, q_new, p_new) -> str:
         """The joint rates a projection changed, as a sentence for its warning."""

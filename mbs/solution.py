@@ -592,9 +592,8 @@ class Solution:
         """Points the angular momentum is naturally taken about: the ground points of joints
         and forces (pivots, anchors of distance joints, springs and dampers) and the centres
         of central gravity, each once, the first :attr:`SUMMARY_POINTS` + 1; with user
-        constraints or potentials (which name no
-        point) first the points of the axes of the rotations that leave the model invariant
-        (:func:`mbs.symmetry.symmetry_axis_points`)."""
+        constraints or potentials (which name no point) first the points of the axes of the
+        rotations that leave the model invariant (:func:`mbs.symmetry.symmetry_axis_points`)."""
         points, seen = [], set()
         if any(joint.type == "UserConstraint" for joint in self.model.joints) or any(
                 force.type == "UserPotential" for force in self.model.forces):
