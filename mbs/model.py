@@ -541,12 +541,16 @@ class Model:
         """Constraints that hold at q but on another solution of g = 0 than the one they
         prescribe (a drive's angle half a turn off), each as a message naming it; empty for
         models without drives."""
+        return [error for _, error in self._branch_errors(q, t)]
+
+    def _branch_errors(self, q: np.ndarray, t: float) -> list[tuple[str, str]]:
+        """(name, message) of :meth:`constraint_branch_errors`."""
         errors = []
         for block in self._user:
             check = getattr(block.constraint, "branch_error", None)
             error = None if check is None else check(q[block.indices], t)
             if error is not None:
-                errors.append(error)
+                errors.append((block.constraint.name, error))
         return errors
 
     def mirrored_bodies(self, q: np.ndarray) -> list[str]:
@@ -993,9 +997,7 @@ class Model:
         puts a drive on the solution of its equation half a turn from the angle it
         prescribes at time t (a pose more than a quarter turn from it, which a projection
         cannot cross), naming the drives."""
-        drives = [repr(block.constraint.name) for block in self._user
-                  if getattr(block.constraint, "branch_error", None) is not None
-                  and block.constraint.branch_error(q[block.indices], t) is not None]
+        drives = [repr(name) for name, _ in self._branch_errors(q, t)]
         if drives:
             raise InconsistentInitialStateError(
                 f"initial state: the pose set on the bodies is more than a quarter turn from "
