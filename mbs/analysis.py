@@ -140,7 +140,8 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
     of ``jacobian``), along the configurations the block can reach from ``q0``
     (:func:`_reachable_null_spaces`): a choice that is regular at ``q0`` may lose rank
     further along the motion where the mechanism does not (a Bennett linkage), and a
-    solver then follows a wrong branch."""
+    solver then follows a wrong branch. A block with drives is walked along its joints'
+    motions; one with user constraints keeps the choice at ``q0``."""
     kept_rows = np.zeros(0, dtype=int) if kept_rows is None else np.asarray(kept_rows)
     results = []
     for block in joint_blocks(groups, ground):
@@ -187,16 +188,25 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
                                                 rank_total, u, s)
             local = _dependent_rows(dense[:joint_rows.size][free], fixed,
                                     rank - int(kept.sum()))
-            if (table is not None and q0 is not None and not kept.any()
+            # Drives are independent of the joints (checked above), so the joints' own
+            # dependencies decide the rows to drop, over every pose the joints allow (a
+            # drive may take the loop to any of them); a user constraint may take part in
+            # them, and the walk cannot follow its equations.
+            prescribed = np.concatenate([g.rows for g in block if g.prescribed]
+                                        + [np.zeros(0, dtype=int)])
+            walk_rank = rank_total - int(kept.sum())
+            if (table is not None and q0 is not None
+                    and np.isin(joint_rows[kept], prescribed).all()
                     and columns.size <= SAMPLED_BLOCK_COLUMNS
-                    and columns.size > rank_total  # a loop that can move
+                    and columns.size > walk_rank  # a loop that can move
                     and joint_rows.size - rank <= SAMPLED_REDUNDANCY):
                 directors = np.concatenate(
                     [body_columns[b][3:] for b in bodies if internal_rows[b].size]
                     + [np.zeros(0, dtype=int)])
-                nulls = _reachable_null_spaces(table.rows(rows), columns, directors, q0,
-                                               rank_total)
-                local = _sampled_dependent_rows(nulls, local, joint_rows.size)
+                walk_rows = np.concatenate([joint_rows[free], internal]).astype(int)
+                nulls = _reachable_null_spaces(table.rows(walk_rows), columns, directors, q0,
+                                               walk_rank)
+                local = _sampled_dependent_rows(nulls, local, free.size)
             dependent = joint_rows[free[local]]
         results.append(BlockRank(names, joint_rows.size, rank, involved, dependent))
     return results
