@@ -560,7 +560,9 @@ class Solution:
         the linear momentum, and about which (axes through ``about``) the angular momentum,
         is a first integral of the model: its potential, constraints and applied forces are
         invariant under that translation or rotation (:func:`mbs.symmetry.
-        conserved_directions`, checked at states of this run and generic neighbours). They
+        conserved_directions`, checked at states of this run and generic neighbours; where
+        the run's scheme keeps momenta to round-off, a direction along which the momentum
+        jumped in one step is not among them: a load acted between the checked states). They
         need not be world axes: under gravity along (0.6, 0, -0.8) the linear momentum is
         conserved in the plane normal to it. (None, None) for models in other
         coordinates."""
@@ -570,9 +572,18 @@ class Solution:
         return self._directions(about, self._check_states())
 
     def _directions(self, about, states: list) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`conserved_directions` at the generic ``states`` of this run."""
-        return (conserved_directions(self.model, states, "translation"),
-                conserved_directions(self.model, states, "rotation", about))
+        """:meth:`conserved_directions` at the generic ``states`` of this run, without the
+        directions along which a scheme that keeps momenta to round-off changed the momentum
+        by a jump in one step (:data:`MISSED_BREAK_LEVEL`): something breaks it between the
+        states the check samples (a contact load of a few steps, a load acting only where
+        the scheme evaluates it, at the step midpoints)."""
+        linear = conserved_directions(self.model, states, "translation")
+        angular = conserved_directions(self.model, states, "rotation", about)
+        if self.t.size < 2 or not self._keeps_momenta_exactly():
+            return linear, angular  # the momentum's change is the scheme's error
+        angular_scale, linear_scale = self._momentum_scales(about)
+        return (_unbroken(linear, self.linear_momentum(), linear_scale),
+                _unbroken(angular, self.angular_momentum(about), angular_scale))
 
     def conserved_momenta(self, about=(0.0, 0.0, 0.0)
                           ) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -759,22 +770,13 @@ class Solution:
         drift, constant = self._drift(values, symbol, scale)
         line = (f"{label}  {symbol}0 = {np.array2string(values[0], precision=8)}, {drift}"
                 if angular else f"{label}   {drift}")
-        jump = (float(np.max(np.linalg.norm(np.diff(values, axis=0), axis=1)))
-                if len(values) > 1 else 0.0)
-        if conserved and not constant and jump > MISSED_BREAK_LEVEL * scale:
-            conserved = self._missed_break()
         return line + self._momentum_note(conserved, angular, about, lost, constant)
 
-    def _missed_break(self) -> bool | None:
-        """False when the run's scheme keeps a conserved momentum to round-off but changed
-        one the invariance check found conserved by a jump in one step: something breaks it
-        between the states the check samples (a contact load of a few steps, a load acting
-        only where the scheme evaluates it, at the step midpoints); else True (the scheme
-        keeps momenta only approximately, and the change is its error)."""
-        exact = not self._scheme_keeps("momentum") and not (
+    def _keeps_momenta_exactly(self) -> bool:
+        """Whether the run's scheme keeps the momenta the model conserves to round-off."""
+        return not self._scheme_keeps("momentum") and not (
             "quadratic constraints" in str(getattr(self.solver_properties, "momentum", ""))
             and any(joint.type == "UserConstraint" for joint in self.model.joints))
-        return not exact
 
     @staticmethod
     def _drift(values: np.ndarray, symbol: str, scale: float) -> tuple[str, bool]:
@@ -861,6 +863,21 @@ class Solution:
             f"{np.max(res['enforced_velocity'], initial=0):.3e} (velocity)",
         ]
         return "\n".join(lines)
+
+
+def _unbroken(directions: np.ndarray, values: np.ndarray, scale: float) -> np.ndarray:
+    """The part of the span of ``directions`` (orthonormal rows) along which the momentum
+    ``values`` (one row per node) never changes by more than :data:`MISSED_BREAK_LEVEL`
+    times ``scale`` in one step: the directions of the jumps found by an SVD of the steps'
+    changes, dropped where a change along them is that large."""
+    if len(directions) == 0:
+        return directions
+    changes = np.diff(values, axis=0) @ directions.T
+    limit = MISSED_BREAK_LEVEL * scale
+    if not np.max(np.abs(changes)) > limit:
+        return directions
+    _, _, axes = np.linalg.svd(changes)
+    return axes[np.max(np.abs(changes @ axes.T), axis=0) <= limit] @ directions
 
 
 def element_name(element: str | Element) -> str:

@@ -342,7 +342,9 @@ def test_a_load_acting_between_the_checked_states_does_not_leave_momentum_claime
     the pair drifts into it and bounces back, in contact for a few of 1000 steps that the
     invariance check's sampled states miss. EM keeps a conserved momentum to round-off,
     so its change of L_x from +0.675 to -0.66 shows the model did not conserve it: the
-    summary says so instead of "conserved by this model"."""
+    summary and :meth:`conserved_directions` say so instead of "conserved by this model",
+    while L_y, L_z and J_x, J_y (the wall pushes along x in the plane z = 0) stay
+    conserved."""
     system = mbs.System()
     a = system.add(mbs.RigidBody(mass=1.0, inertia=(0.02, 0.03, 0.04), name="a"))
     b = system.add(mbs.PointMass(mass=0.5, name="b"))
@@ -354,8 +356,14 @@ def test_a_load_acting_between_the_checked_states_does_not_leave_momentum_claime
     solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=10.0)
     assert solution.linear_momentum()[-1, 0] < 0.0 < solution.linear_momentum()[0, 0]
     summary = solution.conservation_summary()
-    momentum_lines = [line for line in summary.splitlines() if "momentum" in line]
-    assert momentum_lines and all("not conserved: loads" in line for line in momentum_lines)
+    angular, linear = [line for line in summary.splitlines() if "momentum" in line]
+    assert angular.startswith("angular momentum along x, y")
+    assert angular.endswith("(conserved; not along z: loads)")
+    assert linear.startswith("linear momentum along y, z")
+    assert linear.endswith("(conserved; not along x: loads)")
+    linear_kept, angular_kept = solution.conserved_momenta()
+    assert linear_kept.tolist() == [False, True, True]
+    assert angular_kept.tolist() == [True, True, False]
 
 
 def test_the_axis_of_a_user_constraint_of_revolution_is_found():
