@@ -140,14 +140,16 @@ def _momentum_panel(ax, t, values: np.ndarray, directions: np.ndarray | None, la
     if directions is None or not len(directions):
         for c, axis in enumerate("xyz"):
             ax.plot(t, values[:, c], label=f"{label}: {symbol}{axis}")
-        ax.set_ylabel(f"{name}\n" + ("(not conserved by this model)" if directions is not None
-                                     else "(not checked: loaded without its model)"))
+        ax.set_title(f"{name} " + ("(not conserved by this model)" if directions is not None
+                                   else "(not checked: loaded without its model)"),
+                     fontsize="medium")
+        ax.set_ylabel(f"${symbol}$ components")
         return
     scale = max(float(np.max(np.linalg.norm(values, axis=1))), 1e-300)
     drift = np.linalg.norm((values - values[0]) @ directions.T, axis=1)
     ax.plot(t, drift / scale, label=label)
-    ax.set_ylabel(f"{name}: $|P({symbol} - {symbol}_0)| / \\max|{symbol}|$\n(conserved: "
-                  f"{_directions_text(directions)})")
+    ax.set_title(f"{name} (conserved: {_directions_text(directions)})", fontsize="medium")
+    ax.set_ylabel(f"$|P({symbol} - {symbol}_0)| / \\max|{symbol}|$")
 
 
 def plot_momentum(solutions, path=None, *, about=None, labels=None,
@@ -176,7 +178,7 @@ def plot_momentum(solutions, path=None, *, about=None, labels=None,
     for ax in axes:
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3), useMathText=True)
         ax.legend(loc="best", fontsize="small")
-    axes[0].set_title(title or "momentum error")
+    fig.suptitle(title or "momentum error")
     axes[-1].set_xlabel("t [s]")
     _save(fig, path)
     return fig

@@ -133,11 +133,14 @@ class DriveTrajectory:
         step's two ends for rattle and lobatto. The multipliers of ggl-vi-a and hbvm
         alternate from step to step about the reaction (by O(h)); their effort is the centred
         average (e_{n-1} + 2 e_n + e_{n+1}) / 4, which removes the alternation and changes a
-        smooth effort by O(h^2). ``Solution.multipliers`` keeps the raw values.
+        smooth effort by O(h^2). ``Solution.multipliers`` keeps the raw values. A step that
+        simulate redid as sub-steps has the mean of its sub-steps' multipliers.
     work : (N+1,)
         Cumulative sum of effort_n (position_{n+1} - position_n), 0 at the start: a
         second-order estimate of the drive's work (``Solution.work`` holds the scheme's own,
-        exact for "em").
+        exact for "em"). Second order for the high-order schemes too, so the energy balance
+        of a driven model run with lobatto or a composition is second order, with a constant
+        that grows with the number of stages.
     t : (N+1,)
         The node times (of position, rate and work; effort_n belongs to [t_n, t_{n+1}],
         whose midpoints are :attr:`effort_times`).
@@ -454,7 +457,10 @@ class Solution:
         position, the torque sum_i d_i x f_i of its parts f_i on the directors d_i. Second
         order in h for the second-order schemes and their compositions, and also for
         lobatto and hbvm (their multipliers are second order); first for ggl-vi-s and
-        ggl-vi-b; not available for vi-conversion, whose multipliers are no step forces.
+        ggl-vi-b; not available for vi-conversion, whose multipliers are no step forces. On a
+        body spinning at a rate w the error is of order (h w)^2 times the force (about
+        (h w)^2 / 24 on the bearing of a spinning gyroscope rotor), whatever the scheme's
+        order: a step mean over a fast turn.
         Where redundant constraint equations were removed (``model.redundancies``), the
         joints that keep theirs carry the removed equations' share: such reactions are not
         unique.

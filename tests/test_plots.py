@@ -146,7 +146,7 @@ def test_the_initial_state_is_shared_with_the_reference_run():
     assert 1.7 < study.slopes_q["rattle"] < 2.5
 
 
-def test_momentum_plot_shows_the_conserved_components_about_the_pivot():
+def test_momentum_plot_shows_the_conserved_components_about_the_pivot(tmp_path):
     """A top pivoted away from the origin conserves only the vertical angular momentum
     about its pivot, and no linear momentum: the plot draws the error of that component
     (at round-off for EM: 20 steps of sums of a few terms of size max |J|, 1e-12 is
@@ -163,14 +163,18 @@ def test_momentum_plot_shows_the_conserved_components_about_the_pivot():
     run = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.2)
     assert np.array_equal(run.momentum_reference_point(), pivot)
 
-    figure = plots.plot_momentum(run)
+    figure = plots.plot_momentum(run, tmp_path / "momentum.png")
     angular, linear = figure.axes[:2]
-    assert len(angular.lines) == 1 and "(0, 0, 1)" in angular.get_ylabel()
+    assert len(angular.lines) == 1 and "(0, 0, 1)" in angular.get_title()
     assert np.max(np.abs(angular.lines[0].get_ydata())) < 1e-12
-    assert len(linear.lines) == 3 and "not conserved" in linear.get_ylabel()
+    assert len(linear.lines) == 3 and "not conserved" in linear.get_title()
+    for axes in (angular, linear):  # the labels fit in the saved figure
+        for text in (axes.yaxis.label, axes.title):
+            box = text.get_window_extent()
+            assert figure.bbox.y0 <= box.y0 and box.y1 <= figure.bbox.y1
 
     about_origin = plots.plot_momentum(run, about=(0.0, 0.0, 0.0)).axes[0]
-    assert len(about_origin.lines) == 3 and "not conserved" in about_origin.get_ylabel()
+    assert len(about_origin.lines) == 3 and "not conserved" in about_origin.get_title()
 
 
 def test_a_reference_point_that_is_not_three_numbers_is_refused(pendulum_runs):

@@ -16,7 +16,9 @@ Lambda (s, m) stage multipliers::
 The method is data (:class:`LobattoTableau`); the step equations are written once as terms
 (:mod:`mbs.engine.equations`), so they run in tensor form on models with quadratic
 constraints and through the model's evaluators on any other, with the shared Newton engine.
-With s = 2 it is RATTLE.
+With s = 2 it is RATTLE when no force depends on velocities (RATTLE evaluates such forces
+at the node velocities M^-1 p_k, M^-1 p_{k+1}, this scheme at its stage velocities V_i: the
+two then differ at second order).
 """
 
 from __future__ import annotations
