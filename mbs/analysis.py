@@ -161,6 +161,13 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
             0, dtype=int)
         rows = np.concatenate([joint_rows, internal]).astype(int)
         dense = jacobian[rows][:, columns].toarray()
+        # user constraints and drives have the scale their author gave them (a
+        # dimensionless constraint on a model of micrometres has entries of 1e6): to unit
+        # norm, so that the rank tolerance relative to the largest singular value does
+        # not take the joints' rows for zero
+        given = np.flatnonzero(np.isin(rows, kept_rows))
+        norms = np.linalg.norm(dense[given], axis=1)
+        dense[given[norms > 0.0]] /= norms[norms > 0.0, None]
         if dense.size == 0:
             results.append(BlockRank(names, joint_rows.size, 0, names))
             continue

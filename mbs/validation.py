@@ -100,13 +100,16 @@ DERIVATIVE_TOLERANCE = 1e-4
 
 
 def difference_mismatch(function, derivative: np.ndarray, x: np.ndarray,
-                        step: float = 1e-6) -> float:
+                        step: float = 1e-6, sizes: np.ndarray | float = 1.0) -> float:
     """max |D - D_fd| / max(max |D|, max |D_fd|): ``derivative`` D (shape of function(x) plus
-    one axis of x's size) against central differences D_fd of ``function`` at ``x``."""
+    one axis of x's size) against central differences D_fd of ``function`` at ``x``, each
+    x_k stepped by ``step`` times max(|x_k|, sizes_k) (``sizes``: the natural size of each
+    entry, so that small quantities are not stepped by an absolute ``step``)."""
     x = np.asarray(x, dtype=float)
+    sizes = np.broadcast_to(np.asarray(sizes, dtype=float), x.shape)
     columns = []
     for k in range(x.size):
-        h = step * max(1.0, abs(x[k]))
+        h = step * max(sizes[k], abs(x[k]))
         e = np.zeros_like(x)
         e[k] = h
         columns.append((np.asarray(function(x + e), dtype=float)

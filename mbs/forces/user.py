@@ -160,6 +160,16 @@ def _user_value(function, what: str, p: np.ndarray, shape: tuple[int, ...], owne
 
 
 def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[InvariantTerm]:
+    # The natural size of each invariant (|pi| at the initial state, 1 where that vanishes),
+    # recorded when a model is compiled (a user potential is the only element of its term
+    # class): the central differences step relative to max(|pi|, that size), so that the
+    # invariants of a model of millimetres are not stepped by an absolute 1e-6 (a squared
+    # distance of 1e-6 m^2 stepped below zero).
+    sizes = [np.ones(n)]
+
+    def steps(p: np.ndarray, relative: float) -> np.ndarray:
+        return relative * np.maximum(np.abs(p), sizes[0])
+
     def scalar_energy(p: np.ndarray) -> float:
         return float(_user_value(energy, "energy", p, (), owner))
 
@@ -167,8 +177,7 @@ def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[Invar
         if gradient is not None:
             return _user_value(gradient, "gradient", p, (n,), owner)
         out = np.zeros(n)
-        for k in range(n):
-            step = FINITE_DIFFERENCE_STEP * max(1.0, abs(p[k]))
+        for k, step in enumerate(steps(p, FINITE_DIFFERENCE_STEP)):
             e = np.zeros(n)
             e[k] = step
             out[k] = (scalar_energy(p + e) - scalar_energy(p - e)) / (2 * step)
@@ -179,29 +188,34 @@ def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[Invar
             return _user_value(hessian, "hessian", p, (n, n), owner)
         out = np.zeros((n, n))
         if gradient is not None:
-            for k in range(n):
-                step = FINITE_DIFFERENCE_STEP * max(1.0, abs(p[k]))
+            for k, step in enumerate(steps(p, FINITE_DIFFERENCE_STEP)):
                 e = np.zeros(n)
                 e[k] = step
                 out[:, k] = (scalar_gradient(p + e) - scalar_gradient(p - e)) / (2 * step)
             return 0.5 * (out + out.T)
         # Second differences of the energy itself: nesting two first differences of step
         # FINITE_DIFFERENCE_STEP would leave a round-off error of ~eps / step^2 ~ 1e-4.
-        steps = HESSIAN_STEP * np.maximum(1.0, np.abs(p))
+        second = steps(p, HESSIAN_STEP)
         for k in range(n):
             ek = np.zeros(n)
-            ek[k] = steps[k]
+            ek[k] = second[k]
             for j in range(k, n):
                 ej = np.zeros(n)
-                ej[j] = steps[j]
+                ej[j] = second[j]
                 out[k, j] = out[j, k] = (
                     scalar_energy(p + ek + ej) - scalar_energy(p + ek - ej)
                     - scalar_energy(p - ek + ej) + scalar_energy(p - ek - ej)
-                ) / (4.0 * steps[k] * steps[j])
+                ) / (4.0 * second[k] * second[j])
         return out
 
     class UserTerm(InvariantTerm):
         n_invariants = n
+
+        @classmethod
+        def invariant_scales(cls, pi0: np.ndarray, params: dict) -> np.ndarray:
+            scales = super().invariant_scales(pi0, params)
+            sizes[0] = scales[0].copy()
+            return scales
 
         @classmethod
         def energy(cls, pi, params):
@@ -232,10 +246,10 @@ def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[Invar
             out = []
             if gradient is not None:
                 out.append(("gradient", difference_mismatch(
-                    scalar_energy, scalar_gradient(pi_row), pi_row)))
+                    scalar_energy, scalar_gradient(pi_row), pi_row, sizes=sizes[0])))
             if hessian is not None:
                 out.append(("hessian", difference_mismatch(
-                    scalar_gradient, scalar_hessian(pi_row), pi_row)))
+                    scalar_gradient, scalar_hessian(pi_row), pi_row, sizes=sizes[0])))
             return out
 
     return UserTerm

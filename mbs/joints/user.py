@@ -5,6 +5,8 @@ constraint need not be: its discrete Jacobian is Gonzalez's discrete gradient (r
 
     D^G g_k = grad g_k(q_mid) + (g_k(q1) - g_k(q0) - grad g_k(q_mid).dq) dq / |dq|^2,
 
+(over a step so short that the residual in brackets is round-off, Simpson's mean of grad g_k
+along the step instead, whose directionality error is far below round-off),
 which satisfies directionality but in general not the symmetry (orthogonality) condition,
 so momentum conservation is then NOT guaranteed. The energy-momentum scheme also needs the
 change of G(q) v over a step written exactly: it takes the mean Jacobian (G(q0) + G(q1)) / 2
@@ -26,6 +28,9 @@ from mbs.validation import difference_mismatch
 
 #: Relative step of the central differences for a missing constraint Hessian.
 FINITE_DIFFERENCE_STEP = 1e-6
+#: A Gonzalez residual below this many eps times the size of the terms it is computed from
+#: is round-off (as for potentials, see :func:`mbs.forces.base.discrete_invariant_gradient`).
+ROUNDOFF_FACTOR = 8.0
 
 
 class UserConstraint(Element):
@@ -99,16 +104,37 @@ class UserConstraint(Element):
                              f"coordinates {arguments[0]}; it must return finite values")
         return array if shape is None else array.reshape(shape)
 
+    @property
+    def position_columns(self) -> np.ndarray:
+        """The local coordinates that are body positions (the first three of each body)."""
+        starts = np.cumsum([0] + [body.n_coordinates for body in self.bodies[:-1]])
+        return (starts[:, None] + np.arange(3)).ravel()
+
+    def difference_sizes(self, q_local: np.ndarray) -> np.ndarray:
+        """The natural size of each local coordinate, below which central differences do
+        not shrink their step (it is relative to max(|q_k|, size_k)): 1 for the director
+        entries; for positions the spread of the bodies' positions, or one body's distance
+        from the origin, or 1 where that is zero too. A mechanism of micrometres is then
+        not stepped by an absolute 1e-6."""
+        positions = q_local[self.position_columns].reshape(-1, 3)
+        spread = float(np.max(np.linalg.norm(positions - positions[0], axis=1)))
+        size = spread or float(np.max(np.linalg.norm(positions, axis=1))) or 1.0
+        sizes = np.ones(q_local.size)
+        sizes[self.position_columns] = size
+        return sizes
+
     def derivative_mismatches(self, q_local: np.ndarray) -> list[tuple[str, float]]:
         """The Jacobian (and the Hessian, if given, with unit multipliers) against central
         differences of the function (of the Jacobian) at ``q_local``: [(name, relative
         mismatch)]."""
-        out = [("jacobian", difference_mismatch(self.value, self.jacobian(q_local), q_local))]
+        sizes = self.difference_sizes(q_local)
+        out = [("jacobian", difference_mismatch(self.value, self.jacobian(q_local), q_local,
+                                                sizes=sizes))]
         if self.hessian_function is not None:
             ones = np.ones(self.n_equations)
             out.append(("hessian", difference_mismatch(
                 lambda q: ones @ self.jacobian(q), self.hessian_product(q_local, ones),
-                q_local)))
+                q_local, sizes=sizes)))
         return out
 
     def values_at(self, q_local: np.ndarray) -> None:
@@ -134,12 +160,13 @@ class UserConstraint(Element):
                               multipliers, shape=(q_local.size, q_local.size))
         n = q_local.size
         out = np.zeros((n, n))
-        for k in range(n):
-            step = FINITE_DIFFERENCE_STEP * max(1.0, abs(q_local[k]))
+        steps = FINITE_DIFFERENCE_STEP * np.maximum(np.abs(q_local),
+                                                    self.difference_sizes(q_local))
+        for k, step in enumerate(steps):
             e = np.zeros(n)
             e[k] = step
-            out[:, k] = multipliers @ (self.jacobian(q_local + e)
-                                       - self.jacobian(q_local - e)) / (2 * step)
+            out[:, k] = multipliers @ (self.jacobian(q_local + e, t)
+                                       - self.jacobian(q_local - e, t)) / (2 * step)
         return 0.5 * (out + out.T)
 
     def mean_jacobian(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0) -> np.ndarray:
@@ -158,8 +185,16 @@ class UserConstraint(Element):
             return np.zeros_like(dq)
         start, end = self.jacobian(q0, t), self.jacobian(q1, t)
         change = multipliers @ ((end - start) @ vector)
-        slope = (self.hessian_product(0.5 * (q0 + q1), multipliers, t) @ vector) @ dq
-        return (change - slope) * dq / norm2
+        curvature = self.hessian_product(0.5 * (q0 + q1), multipliers, t) @ vector
+        residual = change - curvature @ dq
+        terms = np.abs(multipliers) @ ((np.abs(start) + np.abs(end)) @ np.abs(vector))
+        if abs(residual) <= ROUNDOFF_FACTOR * np.finfo(float).eps * terms:
+            # round-off over a tiny |dq|^2: Simpson's mean of the gradient of mu . G(q) v
+            # along the step instead, whose directionality error O(|dq|^5) is below it
+            return (self.hessian_product(q0, multipliers, t) @ vector
+                    + self.hessian_product(q1, multipliers, t) @ vector
+                    - 2.0 * curvature) / 6.0
+        return residual * dq / norm2
 
     def discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0) -> np.ndarray:
         mid = 0.5 * (q0 + q1)
@@ -168,5 +203,15 @@ class UserConstraint(Element):
         norm2 = dq @ dq
         if norm2 == 0.0:
             return jac
-        residual = self.value(q1) - self.value(q0) - jac @ dq
+        start, end = self.value(q0), self.value(q1)
+        residual = end - start - jac @ dq
+        # the size of the terms g is summed from, estimated by |G| times the coordinates'
+        # sizes: a residual below their round-off, divided by a tiny |dq|^2, is noise
+        terms = np.abs(jac) @ np.maximum(np.abs(mid), self.difference_sizes(mid))
+        noise = np.abs(residual) <= ROUNDOFF_FACTOR * np.finfo(float).eps * (
+            np.abs(start) + np.abs(end) + terms)
+        if noise.any():  # Simpson's mean of G along the step there (error O(|dq|^5))
+            simpson = (self.jacobian(q0) + 4.0 * jac + self.jacobian(q1)) / 6.0
+            jac = np.where(noise[:, None], simpson, jac)
+            residual = np.where(noise, 0.0, residual)
         return jac + np.outer(residual, dq) / norm2
