@@ -715,8 +715,8 @@ class _Run:
             raise ForceFunctionError(f"{failure} (step {k}, t = {start:.6g} -> "
                                      f"{start + self.h:.6g}); {holds}", solution=partial,
                                      step=k, time=start,
-                                     hint="fix the function") from (failure.__cause__
-                                                                    or failure)
+                                     hint=failure.hint or "fix the function") from (
+                                         failure.__cause__ or failure)
         residual = ("" if "residual" in str(newton_failure)
                     else f" (residual {newton_failure.residual_norm:.3e})")
         tried = (f", also as {2**self.max_refinements} sub-steps"

@@ -349,3 +349,26 @@ def test_a_projection_with_joint_rates_is_reported_and_short_runs_are_timed_rela
     ball.add(mbs.PointMass(1.0, name="ball"))
     with pytest.warns(UserWarning, match="does not divide the interval"):
         mbs.simulate(ball.compile(), h=3e-10, t_end=1e-6)
+
+
+def test_a_state_that_is_not_finite_is_not_blamed_on_the_user_functions():
+    """NaN coordinates reach a user potential's invariants and a user constraint's local
+    coordinates as NaN; the error names the state as the cause (a step that blew up), with
+    the hint to reduce the step, not the user's function ("it must return finite
+    values")."""
+    system = mbs.System()
+    a = system.add(mbs.PointMass(1.0, name="a"))
+    b = system.add(mbs.PointMass(1.0, name="b"))
+    b.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.forces.UserPotential([mbs.forces.SquaredDistance(a, b)],
+                                        energy=lambda pi: pi[0] ** 2, name="user_spring"))
+    system.add(mbs.joints.UserConstraint([a], lambda q: [q[2]], lambda q: [[0.0, 0.0, 1.0]],
+                                         name="plane"))
+    model = system.compile()
+    state = model.q0.copy()
+    state[0] = np.nan
+    for evaluate, name in ((model.potential, "user_spring"), (model.constraints, "plane")):
+        with pytest.raises(mbs.ForceFunctionError, match=rf"{name}'.* not finite .*not the "
+                                                         rf"(energy )?function") as caught:
+            evaluate(state)
+        assert caught.value.hint == "reduce the step size: the state blew up"

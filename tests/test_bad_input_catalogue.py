@@ -7,9 +7,9 @@ options (step size, interval, solver names and options, step counts, streaming),
 input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 230 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+hold 231 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
 get a foreign or misleading error; their reason names the function to fix, and the 189 others
-(230 with tests/test_bad_input.py) pass.
+(231 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations

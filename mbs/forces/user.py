@@ -137,7 +137,13 @@ def _user_value(function, what: str, p: np.ndarray, shape: tuple[int, ...], owne
                 ) -> np.ndarray:
     """``function(p)`` as a float array of ``shape``; a failing function, a value of another
     shape (a matrix of exactly ``shape``) or a non-finite value raises ForceFunctionError
-    naming the potential and the function."""
+    naming the potential and the function; non-finite invariants (a state that is not
+    finite) are named as the cause instead of the function."""
+    if not np.isfinite(p).all():
+        raise ForceFunctionError(f"{owner}: the invariants are not finite ({p}): the state "
+                                 f"they are computed from is not finite (a step that blew up, "
+                                 f"or NaN in the coordinates given), not the {what} function",
+                                 hint="reduce the step size: the state blew up")
     try:
         value = function(p)
     except Exception as exc:

@@ -86,6 +86,11 @@ class UserConstraint(Element):
         of loads and user potentials: during a run, :func:`mbs.simulate` adds the step and
         hands over the steps done)."""
         owner = f"{type(self).__name__} {self.name!r}"
+        if not np.isfinite(arguments[0]).all():
+            raise ForceFunctionError(f"{owner}: the local coordinates are not finite "
+                                     f"({arguments[0]}): the state is not finite (a step that "
+                                     f"blew up, or NaN in the coordinates given), not the {what}",
+                                     hint="reduce the step size: the state blew up")
         try:
             array = np.atleast_1d(np.asarray(function(*arguments), dtype=float))
         except Exception as exc:
