@@ -4,7 +4,7 @@ names the offending element (body, joint, force, option, file) and what to do in
 The catalogue holds 189 inputs: 78 of models (bodies, joints, forces, systems), 48 of run
 options (step size, interval, solver names and options, step counts, streaming), 40 of files
 (stream directories, model JSON, solution archives) and 23 of user callbacks. None repeats an
-input of tests/test_bad_input.py (41 inputs: non-positive masses, non-symmetric, indefinite or
+input of tests/test_bad_input.py (42 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
 hold 231 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
