@@ -235,6 +235,40 @@ def test_a_rate_that_is_not_the_derivative_of_the_position_is_warned_about():
                              "relative); fix rate, or omit it and let mbs use differences"]
 
 
+def test_a_move_at_rest_at_the_checked_times_is_not_warned_about():
+    """A quintic move of 0.5 rad over [0, 0.1] s, then held, with its exact rate: the rate
+    is 0 at each of the checked times (0, 0.3 and 1 s), where differences of the position
+    leave 5e-8 of truncation error at the start of the move. Against the move's mean rate
+    between those times (0.5 rad/s) that is 1e-7, no mismatch (it read as 100 % of the
+    largest rate seen, 5e-8)."""
+    def position(t):
+        s = np.clip(t / 0.1, 0.0, 1.0)
+        return 0.5 * s**3 * (10.0 - 15.0 * s + 6.0 * s**2)
+
+    def rate(t):
+        s = np.clip(t / 0.1, 0.0, 1.0)
+        return 15.0 * s**2 * (1.0 - s) ** 2 / 0.1
+
+    system = mbs.System()
+    arm = system.add(mbs.RigidBody(1.0, (0.1, 0.12, 0.15), name="arm"))
+    arm.set_state(position=(0.5, 0.0, 0.0))
+    hinge = system.add(mbs.joints.Revolute(system.ground, arm, point=(0.0, 0.0, 0.0),
+                                           axis=(0.0, 0.0, 1.0)))
+    system.add(Drive(hinge, position, rate=rate, name="move"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        system.compile()
+    assert not [w for w in caught if "not the derivative" in str(w.message)]
+    system = mbs.System()  # the same move with twice its rate is still caught
+    arm = system.add(mbs.RigidBody(1.0, (0.1, 0.12, 0.15), name="arm"))
+    arm.set_state(position=(0.5, 0.0, 0.0))
+    hinge = system.add(mbs.joints.Revolute(system.ground, arm, point=(0.0, 0.0, 0.0),
+                                           axis=(0.0, 0.0, 1.0)))
+    system.add(Drive(hinge, lambda t: 0.5 * t, rate=lambda t: 1.0, name="ramp"))
+    with pytest.warns(UserWarning, match="'ramp': rate.t. is not the derivative"):
+        system.compile()
+
+
 def test_joint_rates_that_contradict_a_drive_name_the_drive():
     model = driven_slider_crank()
     with pytest.raises(ModelError, match="the drives prescribe the rates of driven joints "

@@ -333,6 +333,52 @@ def test_a_pendulum_hanging_at_rest_stays_there(scheme, options, backend):
                                rtol=0.0, atol=1e-15)
 
 
+COMPILED_AT_REST = [("em", {"backend": "compiled"}), ("rattle", {"backend": "compiled"}),
+                    ("ggl-vi-a", {"backend": "compiled"}),
+                    ("em", {"backend": "compiled", "order": 4})]
+LOBATTO_AT_REST = [("lobatto", {"stages": stages}) for stages in (2, 3, 4)]
+
+
+# drives run on the assembled equations, which the compiled kernel does not run
+@pytest.mark.parametrize("mechanism, scheme, options",
+                         [(mechanism, *case) for mechanism in ("free", "welded")
+                          for case in COMPILED_AT_REST + LOBATTO_AT_REST]
+                         + [("held", *case) for case in LOBATTO_AT_REST])
+def test_a_mechanism_at_rest_without_forces_stays_there(mechanism, scheme, options):
+    """A body turned 0.3 rad and left at rest without forces, two bodies welded to the
+    ground, and a hinge held still by a drive: nothing moves, and Newton's increments are
+    round-off of the positions, which the convergence test must measure against the
+    velocity that moves them by round-off in a step (the compiled kernel measured the
+    momenta against 1e-300 and lobatto its stage velocities: both failed at once)."""
+    if options.get("backend") == "compiled":
+        pytest.importorskip("numba")
+    rng = np.random.default_rng(0)
+    system = mbs.System()
+    first = system.add(mbs.RigidBody(1.0, (0.1, 0.12, 0.15), name="first"))
+    first.set_state(position=rng.normal(size=3),
+                    rotation=mbs.rotation_from_quaternion(rng.normal(size=4)))
+    if mechanism == "welded":
+        second = system.add(mbs.RigidBody(1.0, (0.1, 0.12, 0.15), name="second"))
+        second.set_state(position=rng.normal(size=3),
+                         rotation=mbs.rotation_from_quaternion(rng.normal(size=4)))
+        system.add(mbs.joints.Rigid(system.ground, first, point=rng.normal(size=3),
+                                    axis=rng.normal(size=3)))
+        system.add(mbs.joints.Rigid(first, second, point=rng.normal(size=3),
+                                    axis=rng.normal(size=3)))
+    elif mechanism == "held":
+        hinge = system.add(mbs.joints.Revolute(system.ground, first, point=(0.2, 0.1, 0.0),
+                                               axis=(0.3, 0.4, 0.8)))
+        system.add(mbs.joints.Drive(hinge, lambda t: 0.0, rate=lambda t: 0.0))
+    scheme_options = {key: value for key, value in options.items() if key != "backend"}
+    solution = mbs.simulate(system.compile(), scheme, h=5e-3, t_end=0.05,
+                            backend=options.get("backend", "auto"), **scheme_options)
+    assert solution.stats["refined_steps"] == [] and solution.t[-1] == pytest.approx(0.05)
+    # each of the 10 steps moves q by round-off of its terms (a few eps of their size)
+    scale = np.max(np.abs(solution.q[0]))
+    np.testing.assert_allclose(solution.q, solution.q[:1].repeat(solution.t.size, 0),
+                               rtol=0.0, atol=10 * 4 * np.finfo(float).eps * scale)
+
+
 def test_a_prestressed_net_at_rest_stays_there_at_the_cost_of_a_moving_one():
     """Three masses between two anchors on four springs stretched to twice their rest
     length, at rest: every force cancels. The run keeps them in place to round-off with

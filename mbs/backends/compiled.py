@@ -664,7 +664,7 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
                            defect_sum, coefficients)
         start[:] = x[:n]
         largest_q = length_scale
-        largest_p = h * force_scale
+        largest_p = abs(h) * force_scale  # h < 0 in the backward sub-steps of compositions
         for j in range(n):
             largest_q = max(largest_q, abs(q0[j]))
             largest_p = max(largest_p, abs(p0[j]))

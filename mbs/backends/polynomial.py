@@ -430,6 +430,7 @@ class QuadraticSystem:
         """Fold the step data into the constant and linear parts:
         ``L_step = L_x + D_xd(d)``, ``c_step = c + (L_d + 1/2 D_dd(d)) d``."""
         self.shifted_solution = None
+        self._data = data
         if self._constant_and_shift is not None:
             # data-free and shifted: L_d d and S d in one product
             both = self._constant_and_shift.dot(data)
@@ -490,10 +491,16 @@ class QuadraticSystem:
 
     def _at_roundoff(self, x: np.ndarray, blocks: tuple, floors: np.ndarray) -> bool:
         """:func:`~mbs.engine.newton.residual_at_roundoff` at ``x`` (the stall test of
-        ``NewtonOptions.stall_level``)."""
+        ``NewtonOptions.stall_level``), with the rows' terms in the step data d and the
+        constant counted: a stage's position constraint g(q0 + h sum a V) of a mechanism at
+        rest sums terms of the size of q0, which (|J| size) over the vanishing unknowns
+        misses."""
         starts, _, lead = blocks
         residual, jacobian = self.evaluate(x)
-        return residual_at_roundoff(residual, jacobian, natural_size(x, starts, floors, lead))
+        size = natural_size(x, starts, floors, lead)
+        terms = (np.abs(jacobian) @ size + np.abs(self._data_part) @ np.abs(self._data)
+                 + np.abs(self.constant))
+        return residual_at_roundoff(residual, jacobian, size, terms)
 
     def solve(self, x0: np.ndarray, blocks: tuple[np.ndarray, np.ndarray, slice],
               floors: np.ndarray, options: NewtonOptions

@@ -221,15 +221,19 @@ class Drive(UserConstraint):
         """How far the given ``rate`` is from central differences of ``position``.
 
         Returns (relative mismatch, t, rate(t), difference) at the worst of ``times``, the
-        mismatch relative to the largest rate seen; None without a given rate function or
-        when both vanish at every time. The differences (see :data:`RATE_DIFFERENCE_STEP`)
-        are exact to about 1e-8 relative for motions slower than 1e3 rad/s."""
+        mismatch relative to the largest rate seen or to the mean rate of travel between
+        the times (a move that is at rest at every one of them: the differences' error is
+        then no mismatch); None without a given rate function or when the drive does not
+        move. The differences (see :data:`RATE_DIFFERENCE_STEP`) are exact to about 1e-8
+        relative for motions slower than 1e3 rad/s."""
         if self.rate is None:
             return None
         given = np.array([self._call(self.rate, "rate", t) for t in times])
         differences = np.array([self._difference_rate(t, RATE_DIFFERENCE_STEP)
                                 for t in times])
-        scale = float(max(np.abs(given).max(), np.abs(differences).max()))
+        positions = np.array([self._call(self.position, "position", t) for t in times])
+        travel = float(np.ptp(positions)) / max(float(np.ptp(times)), 1e-300)
+        scale = float(max(np.abs(given).max(), np.abs(differences).max(), travel))
         if scale == 0.0:
             return None
         worst = int(np.argmax(np.abs(given - differences)))

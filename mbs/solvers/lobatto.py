@@ -42,6 +42,12 @@ def _stage_newton_options() -> NewtonOptions:
     return NewtonOptions(refactor_above=1e-3, estimate_level=1e-15)
 
 
+#: At rest without forces, the stage velocities' Newton increments are round-off of the
+#: length scale per step, amplified by the conditioning of the step equations (about twice
+#: eps L / h on a hinge held by a drive): their relative increments are measured against
+#: this many eps L / h, so that they stall below 1 and the residual test decides.
+REST_VELOCITY = 16 * np.finfo(float).eps
+
 @dataclass(frozen=True)
 class LobattoTableau:
     """Lobatto IIIA coefficients ``a``, ``b`` with s stages and the IIIB partner ``a_hat``."""
@@ -323,12 +329,15 @@ class Lobatto(Solver):
             x0[(s + 1) * n:] = (continuation @ self._stage_multipliers).ravel()
         x0[s * n:(s + 1) * n] = p
         # stage velocities against their natural size: |v|, or the change a force makes in a
-        # step when the system starts from rest; p1 against |p| or the impulse of a step
+        # step when the system starts from rest, or at rest without forces the velocity
+        # that moves the length scale by a few round-offs in a step (REST_VELOCITY); p1
+        # against |p| or the impulse of a step
         acceleration = (self._acceleration if self._acceleration is not None else
                         self._max(model.inverse_mass_matrix @ model.potential_gradient(q)))
         acceleration = max(acceleration, self._applied_acceleration(q, p))
         blocks = [slice(0, s * n), slice(s * n, (s + 1) * n)]
-        scales = [max(self._max(velocity), h * acceleration, 1e-300),
+        scales = [max(self._max(velocity), abs(h) * acceleration,
+                      REST_VELOCITY * model.length_scale / abs(h)),
                   self._scales(q, p)[1]]
         evaluate, _ = self.newton_system(q, p)
         # the past steps' defects x - x0 vary smoothly: their extrapolation is a guess of
