@@ -186,7 +186,8 @@ def test_every_shape_joint_and_spring_gets_a_visual():
     model = shapes_system().compile()
     q0, p0 = model.initial_state(project=True)
     solution = mbs.simulate(model, "em", h=0.01, t_end=0.02, initial_state=(q0, p0))
-    scene = describe(solution, np.array([0, 1, 2]), SceneOptions(trails=["bead"]))
+    scene = describe(solution, np.array([0, 1, 2]),
+                     SceneOptions(trails=["bead"], directors=True))
     names = {item.name for item in scene.items}
     for body in model.bodies:
         assert body.name in names
@@ -196,6 +197,22 @@ def test_every_shape_joint_and_spring_gets_a_visual():
     assert dynamic == {"rod", "spring", "trail"}
     for dyn in scene.dynamic:
         assert np.all(np.isfinite(dyn.points_at(2)))
+    rigid = [body.name for body in model.bodies if body.kind == "rigid"]
+    assert len(rigid) > 2  # by default a mechanism is drawn without director arrows
+    default = describe(solution, np.array([0, 1, 2]), SceneOptions())
+    assert "director" not in {item.kind for item in default.items}
+
+
+def test_a_single_body_shows_its_directors_by_default():
+    """A top, a satellite: one rigid body, whose attitude the director arrows show."""
+    system = mbs.System()
+    body = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.3, ly=0.2, lz=0.1,
+                                               name="box"))
+    body.set_state(angular_velocity=(0.0, 0.0, 1.0))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.02)
+    scene = describe(solution, np.array([0, 1, 2]), SceneOptions())
+    assert [item.name for item in scene.items if item.kind == "director"] == [
+        "box.d1", "box.d2", "box.d3"]
 
 
 def test_explicit_visuals_and_bad_options(top_solution, tmp_path):

@@ -56,6 +56,7 @@ EARTH = ((3.986004418e14, 6.371e6), (3.986004418e5, 6371.0))
 CENTRAL_FRACTION = 0.4  #: default central radius relative to the closest approach
 MARKER_FRACTION = 0.025  #: marker radius relative to the scene radius
 INSET_FRACTION = 0.05  #: bodies whose extent is below this part of the scene get an inset
+DIRECTOR_BODIES = 2  #: directors="auto" draws them on models of at most this many rigid bodies
 ORBIT_POINTS = 2000  #: most points of one orbit track
 AXISYMMETRIC = ("cylinder", "tube", "cone", "sphere", "spherical_shell", "torus", "ring")
 #: The shape kinds a Visual draws and the sizes each needs (see :func:`geometry.shape_mesh`).
@@ -129,7 +130,10 @@ class SceneOptions:
     """What to draw besides the bodies (all optional).
 
     visuals : {body name: Visual | dict of Visual fields | colour string | False}
-    directors : bool or list of body names; arrows d1 (red), d2 (green), d3 (blue)
+    directors : "auto", bool or list of body names; arrows d1 (red), d2 (green), d3 (blue)
+        ("auto": on every rigid body of a model of at most :data:`DIRECTOR_BODIES` of them,
+        a top or a satellite, where they show the attitude; a mechanism of more links is
+        drawn without, since arrows on every link hide it)
     joints : bool; glyphs for joints (sphere: spherical, cylinder along the axis: revolute,
         rails: prismatic/cylindrical, crossed pins: universal, cube: rigid, rods: distance)
     forces : bool; springs as helices between their attachment points
@@ -154,7 +158,7 @@ class SceneOptions:
     """
 
     visuals: dict = field(default_factory=dict)
-    directors: bool | Sequence[str] = True
+    directors: bool | str | Sequence[str] = "auto"
     joints: bool = True
     forces: bool = True
     ground_plane: bool | str = "auto"
@@ -173,7 +177,7 @@ class SceneOptions:
 
     def __post_init__(self):
         # one body given by its name is the list of it (a string is no list of names)
-        if isinstance(self.directors, str):
+        if isinstance(self.directors, str) and self.directors != "auto":
             self.directors = [self.directors]
         if isinstance(self.trails, str):
             self.trails = [self.trails]
@@ -468,8 +472,10 @@ def describe(solution, indices: np.ndarray, options: SceneOptions | None = None
 
     # -- directors ----------------------------------------------------------------------------
     wanted = options.directors
-    director_bodies = ([b.name for b in model.bodies if b.kind == "rigid"] if wanted is True
-                       else [] if not wanted else list(wanted))
+    rigid = [b.name for b in model.bodies if b.kind == "rigid"]
+    if wanted == "auto":
+        wanted = len(rigid) <= DIRECTOR_BODIES
+    director_bodies = rigid if wanted is True else [] if not wanted else list(wanted)
     for name in director_bodies:
         b = attacher.body_index(name)
         if b == GROUND or model.bodies[b].kind != "rigid":
