@@ -683,11 +683,10 @@ class Model:
     def _user_hessian_vector(block: UserConstraintBlock, q: np.ndarray, w: np.ndarray,
                              t: float) -> np.ndarray:
         """D_q[G w] of a user block by central differences of its Jacobian along w, with
-        a step that moves each coordinate by at most 1e-6 of max(|q_k|, its natural size)
-        (:meth:`~mbs.joints.user.UserConstraint.difference_sizes`)."""
+        a step that moves each coordinate by at most its own difference step
+        (:meth:`~mbs.joints.user.UserConstraint.difference_steps`)."""
         c, ql, wl = block.constraint, q[block.indices], w[block.indices]
-        sizes = np.maximum(np.abs(ql), c.difference_sizes(ql))
-        step = 1e-6 / max(float(np.max(np.abs(wl) / sizes)), 1e-300)
+        step = 1.0 / max(float(np.max(np.abs(wl) / c.difference_steps(ql))), 1e-300)
         return (c.jacobian(ql + step * wl, t) - c.jacobian(ql - step * wl, t)) / (2 * step)
 
     def constraint_discrete_jacobian(self, q0: np.ndarray, q1: np.ndarray, t: float = 0.0

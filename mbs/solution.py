@@ -134,7 +134,9 @@ class DriveTrajectory:
         alternate from step to step about the reaction (by O(h)); their effort is the centred
         average (e_{n-1} + 2 e_n + e_{n+1}) / 4, which removes the alternation and changes a
         smooth effort by O(h^2). ``Solution.multipliers`` keeps the raw values. A step that
-        simulate redid as sub-steps has the mean of its sub-steps' multipliers.
+        simulate redid as sub-steps has the mean of its sub-steps' multipliers (where the
+        alternation cancels: the centred average next to it keeps an O(h) part of its
+        neighbours' alternation).
     work : (N+1,)
         Cumulative sum of effort_n (position_{n+1} - position_n), 0 at the start: a
         second-order estimate of the drive's work (``Solution.work`` holds the scheme's own,
@@ -874,16 +876,17 @@ class Solution:
 def _unbroken(directions: np.ndarray, values: np.ndarray, scale: float) -> np.ndarray:
     """The part of the span of ``directions`` (orthonormal rows) along which the momentum
     ``values`` (one row per node) never changes by more than :data:`MISSED_BREAK_LEVEL`
-    times ``scale`` in one step: the directions of the jumps found by an SVD of the steps'
-    changes, dropped where a change along them is that large."""
+    times ``scale`` in one step: the directions of the jumps, the eigenvectors of the Gram
+    matrix of the steps' changes (k x k, k <= 3, whatever the run's length), dropped where a
+    change along them is that large."""
     if len(directions) == 0:
         return directions
     changes = np.diff(values, axis=0) @ directions.T
     limit = MISSED_BREAK_LEVEL * scale
     if not np.max(np.abs(changes)) > limit:
         return directions
-    _, _, axes = np.linalg.svd(changes)
-    return axes[np.max(np.abs(changes @ axes.T), axis=0) <= limit] @ directions
+    _, axes = np.linalg.eigh(changes.T @ changes)  # (k, k), k <= 3: whatever the run length
+    return axes[:, np.max(np.abs(changes @ axes), axis=0) <= limit].T @ directions
 
 
 def element_name(element: str | Element) -> str:

@@ -128,6 +128,21 @@ class UserConstraint(Element):
         sizes[self.position_columns] = size
         return sizes
 
+    def difference_steps(self, q_local: np.ndarray) -> np.ndarray:
+        """Steps of central differences of the Jacobian: :data:`FINITE_DIFFERENCE_STEP`
+        times max(|q_k|, size_k) (:meth:`difference_sizes`), except that a position far
+        from the origin against the mechanism's size s is stepped by (eps |q_k| s^2)^(1/3),
+        which balances the round-off of q_k + step (eps |q_k| / step) against the
+        truncation error (step / s)^2, instead of by 1e-6 |q_k|, which can exceed s."""
+        sizes = self.difference_sizes(q_local)
+        steps = FINITE_DIFFERENCE_STEP * np.maximum(np.abs(q_local), sizes)
+        positions = self.position_columns
+        size = sizes[positions]
+        balanced = np.cbrt(np.finfo(float).eps * np.abs(q_local[positions]) * size**2)
+        steps[positions] = np.maximum(FINITE_DIFFERENCE_STEP * size,
+                                      np.minimum(steps[positions], balanced))
+        return steps
+
     def derivative_mismatches(self, q_local: np.ndarray) -> list[tuple[str, float]]:
         """The Jacobian (and the Hessian, if given, with unit multipliers) against central
         differences of the function (of the Jacobian) at ``q_local``: [(name, relative
@@ -165,9 +180,7 @@ class UserConstraint(Element):
                               multipliers, shape=(q_local.size, q_local.size))
         n = q_local.size
         out = np.zeros((n, n))
-        steps = FINITE_DIFFERENCE_STEP * np.maximum(np.abs(q_local),
-                                                    self.difference_sizes(q_local))
-        for k, step in enumerate(steps):
+        for k, step in enumerate(self.difference_steps(q_local)):
             e = np.zeros(n)
             e[k] = step
             out[:, k] = multipliers @ (self.jacobian(q_local + e, t)
