@@ -166,6 +166,7 @@ def plot_momentum(solutions, path=None, *, about=None, labels=None,
     """
     solutions = _as_list(solutions)
     fig, axes = _figure(2)
+    titles: list[set[str]] = [set(), set()]
     for i, sol in enumerate(solutions):
         label = _label(sol, labels, i)
         point = (sol.momentum_reference_point() if about is None
@@ -175,6 +176,12 @@ def plot_momentum(solutions, path=None, *, about=None, labels=None,
                         label, "J", "angular momentum about " + _vector_text(point))
         _momentum_panel(axes[1], sol.t, sol.linear_momentum(), linear_directions, label,
                         "L", "linear momentum")
+        for ax, seen in zip(axes, titles):
+            seen.add(ax.get_title())
+    for ax, seen, name in zip(axes, titles, ("angular momentum", "linear momentum")):
+        if len(seen) > 1:  # a scheme's run found a direction broken that another's did not
+            ax.set_title(f"{name} (conserved directions differ between the runs: see each "
+                         f"run's conservation_summary())", fontsize="medium")
     for ax in axes:
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3), useMathText=True)
         ax.legend(loc="best", fontsize="small")

@@ -364,6 +364,15 @@ def test_a_load_acting_between_the_checked_states_does_not_leave_momentum_claime
     linear_kept, angular_kept = solution.conserved_momenta()
     assert linear_kept.tolist() == [False, True, True]
     assert angular_kept.tolist() == [True, True, False]
+    # hbvm keeps momenta only to its order: its run keeps the checked states' verdict, and
+    # a plot of both runs says that the verdicts differ
+    pytest.importorskip("matplotlib")
+    from mbs import plots
+
+    other = mbs.simulate(solution.model, "hbvm", h=0.01, t_end=10.0)
+    assert [kept.tolist() for kept in other.conserved_momenta()] == [[True] * 3] * 2
+    figure = plots.plot_momentum([solution, other])
+    assert all("differ between the runs" in axes.get_title() for axes in figure.axes[:2])
 
 
 def test_the_axis_of_a_user_constraint_of_revolution_is_found():
