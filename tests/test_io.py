@@ -202,7 +202,7 @@ def test_a_loaded_solution_claims_nothing_about_points_its_file_holds_no_check_f
     assert "(not conserved: forces from the ground)" in summary[3]
     figure = plots.plot_momentum(loaded, about=point)
     assert "not checked" in figure.axes[0].get_title()
-    assert "not conserved" in figure.axes[1].get_ylabel()
+    assert "not conserved" in figure.axes[1].get_title()
     in_memory = solution.conservation_summary(about=point).splitlines()[2]
     assert "along (0.6838, 0.5698, 0.4558)" in in_memory and "(conserved;" in in_memory
 
