@@ -133,23 +133,24 @@ def _directions_text(directions: np.ndarray) -> str:
 
 
 def _momentum_panel(ax, t, values: np.ndarray, directions: np.ndarray | None, label: str,
-                    symbol: str, name: str) -> None:
+                    symbol: str, name: str) -> str:
     """The error of the conserved part of ``values`` (its projection on ``directions``)
     relative to max |values|, or the components when the model conserves none or when that
-    is not known (``directions`` None)."""
+    is not known (``directions`` None). Returns the verdict written in the title."""
     if directions is None or not len(directions):
         for c, axis in enumerate("xyz"):
             ax.plot(t, values[:, c], label=f"{label}: {symbol}{axis}")
-        ax.set_title(f"{name} " + ("(not conserved by this model)" if directions is not None
-                                   else "(not checked: loaded without its model)"),
-                     fontsize="medium")
+        verdict = ("not conserved by this model" if directions is not None
+                   else "not checked: loaded without its model")
         ax.set_ylabel(f"${symbol}$ components")
-        return
-    scale = max(float(np.max(np.linalg.norm(values, axis=1))), 1e-300)
-    drift = np.linalg.norm((values - values[0]) @ directions.T, axis=1)
-    ax.plot(t, drift / scale, label=label)
-    ax.set_title(f"{name} (conserved: {_directions_text(directions)})", fontsize="medium")
-    ax.set_ylabel(f"$|P({symbol} - {symbol}_0)| / \\max|{symbol}|$")
+    else:
+        scale = max(float(np.max(np.linalg.norm(values, axis=1))), 1e-300)
+        drift = np.linalg.norm((values - values[0]) @ directions.T, axis=1)
+        ax.plot(t, drift / scale, label=label)
+        verdict = f"conserved: {_directions_text(directions)}"
+        ax.set_ylabel(f"$|P({symbol} - {symbol}_0)| / \\max|{symbol}|$")
+    ax.set_title(f"{name} ({verdict})", fontsize="medium")
+    return verdict
 
 
 def plot_momentum(solutions, path=None, *, about=None, labels=None,
@@ -166,19 +167,18 @@ def plot_momentum(solutions, path=None, *, about=None, labels=None,
     """
     solutions = _as_list(solutions)
     fig, axes = _figure(2)
-    titles: list[set[str]] = [set(), set()]
+    verdicts: list[set[str]] = [set(), set()]
     for i, sol in enumerate(solutions):
         label = _label(sol, labels, i)
         point = (sol.momentum_reference_point() if about is None
                  else reference_point(about, "plot_momentum"))
         linear_directions, angular_directions = sol.conserved_directions(point)
-        _momentum_panel(axes[0], sol.t, sol.angular_momentum(point), angular_directions,
-                        label, "J", "angular momentum about " + _vector_text(point))
-        _momentum_panel(axes[1], sol.t, sol.linear_momentum(), linear_directions, label,
-                        "L", "linear momentum")
-        for ax, seen in zip(axes, titles):
-            seen.add(ax.get_title())
-    for ax, seen, name in zip(axes, titles, ("angular momentum", "linear momentum")):
+        names = ("angular momentum about " + _vector_text(point), "linear momentum")
+        verdicts[0].add(_momentum_panel(axes[0], sol.t, sol.angular_momentum(point),
+                                        angular_directions, label, "J", names[0]))
+        verdicts[1].add(_momentum_panel(axes[1], sol.t, sol.linear_momentum(),
+                                        linear_directions, label, "L", names[1]))
+    for ax, seen, name in zip(axes, verdicts, names):
         if len(seen) > 1:  # a scheme's run found a direction broken that another's did not
             ax.set_title(f"{name} (conserved directions differ between the runs: see each "
                          f"run's conservation_summary())", fontsize="medium")

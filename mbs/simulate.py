@@ -726,8 +726,15 @@ class _Run:
                       f"the stream, flushed or resumed from, and are not redone: a run in "
                       f"memory may get past this step)")
         hint = newton_failure.hint
-        singular_at = self._rank_loss_time(k)
-        if singular_at is not None:
+        kept = sum(red.count for red in getattr(self.model, "redundancies", ())
+                   if not red.removed)
+        singular_at = None if kept else self._rank_loss_time(k)
+        if kept:
+            hint = (f"the model keeps {kept} redundant constraint equation"
+                    f"{'s' if kept > 1 else ''} (System(redundant='keep')), which make the "
+                    f"Newton matrices singular, so smaller steps need not help; compile with "
+                    f"the default redundant='remove'")
+        elif singular_at is not None:
             hint = (f"the constraints lose rank near t = {singular_at:.6g}: the mechanism "
                     f"reaches a singular configuration there (a dead point, or a position a "
                     f"drive or load pushes it into but it cannot pass), where smaller steps "

@@ -100,16 +100,18 @@ DERIVATIVE_TOLERANCE = 1e-4
 
 
 def difference_mismatch(function, derivative: np.ndarray, x: np.ndarray,
-                        step: float = 1e-6, sizes: np.ndarray | float = 1.0) -> float:
+                        step: float = 1e-6, sizes: np.ndarray | float = 1.0,
+                        steps: np.ndarray | None = None) -> float:
     """max |D - D_fd| / max(max |D|, max |D_fd|): ``derivative`` D (shape of function(x) plus
     one axis of x's size) against central differences D_fd of ``function`` at ``x``, each
-    x_k stepped by ``step`` times max(|x_k|, sizes_k) (``sizes``: the natural size of each
-    entry, so that small quantities are not stepped by an absolute ``step``)."""
+    x_k stepped by ``steps[k]`` if given, else by ``step`` times max(|x_k|, sizes_k)
+    (``sizes``: the natural size of each entry, so that small quantities are not stepped by
+    an absolute ``step``)."""
     x = np.asarray(x, dtype=float)
     sizes = np.broadcast_to(np.asarray(sizes, dtype=float), x.shape)
     columns = []
     for k in range(x.size):
-        h = step * max(sizes[k], abs(x[k]))
+        h = steps[k] if steps is not None else step * max(sizes[k], abs(x[k]))
         e = np.zeros_like(x)
         e[k] = h
         columns.append((np.asarray(function(x + e), dtype=float)

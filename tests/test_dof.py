@@ -369,6 +369,23 @@ def test_a_driven_bennett_linkage_turns_a_full_turn():
         assert np.max(model.removed_constraint_norms(path.q)) < 1e-12
 
 
+def test_a_failure_with_kept_redundant_equations_names_them():
+    """With System(redundant="keep") Bennett's linkage keeps 3 dependent equations and its
+    Newton matrices are singular: a run that fails says so and names the default
+    redundant="remove", instead of asking for smaller steps (which fail earlier)."""
+    system = bennett_linkage()
+    system.redundant = "keep"
+    with pytest.warns(UserWarning, match="redundant constraints kept"):
+        model = system.compile()
+    state = model.initial_state(joint_rates={"hinge1": 7.0})
+    with pytest.raises(mbs.SolverError) as failure:
+        mbs.simulate(model, "em", h=2e-3, t_end=0.5, initial_state=state)
+    assert failure.value.hint == (
+        "the model keeps 3 redundant constraint equations (System(redundant='keep')), which "
+        "make the Newton matrices singular, so smaller steps need not help; compile with the "
+        "default redundant='remove'")
+
+
 def test_drives_that_over_constrain_a_loop_are_refused():
     """Two drives on the one degree of freedom of a four-bar, or a drive on a beam that two
     hinges already hold: compile refuses them, naming the drives and the joints, instead of

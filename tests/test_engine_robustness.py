@@ -294,13 +294,16 @@ def test_a_failure_no_restart_can_cure_leaves_the_steps_as_they_were():
 
 @pytest.mark.parametrize("scheme, options", [("em", {}), ("ggl-vi-a", {}), ("rattle", {}),
                                              ("em", {"backend": "compiled"}),
-                                             ("ggl-vi-a", {"backend": "compiled"})])
+                                             ("ggl-vi-a", {"backend": "compiled"}),
+                                             ("em", {"order": 4}),
+                                             ("em", {"order": 4, "backend": "compiled"})])
 def test_a_damped_mass_settles_at_its_static_equilibrium_without_refinement(scheme, options):
     """1 kg on a spring (k = 100 N/m, rest length 1 m, damping 20 N s/m) under gravity comes
     to rest at z = -(1 + m g / k) (the damping ratio is 1, so by t = 20 s the motion is
     below 1e-12 m). At rest the momenta are tiny and the spring and gravity forces cancel:
     Newton's increments of p are round-off of those forces, and must count as converged.
-    The run takes no sub-steps."""
+    The run takes no sub-steps, also in the backward sub-steps (h < 0) of a composition,
+    whose momentum scale |h| F the force scale sets as well."""
     if options.get("backend") == "compiled":
         pytest.importorskip("numba")
     system = mbs.System(gravity=(0.0, 0.0, -9.81))

@@ -101,8 +101,6 @@ Condensation = namedtuple("Condensation", (
 #: when the condensed matrix has more rows than :data:`SPARSE_FACTORS_ABOVE`. Below, the
 #: dense solves (vectorised) are faster.
 SPARSE_FACTORS_FILL = 0.15
-#: Machine epsilon of float64, a global constant of the kernels.
-EPSILON = float(np.finfo(float).eps)
 SPARSE_FACTORS_ABOVE = 150
 #: The stopping rules of :class:`mbs.engine.newton.NewtonOptions` as kernel arguments, and
 #: whether the factorisation is kept across steps (simplified Newton).
@@ -617,15 +615,6 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
     work = _newton_workspace(equations, condensation, n_x)
     total_factorizations = 0
     oldest = 0  # ring position of the oldest defect (rows rotate instead of shifting)
-    # The p scale of a system at rest without forces: the momentum that moves the lightest
-    # coordinate by round-off of the length scale in one step (as Solver._scales), below
-    # which the round-off increments of p would never pass a relative test.
-    largest_inverse = 0.0
-    for j in range(n):
-        largest_inverse = max(largest_inverse, inverse_mass[j, j])
-    rest_momentum = 1e-300
-    if largest_inverse > 0.0:
-        rest_momentum = max(EPSILON * length_scale / (abs(h) * largest_inverse), 1e-300)
     for k in range(first, first + count):
         q0 = q_out[k]
         p0 = p_out[k]
@@ -675,12 +664,12 @@ def _run_steps(q_out, p_out, velocity_out, lam_out, gam_out, enforced_out, itera
                            defect_sum, coefficients)
         start[:] = x[:n]
         largest_q = length_scale
-        largest_p = h * force_scale
+        largest_p = abs(h) * force_scale  # h < 0 in the backward sub-steps of compositions
         for j in range(n):
             largest_q = max(largest_q, abs(q0[j]))
             largest_p = max(largest_p, abs(p0[j]))
         floors[0] = largest_q
-        floors[1] = max(largest_p, rest_momentum)
+        floors[1] = max(largest_p, 1e-300)
         if shifted:
             _affine_sparse(shift_map, data, zero_unknowns, shift_step)
             for j in range(n_x):

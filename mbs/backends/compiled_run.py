@@ -154,12 +154,16 @@ class CompiledRun:
         return tuple(result)
 
     def argument_groups(self) -> tuple:
-        """:meth:`CompiledSystem.argument_groups` with the solver's settings."""
+        """:meth:`CompiledSystem.argument_groups` with the solver's settings. The kernel's
+        momentum scale is max(|p|, |h| F) with F the force scale: F is at least the
+        solver's momentum floor / |h| (:meth:`~mbs.solvers.base.Solver._scales`), without
+        which a model at rest without forces measured round-off increments against 1e-300."""
         solver = self.solver
         order = solver.correction_degree
+        force_scale = max(solver._constant_force or 0.0, solver._momentum_floor / abs(solver.h))
         return self.system.argument_groups(
             self.inverse_mass, solver.h, _GUESS_MODES[solver.initial_guess],
-            solver._constant_force, solver.model.length_scale, solver._warm_gamma,
+            force_scale, solver.model.length_scale, solver._warm_gamma,
             self.velocity_maps, self.limits(), solver._constant_gradient,
             solver._new_momentum_weight, 1.0 if solver._predict_with_gamma else 0.0,
             solver._warm.lag, -1 if order is None else order)

@@ -33,19 +33,12 @@ class SquaredDistance:
         self.point_b = None if point_b is None else as_vector(point_b, 3, "point_b",
                                                               "SquaredDistance")
 
-    #: The power of a length the invariant is.
-    length_power = 2
-
     def bodies(self):
         return [self.body_a, self.body_b]
 
-    def points(self) -> list[np.ndarray]:
-        """The world points it measures, at the initial pose."""
-        return [self.body_a.reference_point() if self.point_a is None else self.point_a,
-                self.body_b.reference_point() if self.point_b is None else self.point_b]
-
     def build(self, context) -> Invariant:
-        a, b = self.points()
+        a = self.body_a.reference_point() if self.point_a is None else self.point_a
+        b = self.body_b.reference_point() if self.point_b is None else self.point_b
         relative = context.point(self.body_b, b) - context.point(self.body_a, a)
         return Invariant([(relative, relative, 1.0)])
 
@@ -59,16 +52,11 @@ class PointComponent:
         self.direction = as_nonzero_vector(direction, "direction", "PointComponent")
         self.point = None if point is None else as_vector(point, 3, "point", "PointComponent")
 
-    length_power = 1
-
     def bodies(self):
         return [self.body]
 
-    def points(self) -> list[np.ndarray]:
-        return [self.body.reference_point() if self.point is None else self.point]
-
     def build(self, context) -> Invariant:
-        (point,) = self.points()
+        point = self.body.reference_point() if self.point is None else self.point
         return Invariant([(context.point(self.body, point),
                            AffineVector((), self.direction), 1.0)])
 
@@ -81,11 +69,6 @@ class AxisProduct:
         self.body_a, self.body_b = body_a, body_b
         self.axis_a = as_nonzero_vector(axis_a, "axis_a", "AxisProduct")
         self.axis_b = as_nonzero_vector(axis_b, "axis_b", "AxisProduct")
-
-    length_power = 0
-
-    def points(self) -> list[np.ndarray]:
-        return []
 
     def bodies(self):
         return [self.body_a, self.body_b]
@@ -137,20 +120,8 @@ class UserPotential(Force):
     def terms(self, context):
         # a term class of its own per compiled model: it keeps that model's invariant sizes
         term = _make_user_term(len(self.invariants), *self.functions,
-                               f"UserPotential {self.name!r}", self._sizes_where_zero())
+                               f"UserPotential {self.name!r}")
         return [TermInstance(term, [inv.build(context) for inv in self.invariants], {})]
-
-    def _sizes_where_zero(self) -> np.ndarray:
-        """The natural size of each invariant where it vanishes at the initial pose: a power
-        of the size of the points the invariants measure (their spread, or their distance
-        from the origin, or 1), the square for a squared distance, 1 for a cosine."""
-        points = [np.asarray(p, dtype=float) for inv in self.invariants for p in inv.points()]
-        length = 1.0
-        if points:
-            points = np.array(points)
-            spread = float(np.max(np.linalg.norm(points - points[0], axis=1)))
-            length = spread or float(np.max(np.linalg.norm(points, axis=1))) or 1.0
-        return np.array([length ** inv.length_power for inv in self.invariants])
 
     def ground_points(self) -> list[np.ndarray]:
         """The ground points its distance invariants measure from (anchors about which
@@ -197,15 +168,14 @@ def _user_value(function, what: str, p: np.ndarray, shape: tuple[int, ...], owne
     return array.reshape(shape)
 
 
-def _make_user_term(n: int, energy, gradient, hessian, owner: str,
-                    sizes_where_zero: np.ndarray) -> type[InvariantTerm]:
-    # The natural size of each invariant (|pi| at the initial state, ``sizes_where_zero``
-    # where that vanishes), recorded when the model is compiled (the term class is made for
-    # that model, with the user potential its only element): the central differences step
-    # relative to max(|pi|, that size), so that the invariants of a model of millimetres
-    # are not stepped by an absolute 1e-6 (a squared distance of 1e-6 m^2 stepped below
-    # zero).
-    sizes = [np.asarray(sizes_where_zero, dtype=float)]
+def _make_user_term(n: int, energy, gradient, hessian, owner: str) -> type[InvariantTerm]:
+    # The natural size of each invariant (|pi| at the initial state, 1 where that vanishes:
+    # an invariant that starts at zero names no size), recorded when the model is compiled
+    # (the term class is made for that model, with the user potential its only element):
+    # the central differences step relative to max(|pi|, that size), so that the invariants
+    # of a model of millimetres are not stepped by an absolute 1e-6 (a squared distance of
+    # 1e-6 m^2 stepped below zero).
+    sizes = [np.ones(n)]
 
     def steps(p: np.ndarray, relative: float) -> np.ndarray:
         return relative * np.maximum(np.abs(p), sizes[0])
@@ -253,7 +223,7 @@ def _make_user_term(n: int, energy, gradient, hessian, owner: str,
 
         @classmethod
         def invariant_scales(cls, pi0: np.ndarray, params: dict) -> np.ndarray:
-            scales = np.where(pi0 != 0.0, np.abs(pi0), sizes[0])
+            scales = super().invariant_scales(pi0, params)
             sizes[0] = scales[0].copy()
             return scales
 

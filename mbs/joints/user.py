@@ -147,14 +147,14 @@ class UserConstraint(Element):
         """The Jacobian (and the Hessian, if given, with unit multipliers) against central
         differences of the function (of the Jacobian) at ``q_local``: [(name, relative
         mismatch)]."""
-        sizes = self.difference_sizes(q_local)
+        steps = self.difference_steps(q_local)
         out = [("jacobian", difference_mismatch(self.value, self.jacobian(q_local), q_local,
-                                                sizes=sizes))]
+                                                steps=steps))]
         if self.hessian_function is not None:
             ones = np.ones(self.n_equations)
             out.append(("hessian", difference_mismatch(
                 lambda q: ones @ self.jacobian(q), self.hessian_product(q_local, ones),
-                q_local, sizes=sizes)))
+                q_local, steps=steps)))
         return out
 
     def values_at(self, q_local: np.ndarray) -> None:

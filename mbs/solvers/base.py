@@ -327,7 +327,7 @@ class Solver:
         self._floor_minimum = (None if force is None or not model.n
                                or model.has_applied_forces else
                                np.array([model.length_scale,
-                                         max(self.h * force, self._momentum_floor)]))
+                                         max(abs(self.h) * force, self._momentum_floor)]))
 
     def _enforced_rows(self, residual: np.ndarray) -> tuple[float, float]:
         """Max-norms of the two constraint blocks of a step residual (its last 2m rows, in
@@ -740,7 +740,7 @@ class Solver:
             applied = self.model.applied_force(self._time, q, self._minv @ p)
             force = max(force, float(np.abs(applied).max()))
         return (max(float(_max(np.abs(q))), self.model.length_scale),
-                max(float(_max(np.abs(p))), self.h * force, self._momentum_floor))
+                max(float(_max(np.abs(p))), abs(self.h) * force, self._momentum_floor))
 
     def _applied_acceleration(self, q: np.ndarray, p: np.ndarray) -> float:
         """max |M^-1 Q(t, q, M^-1 p)|: the size of the applied forces' acceleration (0
