@@ -888,30 +888,18 @@ class _Run:
     def _substeps(self, k: int, q: np.ndarray, p: np.ndarray, count: int) -> StepResult:
         """Output step k as ``count`` steps of the solver, whose step size is h / count.
 
-        The output step's multipliers are the sub-steps' mean, as the step's mean constraint
-        force (its impulse / h), which reactions and drive efforts are taken from (as for a
-        :class:`~mbs.solvers.composition.Composition`); its enforced residuals are the
-        largest of the sub-steps'."""
+        The output step's multipliers are the sub-steps' mean (see
+        :meth:`~mbs.solvers.base.StepResult.of_sub_steps`, as for a
+        :class:`~mbs.solvers.composition.Composition`)."""
         if count == 1:
             return self._checked(self.solver.step(self.t_start + k * self.h, q, p), q,
                                  self.t_start + (k + 1) * self.h)
-        total, work, h_sub = 0, 0.0, self.h / count
-        multiplier = velocity_multiplier = 0.0
-        position = velocity = 0.0
+        h_sub, results = self.h / count, []
         for i in range(count):
             t = self.t_start + k * self.h + i * h_sub
-            result = self._checked(self.solver.step(t, q, p), q, t + h_sub)
-            q, p = result.q, result.p
-            total += result.iterations
-            work += result.work
-            multiplier = multiplier + result.multiplier / count
-            velocity_multiplier = velocity_multiplier + result.velocity_multiplier / count
-            position = max(position, result.enforced[0])
-            velocity = max(velocity, result.enforced[1])
-        result.iterations, result.work = total, work
-        result.multiplier, result.velocity_multiplier = multiplier, velocity_multiplier
-        result.enforced = (position, velocity)
-        return result
+            results.append(self._checked(self.solver.step(t, q, p), q, t + h_sub))
+            q, p = results[-1].q, results[-1].p
+        return StepResult.of_sub_steps(results, [1.0 / count] * count)
 
     def _checked(self, result: StepResult, q0: np.ndarray, t: float) -> StepResult:
         """``result`` of the step from ``q0`` to time t, unless a drive converged on the

@@ -17,6 +17,7 @@ so conserves energy for constraints of any form.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -109,7 +110,7 @@ class UserConstraint(Element):
                              f"coordinates {arguments[0]}; it must return finite values")
         return array if shape is None else array.reshape(shape)
 
-    @property
+    @functools.cached_property
     def position_columns(self) -> np.ndarray:
         """The local coordinates that are body positions (the first three of each body)."""
         starts = np.cumsum([0] + [body.n_coordinates for body in self.bodies[:-1]])

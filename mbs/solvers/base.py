@@ -96,6 +96,21 @@ class StepResult:
     enforced: tuple[float, float]
     work: float = 0.0
 
+    @classmethod
+    def of_sub_steps(cls, results: list[StepResult], fractions) -> StepResult:
+        """One step made of consecutive sub-steps taking ``fractions`` of it: the last one's
+        state and velocity; the fraction-weighted sum of the multipliers, the step's mean
+        constraint force (its impulse / h), which reactions and drive efforts are taken
+        from; the largest enforced residuals; the total iterations and work."""
+        multiplier = sum(f * r.multiplier for f, r in zip(fractions, results))
+        velocity_multiplier = sum(f * r.velocity_multiplier
+                                  for f, r in zip(fractions, results))
+        last = results[-1]
+        return cls(last.q, last.p, last.velocity, multiplier, velocity_multiplier,
+                   sum(r.iterations for r in results),
+                   (max(r.enforced[0] for r in results), max(r.enforced[1] for r in results)),
+                   sum(r.work for r in results))
+
 
 @dataclass
 class Solver:

@@ -171,23 +171,13 @@ class Composition(Solver):
         the constraint forces of the sub-step before (its own warm start has none yet):
         from zero, the explicit guess of a long backward sub-step can lie far enough off the
         constraints for Newton to settle on another root of the step equations."""
-        iterations, position, velocity, work = 0, 0.0, 0.0, 0.0
-        multiplier = velocity_multiplier = 0.0
-        result = None
-        for solver, offset, fraction in zip(self.substeps, self._offsets, self.coefficients):
-            if result is not None:
-                solver._warm.seed(result.multiplier)
-            result = solver.step(t + offset * self.h, q, p)
-            q, p = result.q, result.p
-            iterations += result.iterations
-            work += result.work
-            position = max(position, result.enforced[0])
-            velocity = max(velocity, result.enforced[1])
-            multiplier = multiplier + fraction * result.multiplier
-            velocity_multiplier = velocity_multiplier + fraction * result.velocity_multiplier
-        result.iterations, result.enforced, result.work = iterations, (position, velocity), work
-        result.multiplier, result.velocity_multiplier = multiplier, velocity_multiplier
-        return result
+        results = []
+        for solver, offset in zip(self.substeps, self._offsets):
+            if results:
+                solver._warm.seed(results[-1].multiplier)
+            results.append(solver.step(t + offset * self.h, q, p))
+            q, p = results[-1].q, results[-1].p
+        return StepResult.of_sub_steps(results, self.coefficients)
 
     def set_step_size(self, h: float) -> None:
         for solver, fraction in zip(self.substeps, self.coefficients):
