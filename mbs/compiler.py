@@ -24,6 +24,7 @@ from mbs.errors import (
 )
 from mbs.forces.applied import AppliedForces, JointDamper, joint_effort_term
 from mbs.forces.base import TermInstance
+from mbs.forces.gravity import UniformGravity
 from mbs.joints.base import BuildContext
 from mbs.model import BodyInfo, ElementInfo, Model, Redundancy, UserConstraintBlock
 from mbs.potential_group import PotentialGroup
@@ -102,6 +103,7 @@ def compile_system(system: System) -> Model:
 
     potential_groups, force_infos = _potential_groups(system, context, n, q0)
     applied = AppliedForces(n, _applied_terms(system, context))
+    _warn_if_gravity_acts_twice(system)
 
     model = Model(
         n=n, mass_matrix=mass, inverse_mass_matrix=inverse, constraint_table=table,
@@ -182,6 +184,26 @@ def compile_system(system: System) -> Model:
     else:
         _warn_if_inconsistent(model, g, gv)
     return model
+
+
+def _warn_if_gravity_acts_twice(system: System) -> None:
+    """Name the bodies that two uniform fields of the same acceleration act on: the weight
+    counted twice, typically ``System(gravity=...)`` (which adds a UniformGravity) and a
+    UniformGravity added by hand. Fields of different accelerations (gravity and the
+    inertial field of an accelerating frame) are left alone."""
+    fields = [force for force in system.forces if isinstance(force, UniformGravity)]
+    for k, first in enumerate(fields):
+        for second in fields[k + 1:]:
+            if not np.array_equal(first.acceleration, second.acceleration):
+                continue
+            common = {b.name for b in first.bodies_acted_on()} & {
+                b.name for b in second.bodies_acted_on()}
+            if common:
+                warn_user(f"UniformGravity {first.name!r} and {second.name!r} both pull "
+                          f"{', '.join(sorted(common)[:3])}{' ...' if len(common) > 3 else ''} "
+                          f"with {first.acceleration}: their weight counts twice. "
+                          f"System(gravity=...) adds one UniformGravity already; give gravity "
+                          f"once")
 
 
 def _warn_if_inconsistent(model: Model, g: float, gv: float) -> None:

@@ -30,7 +30,7 @@ from mbs.backends.ensemble_plan import lane_plan
 from mbs.engine.cache import model_cache
 from mbs.engine.defects import COEFFICIENT_TABLE, MAX_CORRECTION_DEGREE
 from mbs.engine.newton import NewtonOptions
-from mbs.errors import ModelError, SolverError
+from mbs.errors import ModelError, ModelTypeError, SimulationInterrupted, SolverError
 from mbs.liegroup.model import LieGroupModel
 from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
 from mbs.run_context import single_threaded_blas, subnormals_flushed
@@ -267,7 +267,7 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
                  and isinstance(model, Model) and model.constant_potential_gradient() is not None
                  and not model.has_applied_forces)
     workers = min(os.cpu_count() or 1, q0.shape[0]) if in_kernel else 1
-    members, failures = [], {}
+    members, failures, interrupted = [], {}, None
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
     try:
         # every member submitted at once; the results are taken in member order
@@ -276,6 +276,10 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
         for k, result in enumerate(results):
             try:
                 members.append(result())
+            except SimulationInterrupted as interrupt:  # Ctrl-C: the members so far are kept
+                interrupted = interrupt
+                members.append(interrupt.solution)
+                break
             except SolverError as error:
                 failures[k] = error
                 members.append(error.solution)
@@ -283,10 +287,21 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     steps = max(1, int(round(t_end / h)))
-    q, p = _padded([m.q for m in members], steps), _padded([m.p for m in members], steps)
+    q, p = (_padded([m.q for m in members], steps, q0.shape[0]),
+            _padded([m.p for m in members], steps, q0.shape[0]))
     first = members[0]
-    stats = {"solver": f"{first.stats['solver']} (ensemble)", "h": h, "members": len(members),
+    stats = {"solver": f"{first.stats['solver']} (ensemble)", "h": h, "members": q0.shape[0],
              "backend": "member by member"}
+    if interrupted is not None:
+        k = len(members) - 1
+        stats["completed"] = np.arange(q0.shape[0]) < k
+        raise SimulationInterrupted(
+            f"ensemble interrupted in member {k} of {q0.shape[0]} after "
+            f"{members[-1].t.size - 1} of its {steps} steps; error.solution holds the {k} "
+            f"members before it in full, member {k} up to its last accepted step and the "
+            f"members not run as NaN (stats['completed'] flags the finished ones)",
+            solution=EnsembleSolution(first.model, h * np.arange(steps + 1), q, p, stats)
+        ) from interrupted
     if failures:
         _raise_member_failures(failures, EnsembleSolution(first.model, h * np.arange(steps + 1),
                                                           q, p, stats))
@@ -300,10 +315,10 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
         work=np.stack([m.work for m in members]) if first.model.non_conservative else None)
 
 
-def _padded(rows: list[np.ndarray], steps: int) -> np.ndarray:
-    """Members' (N_k + 1, n) arrays stacked to (K, steps + 1, n), NaN after a member's last
-    accepted step."""
-    out = np.full((len(rows), steps + 1, rows[0].shape[1]), np.nan)
+def _padded(rows: list[np.ndarray], steps: int, count: int) -> np.ndarray:
+    """The ``count`` members' (N_k + 1, n) arrays stacked to (K, steps + 1, n), NaN after a
+    member's last accepted step and for members without a row (not run)."""
+    out = np.full((count, steps + 1, rows[0].shape[1]), np.nan)
     for k, row in enumerate(rows):
         out[k, :row.shape[0]] = row
     return out
@@ -340,14 +355,30 @@ def simulate_many(runs: Iterable[tuple[Model, dict]], executor: Executor | None 
     Exception
         The error of the first run that failed, once every run has finished; its
         ``results`` attribute lists every run's :class:`~mbs.Solution` or error, in order.
+    SimulationInterrupted
+        On Ctrl-C, at once (no further run starts); ``results`` lists the runs before and
+        the interrupted run's partial Solution.
     """
-    runs = list(runs)
-    if executor is None:
-        outcomes = [_outcome(functools.partial(simulate, model, **options))
-                    for model, options in runs]
-    else:
-        futures = [executor.submit(simulate, model, **options) for model, options in runs]
-        outcomes = [_outcome(future.result) for future in futures]
+    runs = [_run_pair(run, i) for i, run in enumerate(runs)]
+    outcomes, futures = [], []
+    try:
+        if executor is None:
+            for model, options in runs:
+                outcomes.append(_outcome(functools.partial(simulate, model, **options)))
+        else:
+            futures = [executor.submit(simulate, model, **options) for model, options in runs]
+            for future in futures:
+                outcomes.append(_outcome(future.result))
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: no further run starts
+        for future in futures:
+            future.cancel()
+        partial = getattr(interrupt, "solution", None)
+        error = SimulationInterrupted(
+            f"simulate_many interrupted in run {len(outcomes)} of {len(runs)}; error.results "
+            f"holds the Solutions or errors of the runs before it and the interrupted run's "
+            f"partial Solution (error.solution)", solution=partial)
+        error.results = [*outcomes, partial]
+        raise error from interrupt
     failed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, Exception)]
     if failed:
         error = outcomes[failed[0]]
@@ -359,10 +390,22 @@ def simulate_many(runs: Iterable[tuple[Model, dict]], executor: Executor | None 
     return outcomes
 
 
+def _run_pair(run, index: int) -> tuple[Model, dict]:
+    """A run of :func:`simulate_many` checked to be a (model, options) pair."""
+    if not (isinstance(run, tuple | list) and len(run) == 2 and isinstance(run[1], dict)):
+        raise ModelTypeError(f"simulate_many: run {index} must be a (model, options) pair with "
+                             f"options a dict of mbs.simulate's arguments, e.g. (model, "
+                             f"{{'solver': 'em', 'h': 0.01, 't_end': 1.0}}); got {run!r:.120}")
+    return run[0], run[1]
+
+
 def _outcome(call):
-    """The result of ``call()``, or the exception it raised."""
+    """The result of ``call()``, or the exception it raised (Ctrl-C is not kept: it ends
+    the sweep)."""
     try:
         return call()
+    except KeyboardInterrupt:
+        raise
     except Exception as exc:  # noqa: BLE001 - every run's error is kept and reported
         return exc
 

@@ -251,6 +251,9 @@ def save_solution(solution: Solution, path) -> Path:
     path = Path(path)
     if path.is_dir():
         raise ModelError(f"save_solution: {path} is a directory; give a file name")
+    if path.suffix.lower() in (".h5", ".hdf5"):
+        raise ModelError(f"save_solution writes .npz archives (load_solution reads them); for "
+                         f"HDF5 use mbs.io.save_hdf5(solution, {str(path)!r})")
     if path.suffix.lower() != ".npz":
         path = path.with_name(path.name + ".npz")
     model = solution.model

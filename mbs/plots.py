@@ -253,9 +253,10 @@ class ConvergenceStudy:
     @property
     def table(self) -> str:
         """The error / observed-order table as text."""
-        lines = [f"convergence at t = {self.t_end:g} against {self.reference}",
-                 f"{'solver':<10} {'h':>10} {'error q':>11} {'rate q':>7} {'error p':>11} "
-                 f"{'rate p':>7}"]
+        lines = [f"convergence at t = {self.t_end:g} against {self.reference} (max-norm "
+                 f"errors relative to max |q_ref| and max |p_ref|)",
+                 f"{'solver':<10} {'h':>10} {'rel. err q':>11} {'rate q':>7} "
+                 f"{'rel. err p':>11} {'rate p':>7}"]
         for solver in self.solvers:
             eq, ep = self.errors_q[solver], self.errors_p[solver]
             for k, h in enumerate(self.steps):

@@ -74,7 +74,8 @@ def rotation_about_z(angle: float) -> np.ndarray:
 
 
 def check_rotation(rotation, owner: str) -> np.ndarray:
-    """Return ``rotation`` as an array after checking it is a proper orthonormal 3x3 matrix.
+    """Return ``rotation`` (a matrix, or a single ``scipy.spatial.transform.Rotation``) as an
+    array after checking it is a proper orthonormal 3x3 matrix.
 
     Raises
     ------
@@ -82,7 +83,14 @@ def check_rotation(rotation, owner: str) -> np.ndarray:
         If the matrix is not 3x3, not finite, not orthonormal within
         :data:`ORTHONORMALITY_TOLERANCE`, or a reflection.
     """
-    rotation = np.asarray(rotation, dtype=float)
+    if callable(getattr(rotation, "as_matrix", None)):  # scipy.spatial.transform.Rotation
+        rotation = rotation.as_matrix()
+    try:
+        rotation = np.array(rotation, dtype=float)  # a copy, as for vectors
+    except (TypeError, ValueError) as exc:
+        raise ModelError(f"{owner}: rotation must be a 3x3 matrix whose columns are the "
+                         f"directors d1, d2, d3 (or a scipy Rotation), got {rotation!r}"
+                         ) from exc
     if rotation.shape != (3, 3) or not np.all(np.isfinite(rotation)):
         raise ModelError(f"{owner}: rotation must be a finite 3x3 matrix whose columns are the "
                          f"directors d1, d2, d3; got shape {rotation.shape}")

@@ -14,8 +14,13 @@ to an uninterrupted run.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import math
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -94,7 +99,9 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         "ggl-vi-b", "rattle", "hbvm", "lobatto", "vi-conversion" (options such as
         ``stages=4`` or, for "em", "rattle" and "ggl-vi-a", ``order=4`` / ``6`` as
         ``**solver_options``),
-        or an instance such as ``mbs.solvers.GGLVI(variant="A", theta=0.5)``.
+        or an instance such as ``mbs.solvers.GGLVI(variant="A", theta=0.5)``. An instance
+        holds the state of its run: it serves one run at a time (a second run of it started
+        from another thread meanwhile is refused; runs may share the model).
     h : float
         Step size (> 0). The number of steps is round((t_end - t_start) / h); a warning is
         given if that does not reach t_end exactly.
@@ -197,43 +204,45 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
     if isinstance(solver, str) and solver.lower() not in solvers.REGISTRY:
         raise ModelError(f"simulate: unknown solver {solver!r}; choose one of "
                          f"{sorted(solvers.REGISTRY) + list(LIE_GROUP_SOLVERS)}")
+    _refuse_misspelled_keywords(solver, solver_options)
     solver = make_solver(solver, **solver_options)
-    # before the solver starts: starting may settle options left open (e.g. hbvm's iteration)
-    options_digest = solver_options_digest(solver) if streamed else None
-    _warn_if_springs_are_too_stiff(model, h, solver.name)
-    run = _Run(model, solver, h, t_start, steps, on_failure, max_refinements,
-               window=flush_every if streamed else None,
-               stream=str(output if output is not None else resume) if streamed else None)
-    if resume is not None:
-        _check_resume(read_last_state(resume)[3], model, solver, options_digest, h, t_start)
-        check_chunks(resume)
-        run.load(resume)
-        writer = StreamWriter(resume, {}, run.q[0], run.p[0], resume=True)
-    else:
-        if initial_state is None:
-            q0, p0 = model.initial_state(project=project, t=t_start)
+    with _claimed(solver):  # the instance holds its run's state
+        # before the solver starts: starting may settle options left open (e.g. hbvm's iteration)
+        options_digest = solver_options_digest(solver) if streamed else None
+        _warn_if_springs_are_too_stiff(model, h, solver.name)
+        run = _Run(model, solver, h, t_start, steps, on_failure, max_refinements,
+                   window=flush_every if streamed else None,
+                   stream=str(output if output is not None else resume) if streamed else None)
+        if resume is not None:
+            _check_resume(read_last_state(resume)[3], model, solver, options_digest, h, t_start)
+            check_chunks(resume)
+            run.load(resume)
+            writer = StreamWriter(resume, {}, run.q[0], run.p[0], resume=True)
         else:
-            length = len(initial_state) if hasattr(initial_state, "__len__") else None
-            if length != 2 or isinstance(initial_state, (dict, str)):
-                raise ModelError(f"simulate: initial_state must be a pair (q0, p0) of arrays "
-                                 f"of shape ({model.n},), got a {type(initial_state).__name__}"
-                                 + ("" if length is None else f" of {length} items"))
-            q0, p0 = (model.checked_state(a, what, "simulate: initial_state", single=True)
-                      .copy() for a, what in zip(initial_state, ("q0", "p0")))
-            q0, p0 = _given_state(model, q0, p0, project, t_start)
-        run.begin(q0, p0)
-        writer = None if output is None else StreamWriter(
-            output, {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n,
-                     "m": model.m, "solver_options": options_digest,
-                     "model_digest": model_digest(model),
-                     "model_parts": model_digest_parts(model),
-                     "solver_properties": asdict(solver.properties),
-                     **drive_rules(solver)}, q0, p0)
-    # overflow in the scheme's arithmetic is caught as a non-finite residual or state and
-    # reported with its cause; numpy's own warnings about it would only repeat it
-    with (single_threaded_blas(), subnormals_flushed(),
-          np.errstate(over="ignore", invalid="ignore")):
-        return run.execute(writer, flush_every, progress)
+            if initial_state is None:
+                q0, p0 = model.initial_state(project=project, t=t_start)
+            else:
+                length = len(initial_state) if hasattr(initial_state, "__len__") else None
+                if length != 2 or isinstance(initial_state, (dict, str)):
+                    raise ModelError(f"simulate: initial_state must be a pair (q0, p0) of arrays "
+                                     f"of shape ({model.n},), got a {type(initial_state).__name__}"
+                                     + ("" if length is None else f" of {length} items"))
+                q0, p0 = (model.checked_state(a, what, "simulate: initial_state", single=True)
+                          .copy() for a, what in zip(initial_state, ("q0", "p0")))
+                q0, p0 = _given_state(model, q0, p0, project, t_start)
+            run.begin(q0, p0)
+            writer = None if output is None else StreamWriter(
+                output, {"solver": solver.name, "h": h, "t_start": t_start, "n": model.n,
+                         "m": model.m, "solver_options": options_digest,
+                         "model_digest": model_digest(model),
+                         "model_parts": model_digest_parts(model),
+                         "solver_properties": asdict(solver.properties),
+                         **drive_rules(solver)}, q0, p0)
+        # overflow in the scheme's arithmetic is caught as a non-finite residual or state and
+        # reported with its cause; numpy's own warnings about it would only repeat it
+        with (single_threaded_blas(), subnormals_flushed(),
+              np.errstate(over="ignore", invalid="ignore")):
+            return run.execute(writer, flush_every, progress)
 
 
 def step_count(h: float, t_start: float, t_end: float, caller: str) -> int:
@@ -565,6 +574,8 @@ class _Run:
         try:
             _warn_if_energy_is_lost(solution)
             _warn_if_potentials_left_their_range(solution)
+            _warn_if_steps_turn_bodies_too_far(solution)
+            _warn_if_drives_jumped(solution)
             _warn_if_angle_laws_saw_a_wrap(solution)
             _warn_if_removed_constraints_broke(solution)
         except KeyboardInterrupt:
@@ -1199,6 +1210,86 @@ def _warn_if_potentials_left_their_range(solution: Solution) -> None:
                   RuntimeWarning)
 
 
+#: A step that turns a rigid body by more than a quarter turn does not resolve its rotation:
+#: the frame turned half a revolution further (a shaft about its axis), which meets the same
+#: constraints and keeps the energy, then lies as close to the step's start as the true one,
+#: so a run may land on it unnoticed.
+QUARTER_TURN = 0.5 * math.pi
+
+#: Stored states read at a time by :func:`_warn_if_steps_turn_bodies_too_far` (bounded
+#: memory for long runs of large models)
+_TURN_CHECK_VALUES = 2**20
+
+
+def _warn_if_steps_turn_bodies_too_far(solution: Solution) -> None:
+    """Name the rigid bodies that a step turned by more than :data:`QUARTER_TURN`: the
+    angle theta of R_n^T R_{n+1}, from tr(R_n^T R_{n+1}) = sum_i d_i^n . d_i^{n+1} =
+    1 + 2 cos theta."""
+    model = solution.model
+    columns = model.director_columns if isinstance(model, Model) else np.zeros(0)
+    if solution.t.size < 2 or not columns.size:
+        return
+    q, bodies = solution.q, columns.size // 9
+    least = np.full(bodies, np.inf)  # the smallest trace of each body's steps
+    first = np.full(bodies, -1)  # its first step turning by more than a quarter turn
+    chunk = max(1, _TURN_CHECK_VALUES // columns.size)
+    for start in range(0, q.shape[0] - 1, chunk):
+        directors = q[start:start + chunk + 1, columns]
+        traces = (directors[:-1] * directors[1:]).reshape(-1, bodies, 9).sum(axis=2)
+        least = np.minimum(least, traces.min(axis=0))
+        beyond = traces < 1.0
+        found = (first < 0) & beyond.any(axis=0)
+        first[found] = start + beyond[:, found].argmax(axis=0)
+    turned = np.flatnonzero(first >= 0)
+    if not turned.size:
+        return
+    rigid = [body.name for body in model.bodies if body.kind == "rigid"]
+    names = ", ".join(repr(rigid[k]) for k in turned[:3]) + (
+        f" and {turned.size - 3} more" if turned.size > 3 else "")
+    largest = math.degrees(math.acos(max(-1.0, 0.5 * (float(least[turned].min()) - 1.0))))
+    step = int(first[turned].min())
+    warn_user(f"simulate: steps turned {names} by more than a quarter turn (up to "
+              f"{largest:.0f} degrees in one step; first in the step to t = "
+              f"{solution.t[step + 1]:.6g}). Such steps do not resolve the rotation and can "
+              f"land on another configuration of the mechanism (a body turned half a "
+              f"revolution about a joint axis) with energy and constraints intact: reduce h "
+              f"so that h times the fastest rotation rate stays well below 1 rad",
+              RuntimeWarning)
+
+
+#: A drive's step is a jump when its coordinate moved by more than twice what the rates at
+#: the step's two ends account for (trapezoidal rule: its error is about (h w)^2 / 12 of the
+#: move of a motion at frequency w, 8 % at h w = 1); moves below :data:`JUMP_FLOOR` of the
+#: drive's whole travel are not tested (round-off of a drive at rest).
+JUMP_RATIO = 0.5
+JUMP_FLOOR = 1e-3
+
+
+def _warn_if_drives_jumped(solution: Solution) -> None:
+    """Name the drives whose prescribed coordinate jumped in a step: a position law that is
+    not continuous moves the joint within one step while its rate stays, so the run
+    shows neither the impulse nor the kinetic energy of the jump."""
+    model = solution.model
+    if not isinstance(model, Model) or solution.t.size < 2:
+        return
+    for name, (joint, kind) in model.drives.items():
+        path = solution.joint(joint, kind)
+        moved = np.diff(path.position)
+        accounted = 0.5 * np.diff(solution.t) * (path.rate[1:] + path.rate[:-1])
+        travel = float(np.ptp(path.position))
+        jumps = np.flatnonzero((np.abs(moved) > JUMP_FLOOR * travel)
+                               & (np.abs(moved - accounted) > JUMP_RATIO * np.abs(moved)))
+        if not jumps.size:
+            continue
+        k = int(jumps[0])
+        warn_user(f"simulate: drive {name!r} moved its {kind} by {moved[k]:.3g} in the step to "
+                  f"t = {solution.t[k + 1]:.6g}, while its rates at the step's ends account "
+                  f"for {accounted[k]:.3g}: its position law jumps there, or changes faster "
+                  f"than the steps resolve ({jumps.size} such steps). The run misses the "
+                  f"jump's impulse in the drive's effort and work: give a position law "
+                  f"continuous in t with rate= its derivative, or reduce h", RuntimeWarning)
+
+
 def _warn_if_angle_laws_saw_a_wrap(solution: Solution) -> None:
     """Name the actuators whose law reads a joint angle that turned beyond +-pi and is not
     periodic in it: the law received the angle wrapped into (-pi, pi], so its effort
@@ -1223,6 +1314,48 @@ def _warn_if_angle_laws_saw_a_wrap(solution: Solution) -> None:
                       f"into (-pi, pi] (it jumps by 2 pi there): write angle errors "
                       f"wrapped, e.g. (target - angle + pi) % (2 * pi) - pi",
                       RuntimeWarning)
+
+
+#: The ids of the Solver instances in a run, and the lock guarding the set.
+_RUNNING: set[int] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+@contextmanager
+def _claimed(solver: Solver) -> Iterator[None]:
+    """Hold ``solver`` (and the schemes it is composed of) for one run: an instance keeps
+    the state of its run, so two runs stepping one instance at once (threads given the same
+    instance) would mix their states and return wrong trajectories without an error."""
+    parts = [solver, *(value for value in vars(solver).values() if isinstance(value, Solver))]
+    with _RUNNING_LOCK:
+        if any(id(part) in _RUNNING for part in parts):
+            raise ModelError(f"simulate: this {type(solver).__name__} instance is running in "
+                             f"another simulate call (another thread); an instance holds the "
+                             f"state of its run: give each concurrent run its own instance, "
+                             f"or the solver's name and options")
+        _RUNNING.update(id(part) for part in parts)
+    try:
+        yield
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.difference_update(id(part) for part in parts)
+
+
+def _refuse_misspelled_keywords(solver, options: dict) -> None:
+    """A keyword that no option of the named solver takes but that is close to one of
+    :func:`simulate`'s own (``flush_evry``, ``tend``) is a misspelling of it, not an unknown
+    solver option."""
+    if not isinstance(solver, str) or solver.lower() not in solvers.REGISTRY:
+        return
+    accepted = solvers.option_names(solver.lower())
+    own = [name for name in inspect.signature(simulate).parameters
+           if name not in ("model", "solver", "solver_options")]
+    for name in options:
+        close = ([] if name in accepted
+                 else difflib.get_close_matches(name, own, n=1, cutoff=0.7))
+        if close:
+            raise ModelError(f"simulate: unknown keyword {name!r}; did you mean {close[0]}=? "
+                             f"(solver {solver!r} takes {', '.join(accepted)})")
 
 
 def _warn_if_energy_is_lost(solution: Solution) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from mbs.elements import Element
-from mbs.errors import ModelError, UnknownNameError
+from mbs.errors import ModelError, ModelTypeError, UnknownNameError
 from mbs.model import Model
 from mbs.symmetry import conserved_directions, generic_states, in_span, symmetry_axis_points
 from mbs.validation import as_vector
@@ -428,6 +428,9 @@ class Solution:
                                             if term.name == name]
         if not terms:
             names = sorted({term.name for term in applied.terms}) if applied else []
+            if name in getattr(self.model, "drives", {}):
+                raise UnknownNameError(f"{name!r} is a drive: its effort and work are "
+                                       f"Solution.drive({name!r})")
             raise UnknownNameError(f"no load, damper or actuator {name!r}; this model's: "
                                    f"{', '.join(names) or 'none'}")
         t, q = self.t, self.q
@@ -547,7 +550,9 @@ class Solution:
     def _energy_line(self, energy: np.ndarray, scale: float) -> str:
         if not self.model.non_conservative:
             change = np.max(np.abs(energy - energy[0]))
-            if scale == abs(energy[0]):
+            if scale == 0.0:  # E0 = 0 at rest throughout: nothing to divide by
+                measure = f"max |E - E0| = {change:.3e} (E0 = 0 and no motion)"
+            elif scale == abs(energy[0]):
                 measure = f"max |E - E0| / |E0| = {change / scale:.3e}"
             else:  # E0 small against the motion (or zero): relative to the kinetic energy
                 measure = (f"max |E - E0| / max T = {change / scale:.3e} (T kinetic energy, "
@@ -556,11 +561,12 @@ class Solution:
                     f"this model{self._scheme_keeps('energy')})")
         work = self.work
         scale = max(scale, float(np.max(np.abs(work))))
+        balance = float(np.max(np.abs(self.energy_balance())))
+        measure = (f"max |E - E0 - W| / scale = {balance / scale:.3e}" if scale > 0.0 else
+                   f"max |E - E0 - W| = {balance:.3e} (E0 = 0, no motion and no work)")
         return (f"energy balance    E0 = {energy[0]:.12g}, E_end - E0 = "
                 f"{energy[-1] - energy[0]:.6g}, work of loads, dampers, motors and drives "
-                f"W = {work[-1]:.6g}; "
-                f"max |E - E0 - W| / scale = "
-                f"{np.max(np.abs(self.energy_balance())) / scale:.3e}")
+                f"W = {work[-1]:.6g}; {measure}")
 
     def conserved_directions(self, about=(0.0, 0.0, 0.0)
                              ) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -834,7 +840,7 @@ class Solution:
         kinetic = float(np.max(np.abs(self.kinetic_energy())))
         # |E0|, unless it is small against the motion (a zero of the potential chosen near
         # the path): then the largest kinetic energy
-        scale = abs(energy[0]) if abs(energy[0]) >= 0.5 * kinetic else max(kinetic, 1e-300)
+        scale = abs(energy[0]) if abs(energy[0]) >= 0.5 * kinetic else kinetic
         label = "angular momentum"
         if np.any(np.asarray(about, dtype=float) != 0.0):
             label += f" about {np.array2string(np.asarray(about, dtype=float))}"
@@ -890,8 +896,14 @@ def _unbroken(directions: np.ndarray, values: np.ndarray, scale: float) -> np.nd
 
 
 def element_name(element: str | Element) -> str:
-    """The name of a body, joint or force given by its name or as the element itself."""
-    return element.name if isinstance(element, Element) else element
+    """The name of a body, joint or force given by its name, as the element itself or as
+    its entry of the compiled model (``model.bodies[k]``)."""
+    if isinstance(element, str):
+        return element
+    name = getattr(element, "name", None)
+    if isinstance(name, str):
+        return name
+    raise ModelTypeError(f"expected an element or its name, got {element!r:.80}")
 
 
 def reference_point(about, owner: str) -> np.ndarray:

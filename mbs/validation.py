@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numbers
+import types
+import typing
 
 import numpy as np
 
@@ -16,9 +18,11 @@ MIN_POSITIVE = 1e-100
 
 
 def as_vector(value, length: int, what: str, owner: str) -> np.ndarray:
-    """Return ``value`` as a finite float array of shape (length,) or raise a clear error."""
+    """Return ``value`` as a finite float array of shape (length,) or raise a clear error.
+    The array is a copy: an element keeps its values when the caller changes the array it
+    was given (one array reused to set several bodies)."""
     try:
-        array = np.asarray(value, dtype=float)
+        array = np.array(value, dtype=float)
     except (TypeError, ValueError) as exc:
         raise ModelTypeError(f"{owner}: {what} must be {length} numbers, got {value!r}") from exc
     if array.shape != (length,):
@@ -122,3 +126,37 @@ def difference_mismatch(function, derivative: np.ndarray, x: np.ndarray,
                 float(np.max(np.abs(differences), initial=0.0)), 1e-300)
     return float(np.max(np.abs(derivative - differences), initial=0.0)) / scale
 
+
+
+#: How an option declared bool, int, float or str is recognised (numpy scalars included)
+_DECLARED_TYPES = {
+    bool: ("True or False", lambda v: isinstance(v, bool | np.bool_)),
+    int: ("an integer", lambda v: isinstance(v, numbers.Integral) and not isinstance(
+        v, bool | np.bool_)),
+    float: ("a real number", lambda v: isinstance(v, numbers.Real) and not isinstance(
+        v, bool | np.bool_)),
+    str: ("a name", lambda v: isinstance(v, str)),
+}
+
+
+def check_option_types(kind: type, options: dict, owner: str) -> None:
+    """Raise :class:`ModelTypeError` for an option of the dataclass ``kind`` whose value is
+    not of the type its field declares, where that is bool, int, float or str (or a union of
+    them, optionally with None): a text "no" for a flag would otherwise read as True, and
+    "1e-10" for a tolerance fail deep inside. Fields of other types are the class's own to
+    check."""
+    hints = typing.get_type_hints(kind)
+    for name, value in options.items():
+        hint = hints.get(name)
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        allowed = typing.get_args(hint) if union else (hint,)
+        if value is None and type(None) in allowed:
+            continue
+        declared = [t for t in allowed if t is not type(None)]
+        if not declared or any(t not in _DECLARED_TYPES for t in declared):
+            continue
+        if not any(_DECLARED_TYPES[t][1](value) for t in declared):
+            expected = " or ".join(_DECLARED_TYPES[t][0] for t in declared)
+            raise ModelTypeError(f"{owner}: option {name} must be {expected}"
+                                 f"{' (or None)' if len(allowed) > len(declared) else ''}, "
+                                 f"got {value!r}")

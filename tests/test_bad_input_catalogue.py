@@ -1,15 +1,15 @@
 """A catalogue of bad inputs, each answered by a specific mbs error or warning whose message
 names the offending element (body, joint, force, option, file) and what to do instead.
 
-The catalogue holds 189 inputs: 78 of models (bodies, joints, forces, systems), 48 of run
-options (step size, interval, solver names and options, step counts, streaming), 40 of files
-(stream directories, model JSON, solution archives) and 23 of user callbacks. None repeats an
+The catalogue holds 206 inputs: 80 of models (bodies, joints, forces, systems), 58 of run
+options (step size, interval, solver names and options, step counts, streaming), 41 of files
+(stream directories, model JSON, solution archives) and 27 of user callbacks. None repeats an
 input of tests/test_bad_input.py (42 inputs: non-positive masses, non-symmetric, indefinite or
 degenerate inertia tensors, zero axes, bodies outside the system, duplicate body names,
 negative lengths, non-orthonormal rotations, inconsistent initial states ...), so the two files
-hold 231 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
-get a foreign or misleading error; their reason names the function to fix, and the 189 others
-(231 with tests/test_bad_input.py) pass.
+hold 248 distinct bad inputs. Of these, 0 entries (marked ``broken``, run as strict xfail) still
+get a foreign or misleading error; their reason names the function to fix, and the 206 others
+(248 with tests/test_bad_input.py) pass.
 """
 
 from __future__ import annotations
@@ -85,6 +85,19 @@ def run(**options):
     options.setdefault("h", 0.01)
     options.setdefault("t_end", 0.02)
     return mbs.simulate(pendulum(), **options)
+
+
+def free_rotor() -> mbs.Model:
+    """A spinning rigid body in the Lie-group formulation."""
+    system = mbs.System()
+    system.add(rigid()).set_state(angular_velocity=(0.0, 0.0, 1.0))
+    return system.compile(formulation="lie-group")
+
+
+def doubled_gravity() -> mbs.System:
+    system = pendulum_system()
+    system.add(UniformGravity((0.0, 0.0, -9.81), name="weight"))
+    return system
 
 
 def hinge() -> tuple[mbs.System, Revolute]:
@@ -504,6 +517,12 @@ MODELS = [
     Bad("stiff-quartic-spring", lambda d: simulate_system(stiff_quartic(), h=0.01, t_end=0.02),
         RuntimeWarning, r"QuarticSpring 'hard' oscillates at up to omega = 1e\+04 "
                         r"rad per time unit.*choose h <= 2e-05 to resolve it, or a softer spring"),
+    Bad("rotation-of-another-type", lambda d: rigid().set_state(rotation=object()),
+        E, r"RigidBody 'arm'.*: rotation must be a 3x3 matrix whose columns are the directors "
+           r"d1, d2, d3 \(or a scipy Rotation\), got <object"),
+    Bad("gravity-given-twice", lambda d: doubled_gravity().compile(),
+        UserWarning, r"UniformGravity 'gravity' and 'weight' both pull bob with .*their "
+                     r"weight counts twice. System\(gravity=...\) adds one UniformGravity"),
 ]
 
 OPTIONS = [
@@ -530,7 +549,7 @@ OPTIONS = [
     Bad("solver-option-of-another-scheme", lambda d: run(solver="em", theta=0.5),
         E, r"solver 'em': invalid options \['theta'\]"),
     Bad("newton-options-as-a-dict", lambda d: run(newton={"max_iterations": 30}),
-        E, r"newton must be a NewtonOptions, got \{'max_iterations': 30\}; e.g. "
+        T, r"newton must be a NewtonOptions, got \{'max_iterations': 30\}; e.g. "
            r"newton=mbs.solvers.NewtonOptions\(max_iterations=30\)"),
     Bad("joint-rate-nan", lambda d: hinged_link().compile().initial_state(
         joint_rates={"hinge": np.nan}), E, r"initial_state: joint 'hinge': rate must be finite"),
@@ -593,7 +612,7 @@ OPTIONS = [
         E, r"simulate: h = 0.05 gives round\(\(t_end - t_start\) / h\) = 0 steps on "
            r"\[0.0, 0.02\]; give h <= t_end - t_start = 0.02"),
     Bad("hbvm-with-the-option-name-of-lobatto", lambda d: run(solver="hbvm", stages=3),
-        E, r"solver 'hbvm': invalid options \['stages'\] .*its options: .*, s, k,"),
+        E, r"solver 'hbvm': invalid options \['stages'\].*its options: .*, s, k,"),
     Bad("step-not-dividing-the-interval", lambda d: run(h=0.03, t_end=0.1),
         UserWarning, r"simulate: h = 0.03 does not divide the interval; 3 steps end at "
                      r"t = 0.09"),
@@ -623,6 +642,32 @@ OPTIONS = [
                      r"at t = 0.05"),
     Bad("csv-every-fraction", lambda d: mbs.io.save_csv(run(), d / "run.csv", every=2.5),
         E, r"every must be a positive integer, got 2.5"),
+    Bad("scheme-parameter-as-text", lambda d: run(solver="ggl-vi-a", theta="half"),
+        T, r"solver 'ggl-vi-a': option theta must be a real number \(or None\), got 'half'"),
+    Bad("flag-as-text", lambda d: run(solver="vi-conversion", reuse_multipliers="no"),
+        T, r"solver 'vi-conversion': option reuse_multipliers must be True or False, got 'no'"),
+    Bad("optional-flag-as-text", lambda d: run(solver="hbvm", sparse="yes"),
+        T, r"solver 'hbvm': option sparse must be True or False \(or None\), got 'yes'"),
+    Bad("composition-as-a-list", lambda d: run(order=4, composition=[0.5, 0.5]),
+        T, r"solver 'em': composition must be a name of \[.*'triple-jump'.*\], got "
+           r"\[0.5, 0.5\]"),
+    Bad("simulate-keyword-misspelled", lambda d: run(flush_evry=2),
+        E, r"simulate: unknown keyword 'flush_evry'; did you mean flush_every=\? \(solver "
+           r"'em' takes newton, "),
+    Bad("solver-option-misspelled", lambda d: run(solver="lobatto", stage=3),
+        E, r"solver 'lobatto': invalid options \['stage'\] \(did you mean \['stages'\]\?\)"),
+    Bad("lie-group-tolerance-as-text", lambda d: mbs.simulate(
+        free_rotor(), "vrkmk", tol="1e-10", h=0.01, t_end=0.02),
+        T, r"solver 'vrkmk': option tol must be a real number, got '1e-10'"),
+    Bad("sweep-run-not-a-pair", lambda d: mbs.simulate_many([pendulum()]),
+        T, r"simulate_many: run 0 must be a \(model, options\) pair with options a dict of "
+           r"mbs.simulate's arguments"),
+    Bad("accessor-given-a-number", lambda d: run().body(0),
+        T, r"expected an element or its name, got 0"),
+    Bad("force-accessor-asked-for-a-drive", lambda d: simulate_system(
+        crank(lambda t: 0.1 * t * t)).force("crank"),
+        mbs.UnknownNameError, r"'crank' is a drive: its effort and work are "
+                              r"Solution.drive\('crank'\)"),
 ]
 
 FILES = [
@@ -737,6 +782,9 @@ FILES = [
     Bad("solution-body-coordinates-out-of-range", lambda d: mbs.load_solution(solution_file(
         d, {"model.bodies.0.coordinates": {"__slice__": [3, 6]}})),
         E, r"run.npz: body 'bob': coordinates must be 3 indices within the 3 coordinates"),
+    Bad("solution-saved-as-hdf5", lambda d: mbs.save_solution(run(), d / "run.h5"),
+        E, r"save_solution writes .npz archives \(load_solution reads them\); for HDF5 use "
+           r"mbs.io.save_hdf5\(solution, '.*run.h5'\)"),
 ]
 
 CALLBACKS = [
@@ -815,6 +863,22 @@ CALLBACKS = [
     Bad("user-constraint-jacobian-returns-nan", lambda d: curve(
         lambda q: np.array([q @ q - 1.0]), lambda q: np.full((1, 3), np.nan)).compile(),
         F, r"UserConstraint 'curve': the jacobian function returned non-finite values"),
+    Bad("user-potential-without-return", lambda d: simulate_system(well(lambda pi: None)),
+        F, r"UserPotential 'well': the energy function returned None \(no return "
+           r"statement\?\) at invariants"),
+    Bad("user-constraint-returns-text", lambda d: curve(
+        lambda q: "zero", lambda q: 2 * q[None, :]).compile(),
+        F, r"UserConstraint 'curve': the function returned 'zero'; it must return a float "
+           r"array"),
+    Bad("user-constraint-jacobian-without-return", lambda d: curve(
+        lambda q: np.array([q @ q - 1.0]), lambda q: None).compile(),
+        F, r"UserConstraint 'curve': the jacobian function returned None \(no return "
+           r"statement\?\)"),
+    Bad("drive-position-jumps", lambda d: simulate_system(crank(
+        lambda t: 0.0 if t < 0.025 else 0.5)),
+        RuntimeWarning, r"drive 'crank' moved its angle by 0.5 in the step to t = 0.03, "
+                        r"while its rates at the step's ends account for .*: its position law "
+                        r"jumps there"),
 ]
 
 CATALOGUE = MODELS + OPTIONS + FILES + CALLBACKS

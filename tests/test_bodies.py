@@ -360,3 +360,27 @@ def test_an_inertia_changes_only_as_a_whole():
         body.inertia[0, 0] = -5.0
     with pytest.raises(ValueError, match="read-only"):
         body.euler_tensor[0, 0] = 0.0
+
+
+def test_elements_keep_the_values_given_when_the_caller_changes_its_arrays():
+    """One array reused to place several bodies, and a load's force array changed after
+    compile: the bodies keep their own positions and the compiled model its force."""
+    system = mbs.System()
+    position, bodies = np.zeros(3), []
+    for k in range(3):
+        position[0] = float(k)
+        bodies.append(system.add(mbs.PointMass(1.0, name=f"bead{k}")).set_state(
+            position=position))
+    rotation = np.eye(3)
+    frame = system.add(mbs.RigidBody(1.0, (1.0, 1.2, 1.4), name="frame"))
+    frame.set_state(rotation=rotation)
+    force = np.array([1.0, 0.0, 0.0])
+    system.add(mbs.forces.Load(bodies[0], force=force, name="push"))
+    model = system.compile()
+    rotation[:] = mbs.rotation_about_z(0.3)
+    np.testing.assert_array_equal(frame.rotation, np.eye(3))
+    assert [body.position[0] for body in bodies] == [0.0, 1.0, 2.0]
+    before = mbs.simulate(model, "em", h=0.1, t_end=1.0).q[-1, 0]
+    force[0] = 5.0
+    after = mbs.simulate(model, "em", h=0.1, t_end=1.0).q[-1, 0]
+    assert before == after == pytest.approx(0.5)  # x = F t^2 / (2 m) with F = 1

@@ -467,3 +467,62 @@ def test_an_ensemble_keeps_the_work_of_drives():
     energy = ensemble.energy()
     balance = energy - energy[:, :1] - ensemble.work
     assert np.max(np.abs(balance)) <= 1e-12 * np.max(np.abs(single.work))
+
+
+def interrupting_pendulum() -> tuple[mbs.Model, dict]:
+    """A pendulum whose load raises KeyboardInterrupt (a Ctrl-C) once, at its call number
+    ``calls["interrupt_at"]`` (never while that is 0), and counts its calls."""
+    calls = {"count": 0, "interrupt_at": 0}
+
+    def push(t):
+        calls["count"] += 1
+        if calls["count"] == calls["interrupt_at"]:
+            raise KeyboardInterrupt
+        return (0.0, 0.0, 0.0)
+
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=1.0, name="rod"))
+    system.add(mbs.forces.Load(bob, force=push, name="push"))
+    return system.compile(), calls
+
+
+def uninterrupted_run() -> tuple[mbs.Solution, mbs.Model, dict]:
+    """The reference run, and the model set to be interrupted halfway through the second run
+    after it (counted from the calls of the reference)."""
+    model, calls = interrupting_pendulum()
+    reference = mbs.simulate(model, "em", h=0.01, t_end=0.2)
+    calls["interrupt_at"], calls["count"] = calls["count"] + calls["count"] // 2, 0
+    return reference, model, calls
+
+
+def test_ctrl_c_in_a_sweep_stops_it_and_keeps_the_runs_before():
+    """The second of four runs is interrupted: no further run starts, and the first run and
+    the second's steps up to the interrupt are handed over."""
+    reference, model, calls = uninterrupted_run()
+    runs = [(model, {"solver": "em", "h": 0.01, "t_end": 0.2})] * 4
+    with pytest.raises(mbs.SimulationInterrupted, match="simulate_many interrupted in run 1 "
+                                                        "of 4") as caught:
+        mbs.simulate_many(runs)
+    first, partial = caught.value.results
+    np.testing.assert_array_equal(first.q, reference.q)
+    assert 1 < partial.t.size < reference.t.size
+    np.testing.assert_array_equal(partial.q, reference.q[:partial.t.size])
+    assert calls["count"] == calls["interrupt_at"]  # the runs after it never started
+
+
+def test_ctrl_c_in_an_ensemble_run_member_by_member_keeps_the_members_before():
+    reference, model, _ = uninterrupted_run()
+    q0, p0 = model.initial_state()
+    with pytest.raises(mbs.SimulationInterrupted, match="ensemble interrupted in member 1 "
+                                                        "of 3") as caught:
+        mbs.simulate_ensemble(model, (np.tile(q0, (3, 1)), np.tile(p0, (3, 1))), h=0.01,
+                              t_end=0.2)
+    ensemble = caught.value.solution
+    assert ensemble.stats["completed"].tolist() == [True, False, False]
+    np.testing.assert_array_equal(ensemble.q[0], reference.q)
+    accepted = np.isfinite(ensemble.q[1]).all(axis=1)
+    assert 1 < accepted.sum() < reference.t.size
+    np.testing.assert_array_equal(ensemble.q[1][accepted], reference.q[:accepted.sum()])
+    assert np.isnan(ensemble.q[2]).all()

@@ -642,3 +642,23 @@ def test_a_user_potential_defined_on_one_side_of_its_initial_state_compiles():
         solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.5)
     energy = solution.energy()
     assert np.abs(energy - energy[0]).max() <= 1e-13 * energy[0]
+
+
+@pytest.mark.parametrize("damping", [None, 0.5])
+def test_the_summary_of_a_model_at_rest_with_zero_energy_has_no_nan(damping):
+    """A spring pair at its rest length, nothing moving: E0 = 0 and no kinetic energy, so
+    there is no scale to divide by; the summary gives the absolute change (0)."""
+    system = mbs.System()
+    first = system.add(mbs.PointMass(1.0, name="first"))
+    second = system.add(mbs.PointMass(1.0, name="second"))
+    second.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.forces.Spring(first, second, stiffness=100.0, damping=damping,
+                                 name="spring"))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's 0/0 warning included
+        summary = solution.conservation_summary()
+    energy_line = summary.splitlines()[1]
+    assert "nan" not in energy_line
+    assert ("max |E - E0| = 0.000e+00 (E0 = 0 and no motion)" if damping is None else
+            "max |E - E0 - W| = 0.000e+00 (E0 = 0, no motion and no work)") in energy_line

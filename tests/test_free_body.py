@@ -12,6 +12,8 @@ separatrix of the intermediate axis, and all three components vary with time.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
@@ -129,3 +131,26 @@ def test_em_conserves_energy_and_angular_momentum_vector(model):
     assert np.max(np.abs(linear - MASS * VELOCITY0)) <= 1e-12 * MASS * np.linalg.norm(VELOCITY0)
     res = sol.constraint_residuals()
     assert max(np.max(res["position"]), np.max(res["velocity"])) <= 1e-10
+
+
+@pytest.mark.parametrize("turn_degrees", [80.0, 100.0, 140.0])
+def test_steps_that_turn_a_body_past_a_quarter_turn_are_warned_of(turn_degrees):
+    """em turns a body spinning at w about a principal axis by theta = 2 atan(h w / 2) per
+    step (the midpoint rule's rotation); beyond a quarter turn a root half a revolution
+    away is as near as the true one, and the run says so with the largest angle."""
+    omega = 10.0
+    h = 2.0 * np.tan(np.radians(turn_degrees) / 2.0) / omega
+    system = mbs.System()
+    wheel = system.add(mbs.RigidBody(mass=1.0, inertia=(2.0, 2.5, 3.0), name="wheel"))
+    wheel.set_state(angular_velocity=(0.0, 0.0, omega))
+    model = system.compile()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mbs.simulate(model, "em", h=h, t_end=10 * h)
+    messages = [str(w.message) for w in caught if "quarter turn" in str(w.message)]
+    if turn_degrees < 90.0:
+        assert messages == []
+    else:
+        assert len(messages) == 1
+        assert "'wheel'" in messages[0]
+        assert f"up to {turn_degrees:.0f} degrees in one step" in messages[0]

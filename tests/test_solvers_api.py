@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import heavy_top as ht
 import numpy as np
@@ -350,7 +352,7 @@ def test_options_of_the_high_order_methods_are_checked_where_they_are_given():
     top.set_state(position=(0.0, 0.0, 0.1), angular_velocity=(0.0, 0.0, 20.0))
     system.add(mbs.joints.Spherical(system.ground, top, point=(0, 0, 0)))
     model = system.compile()
-    with pytest.raises(mbs.ModelError, match="tableau must be a LobattoTableau"):
+    with pytest.raises(mbs.ModelTypeError, match="tableau must be a LobattoTableau"):
         mbs.simulate(model, "lobatto", stages=3, tableau="gauss-2", h=0.01, t_end=0.02)
     with pytest.raises(mbs.ModelError, match="max_iterations must be a whole number of at "
                                              "least 1, got 0"):
@@ -359,3 +361,37 @@ def test_options_of_the_high_order_methods_are_checked_where_they_are_given():
     assert mbs.solvers.make_solver("em", order=4.0).name == "em-order4"
     with pytest.warns(UserWarning, match="backend='compiled' has no effect"):
         mbs.simulate(model, "vi-conversion", backend="compiled", h=0.01, t_end=0.02)
+
+
+def test_one_solver_instance_runs_one_simulation_at_a_time():
+    """An instance holds the state of its run: a second run of the same instance started
+    while the first is under way (another thread) is refused, and the first completes with
+    the states of a run of its own."""
+    started, release = threading.Event(), threading.Event()
+
+    def held(t):
+        if t > 0.05 and not release.is_set():
+            started.set()
+            release.wait(timeout=60)
+        return (0.0, 0.0, 0.0)
+
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.0, 0.0, 0.0))
+    system.add(mbs.joints.Distance(system.ground, bob, length=1.0, name="rod"))
+    system.add(mbs.forces.Load(bob, force=held, name="push"))
+    model = system.compile()
+    solver = EnergyMomentum(newton=NewtonOptions(tolerance=1e-13))
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(mbs.simulate, model, solver, h=0.01, t_end=0.2)
+        assert started.wait(timeout=60)
+        with pytest.raises(ModelError, match="this EnergyMomentum instance is running in "
+                                             "another simulate call"):
+            mbs.simulate(model, solver, h=0.01, t_end=0.2)
+        release.set()
+        solution = first.result()
+    alone = mbs.simulate(model, EnergyMomentum(newton=NewtonOptions(tolerance=1e-13)),
+                         h=0.01, t_end=0.2)
+    np.testing.assert_array_equal(solution.q, alone.q)
+    again = mbs.simulate(model, solver, h=0.01, t_end=0.2)  # free again once the run ended
+    np.testing.assert_array_equal(again.q, alone.q)

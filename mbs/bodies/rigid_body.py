@@ -97,7 +97,7 @@ class RigidBody(Body):
         ----------
         position : array_like (3,)
             Centre of mass.
-        rotation : array_like (3, 3)
+        rotation : array_like (3, 3) or scipy.spatial.transform.Rotation
             Columns are the directors d1, d2, d3 (orthonormal, right-handed).
         velocity : array_like (3,)
             Velocity of the centre of mass.

@@ -153,13 +153,14 @@ def _user_value(function, what: str, p: np.ndarray, shape: tuple[int, ...], owne
         raise ForceFunctionError(f"{owner}: the {what} function raised {type(exc).__name__} "
                                  f"({exc}) at invariants {p}") from exc
     try:
-        array = np.asarray(value, dtype=float)
+        array = None if value is None else np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         array = None
     if array is None or array.size != int(np.prod(shape)) or (not shape and array.ndim) or (
             len(shape) == 2 and array.shape != shape):
         expected = "a number" if not shape else f"shape {shape}"
-        got = f"shape {array.shape}" if array is not None else repr(value)
+        got = (f"shape {array.shape}" if array is not None else
+               "None (no return statement?)" if value is None else repr(value))
         raise ForceFunctionError(f"{owner}: the {what} function returned {got} at invariants "
                                  f"{p}; it must return {expected}")
     if not np.isfinite(array).all():

@@ -93,18 +93,25 @@ class UserConstraint(Element):
                                      f"blew up, or NaN in the coordinates given), not the {what}",
                                      hint="reduce the step size: the state blew up")
         try:
-            array = np.atleast_1d(np.asarray(function(*arguments), dtype=float))
+            value = function(*arguments)
         except Exception as exc:
             raise ForceFunctionError(f"{owner}: the {what} raised {type(exc).__name__} ({exc}); it "
                              f"must return a float array") from exc
+        try:
+            array = None if value is None else np.atleast_1d(np.asarray(value, dtype=float))
+        except (TypeError, ValueError):
+            array = None
+        if array is None:
+            raise ForceFunctionError(f"{owner}: the {what} returned {value!r:.80}"
+                                     f"{' (no return statement?)' if value is None else ''}; "
+                                     f"it must return a float array")
         if shape is not None and (array.size != int(np.prod(shape))
                                   or (len(shape) == 2 and array.shape != shape)):
-            raise ForceFunctionError(f"{owner}: the {what} returned shape {array.shape}; it must "
-                             f"return shape {shape} ({shape[0]} equations, "
-                             f"{shape[-1]} local coordinates)"
-                             if what != "hessian function" else
-                             f"{owner}: the {what} returned shape {array.shape}; it must "
-                             f"return shape {shape} (local coordinates squared)")
+            meaning = ("local coordinates squared" if what == "hessian function" else
+                       f"{shape[0]} equations" if len(shape) == 1 else
+                       f"{shape[0]} equations, {shape[1]} local coordinates")
+            raise ForceFunctionError(f"{owner}: the {what} returned shape {np.shape(value)}; "
+                                     f"it must return shape {shape} ({meaning})")
         if not np.isfinite(array).all():
             raise ForceFunctionError(f"{owner}: the {what} returned non-finite values at local "
                              f"coordinates {arguments[0]}; it must return finite values")

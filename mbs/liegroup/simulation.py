@@ -28,6 +28,7 @@ from mbs.model import Model
 from mbs.solution import Solution
 from mbs.solvers import REGISTRY
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, instance_or_key
+from mbs.validation import check_option_types
 
 #: Solver names of the Lie-group formulation.
 LIE_GROUP_SOLVERS = ("vrkmk", "vcg")
@@ -89,6 +90,7 @@ def make_method(solver: str | VRKMK | VCG = "vrkmk", **options) -> VRKMK | VCG:
             raise ModelError(f"solver {solver!r}: iteration must be 'newton' or "
                              f"'fixed-point', got {settings['iteration']!r}")
         settings["method"] = settings.pop("iteration")
+    check_option_types(SolverSettings, settings, f"solver {solver!r}")
     try:
         solver_settings = SolverSettings(**settings)
         if key == "vrkmk":

@@ -12,11 +12,12 @@ model, the reference) and "compiled" (optional numba kernel, :mod:`mbs.backends.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from functools import partial
 
 from mbs.engine.newton import NewtonOptions
-from mbs.errors import ModelError
+from mbs.errors import ModelError, ModelTypeError
 from mbs.solvers.base import SchemeProperties, Solver, StepResult, instance_or_key
 from mbs.solvers.composition import COMPOSITIONS, Composition
 from mbs.solvers.conversion import VariationalConversion
@@ -25,6 +26,7 @@ from mbs.solvers.ggl_vi import GGLVI
 from mbs.solvers.hbvm import HBVM
 from mbs.solvers.lobatto import Lobatto, LobattoTableau
 from mbs.solvers.rattle import Rattle
+from mbs.validation import check_option_types
 
 REGISTRY = {
     "em": EnergyMomentum,
@@ -39,12 +41,16 @@ REGISTRY = {
 """Solver names accepted by :func:`mbs.simulate` and the factory building each."""
 
 
-def _option_names(factory) -> list[str]:
-    """The keyword arguments a registered factory accepts (a partial: those it leaves open)."""
+def option_names(solver: str) -> list[str]:
+    """The options a registered solver name accepts: the keyword arguments of its factory
+    (a partial: those it leaves open), and ``order`` and ``composition`` (which only the
+    composable schemes take)."""
+    factory = REGISTRY[solver]
     fixed = getattr(factory, "keywords", {})
     parameters = inspect.signature(getattr(factory, "func", factory)).parameters.values()
-    return [p.name for p in parameters if p.name not in fixed and p.kind in (
+    names = [p.name for p in parameters if p.name not in fixed and p.kind in (
         p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return names + ["order", "composition"]
 
 
 def make_solver(solver: str | Solver, **options) -> Solver:
@@ -61,12 +67,20 @@ def make_solver(solver: str | Solver, **options) -> Solver:
         raise ModelError(f"unknown solver {solver!r}; choose one of {sorted(REGISTRY)}")
     order = options.pop("order", None)
     method = options.pop("composition", None)
-    try:
-        base = REGISTRY[key](**options)
-    except TypeError as exc:
-        raise ModelError(f"solver {solver!r}: invalid options {sorted(options)} ({exc}); "
-                         f"its options: {', '.join(_option_names(REGISTRY[key]))}, and "
-                         f"order=, composition= for em, rattle and ggl-vi-a") from exc
+    if method is not None and not isinstance(method, str):
+        raise ModelTypeError(f"solver {solver!r}: composition must be a name of "
+                             f"{sorted({name for name, _ in COMPOSITIONS})}, got {method!r}")
+    names = option_names(key)
+    unknown = sorted(set(options) - set(names))
+    if unknown:
+        close = [match for name in unknown
+                 for match in difflib.get_close_matches(name, names, n=1)]
+        raise ModelError(f"solver {solver!r}: invalid options {unknown}"
+                         f"{f' (did you mean {close}?)' if close else ''}; its options: "
+                         f"{', '.join(names)}")
+    factory = REGISTRY[key]
+    check_option_types(getattr(factory, "func", factory), options, f"solver {solver!r}")
+    base = factory(**options)
     if order is None and method is None:
         return base
     if not base.composable:
