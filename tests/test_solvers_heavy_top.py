@@ -54,15 +54,23 @@ def test_second_order_schemes(model, scheme):
     assert slope(STEPS, ep) == pytest.approx(2.0, abs=0.15)
 
 
+#: Steps down to where the first-order term of q shows (see test_first_order_schemes)
+FIRST_ORDER_STEPS = [2.5e-4 / 2**k for k in range(6)]
+T_FIRST_ORDER = 0.1
+
+
 @pytest.mark.parametrize("scheme", ("ggl-vi-s", "ggl-vi-b"))
 def test_first_order_schemes(model, scheme):
-    # The momenta converge with order 1. The coordinates of VI-S/VI-B converge with order 2
-    # here: eliminating p, (55) gives the Stormer-Verlet recursion for q with a first step that
-    # differs by O(h^2), so the q sequence is second order while p^n is a half-step-shifted
-    # Verlet momentum (first order).
-    eq, ep = errors(model, scheme, STEPS, T_ORDER)
-    assert slope(STEPS, ep) == pytest.approx(1.0, abs=0.15)
-    assert slope(STEPS, eq) == pytest.approx(2.0, abs=0.15)
+    """VI-S and VI-B are first order (seed 003): the momenta at every h here, the
+    coordinates only below h ~ 3e-5. Their error is a h + b h^2 with the second-order
+    phase error of the 136 rad/s spin far larger per unit, so the observed order of q falls
+    from 2 towards 1 as h shrinks (measured 1.9 -> 1.3 for VI-S and 2.0 -> 1.0 for VI-B over
+    these steps); a test on larger steps alone would see order 2."""
+    eq, ep = errors(model, scheme, FIRST_ORDER_STEPS, T_FIRST_ORDER)
+    assert slope(FIRST_ORDER_STEPS, ep) == pytest.approx(1.0, abs=0.1)
+    observed = np.log2(eq[:-1] / eq[1:])
+    assert observed[0] > 1.7
+    assert observed[-1] < 1.5
 
 
 def test_em_energy_round_off_h_0002_t_2(model):
