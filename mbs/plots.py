@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mbs.errors import MbsError, ModelError, warn_user
+from mbs.errors import MbsError, ModelError, ModelTypeError, warn_user
 from mbs.safe_files import check_writable
 from mbs.solution import reference_point
 from mbs.solvers import REGISTRY
@@ -253,9 +253,10 @@ class ConvergenceStudy:
     @property
     def table(self) -> str:
         """The error / observed-order table as text."""
+        width = max(10, *(len(solver) for solver in self.solvers))
         lines = [f"convergence at t = {self.t_end:g} against {self.reference} (max-norm "
                  f"errors relative to max |q_ref| and max |p_ref|)",
-                 f"{'solver':<10} {'h':>10} {'rel. err q':>11} {'rate q':>7} "
+                 f"{'solver':<{width}} {'h':>12} {'rel. err q':>11} {'rate q':>7} "
                  f"{'rel. err p':>11} {'rate p':>7}"]
         for solver in self.solvers:
             eq, ep = self.errors_q[solver], self.errors_p[solver]
@@ -268,9 +269,9 @@ class ConvergenceStudy:
                     else:
                         rate = np.log(e[k - 1] / e[k]) / np.log(self.steps[k - 1] / h)
                         rates.append(f"{rate:.2f}")
-                lines.append(f"{solver:<10} {h:>10.4g} {eq[k]:>11.3e} {rates[0]:>7} "
+                lines.append(f"{solver:<{width}} {h:>12.4g} {eq[k]:>11.3e} {rates[0]:>7} "
                              f"{ep[k]:>11.3e} {rates[1]:>7}")
-            lines.append(f"{solver:<10} {'fitted slope':>10} {'':>11} "
+            lines.append(f"{solver:<{width}} {'fitted slope':>12} {'':>11} "
                          f"{self.slopes_q[solver]:>7.2f} {'':>11} {self.slopes_p[solver]:>7.2f}")
         for (solver, h), message in self.failures.items():
             lines.append(f"failed: {solver} h = {h:g}: {message}")
@@ -310,6 +311,25 @@ _SHARED_RUN_OPTIONS = ("t_start", "initial_state", "project", "on_failure", "max
                        "progress")
 
 
+def _studied_solver(entry) -> tuple[str, tuple[object, dict]]:
+    """(label, (solver, its own options)) of an entry of ``convergence_study(solvers=...)``:
+    a name, a (name, options) pair or a Solver instance."""
+    if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], dict):
+        name, options = entry
+        if not isinstance(name, str):
+            raise ModelTypeError(f"convergence_study: a solver with options is a (name, dict) "
+                                 f"pair, got {entry!r:.80}")
+        described = ", ".join(f"{key}={value!r}" for key, value in options.items())
+        return (f"{name} ({described})" if described else name), (name, dict(options))
+    if isinstance(entry, str):
+        return entry, (entry, {})
+    name = getattr(entry, "name", None)
+    if not isinstance(name, str):
+        raise ModelTypeError(f"convergence_study: solvers holds names, (name, options) pairs "
+                             f"or Solver instances, got {entry!r:.80}")
+    return name, (entry, {})
+
+
 def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
                       steps: Sequence[float] = (0.004, 0.002, 0.001), t_end: float = 1.0, *,
                       reference=None, reference_solver: str = "em",
@@ -321,8 +341,10 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     Parameters
     ----------
     build_or_model : Model, System, or callable returning either (e.g. an example's build)
-    solvers : sequence of str
-        Names from :data:`mbs.solvers.REGISTRY`.
+    solvers : sequence of str, (str, dict) or Solver
+        Names from :data:`mbs.solvers.REGISTRY`, a name with options of its own, e.g.
+        ``("lobatto", {"stages": 3})`` next to ``"em"``, or solver instances; labelled by
+        the name and options in the table and the figure.
     steps : sequence of float
         Step sizes h; each must divide t_end - t_start.
     t_end : float
@@ -378,10 +400,11 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
 
     _figure_path(path)  # a figure type that cannot be written fails before the runs
     model = _model_of(build_or_model)
-    solvers = list(solvers)
-    if not solvers:
+    runs = dict(_studied_solver(entry) for entry in solvers)
+    if not runs:
         raise ModelError("convergence_study: give at least one solver")
-    unknown = [name for name in solvers
+    solvers = list(runs)
+    unknown = [name for name, _ in runs.values()
                if isinstance(name, str) and name.lower() not in REGISTRY]
     if unknown:
         raise ModelError(f"convergence_study: unknown solver {unknown[0]!r}; choose from "
@@ -442,10 +465,12 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     q_scale = max(float(np.max(np.abs(q_ref))), 1e-300)
     p_scale = None if p_ref is None else max(float(np.max(np.abs(p_ref))), 1e-300)
     for solver in solvers:
+        scheme, own_options = runs[solver]
         eq, ep = np.full(steps.size, np.nan), np.full(steps.size, np.nan)
         for k, h in enumerate(steps):
             try:
-                run = simulate(model, solver, h=float(h), t_end=t_end, **simulate_options)
+                run = simulate(model, scheme, h=float(h), t_end=t_end,
+                               **{**simulate_options, **own_options})
             except MbsError as exc:
                 study.failures[(solver, float(h))] = str(exc).splitlines()[0][:120]
                 continue

@@ -120,6 +120,29 @@ def test_solver_options_apply_to_the_studied_solvers_only():
     assert np.array_equal(default.errors_q["em"], given.errors_q["em"])
 
 
+def test_solvers_studied_side_by_side_take_options_of_their_own():
+    """em next to lobatto with stages=3 in one study: each run with its own options (the
+    errors equal those of separate studies), labelled with them."""
+    import pendulum_3d
+
+    model = pendulum_3d.build().compile()
+    steps, reference = [0.04, 0.02, 0.01], {"stages": 5}
+    both = plots.convergence_study(model, ["em", ("lobatto", {"stages": 3})], steps, 0.4,
+                                   reference_solver="lobatto", reference_options=reference,
+                                   print_table=False)
+    for label, solver, options in (("em", "em", {}),
+                                   ("lobatto (stages=3)", "lobatto", {"stages": 3})):
+        alone = plots.convergence_study(model, [solver], steps, 0.4, **options,
+                                        reference_solver="lobatto",
+                                        reference_options=reference, print_table=False)
+        np.testing.assert_array_equal(both.errors_q[label], alone.errors_q[solver])
+    assert both.slopes_q["em"] == pytest.approx(2.0, abs=0.2)
+    assert both.slopes_q["lobatto (stages=3)"] == pytest.approx(4.0, abs=0.3)
+    assert "lobatto (stages=3)" in both.table
+    with pytest.raises(mbs.ModelTypeError, match=r"a \(name, dict\) pair"):
+        plots.convergence_study(model, [(3, {})], steps, 0.4)
+
+
 def test_reference_options_configure_the_reference_run():
     import pendulum_3d
 
