@@ -276,32 +276,25 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
         for k, result in enumerate(results):
             try:
                 members.append(result())
-            except SimulationInterrupted as interrupt:  # Ctrl-C: the members so far are kept
+            except KeyboardInterrupt as interrupt:  # Ctrl-C: the members so far are kept
                 interrupted = interrupt
-                members.append(interrupt.solution)
+                # a member run here hands over its steps; one in a worker thread does not
+                members.append(getattr(interrupt, "solution", None))
                 break
             except SolverError as error:
                 failures[k] = error
                 members.append(error.solution)
     finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+        if pool is not None:  # after Ctrl-C, members already running finish in the background
+            pool.shutdown(wait=interrupted is None, cancel_futures=True)
     steps = max(1, int(round(t_end / h)))
-    q, p = (_padded([m.q for m in members], steps, q0.shape[0]),
-            _padded([m.p for m in members], steps, q0.shape[0]))
+    if interrupted is not None:
+        _raise_interrupted(model, members, failures, q0, p0, h, steps, interrupted)
+    q, p = (_padded([m.q for m in members], steps, q0.shape[0], q0.shape[1]),
+            _padded([m.p for m in members], steps, q0.shape[0], q0.shape[1]))
     first = members[0]
     stats = {"solver": f"{first.stats['solver']} (ensemble)", "h": h, "members": q0.shape[0],
              "backend": "member by member"}
-    if interrupted is not None:
-        k = len(members) - 1
-        stats["completed"] = np.arange(q0.shape[0]) < k
-        raise SimulationInterrupted(
-            f"ensemble interrupted in member {k} of {q0.shape[0]} after "
-            f"{members[-1].t.size - 1} of its {steps} steps; error.solution holds the {k} "
-            f"members before it in full, member {k} up to its last accepted step and the "
-            f"members not run as NaN (stats['completed'] flags the finished ones)",
-            solution=EnsembleSolution(first.model, h * np.arange(steps + 1), q, p, stats)
-        ) from interrupted
     if failures:
         _raise_member_failures(failures, EnsembleSolution(first.model, h * np.arange(steps + 1),
                                                           q, p, stats))
@@ -315,13 +308,42 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
         work=np.stack([m.work for m in members]) if first.model.non_conservative else None)
 
 
-def _padded(rows: list[np.ndarray], steps: int, count: int) -> np.ndarray:
-    """The ``count`` members' (N_k + 1, n) arrays stacked to (K, steps + 1, n), NaN after a
-    member's last accepted step and for members without a row (not run)."""
-    out = np.full((count, steps + 1, rows[0].shape[1]), np.nan)
+def _raise_interrupted(model: Model, members: list, failures: dict, q0: np.ndarray,
+                       p0: np.ndarray, h: float, steps: int, interrupt: BaseException):
+    """Raise :class:`SimulationInterrupted` for Ctrl-C in member k = len(members) - 1 of a
+    member-by-member ensemble, with ``error.solution`` the ensemble so far: the members
+    before it (completed, or failed up to their last accepted step), member k up to its
+    last accepted step when it ran here (a member in a worker thread keeps nothing), NaN for
+    the rest; ``stats["completed"]`` and ``stats["failed_members"]`` as for failures."""
+    count, k = q0.shape[0], len(members) - 1
+    interrupted = members[k]
+    q, p = (_padded([None if m is None else m.q for m in members], steps, count, q0.shape[1]),
+            _padded([None if m is None else m.p for m in members], steps, count, q0.shape[1]))
+    indices = np.arange(count)
+    stats = {"solver": "(ensemble)", "h": h, "members": count, "backend": "member by member",
+             "completed": (indices < k) & ~np.isin(indices, list(failures)),
+             "failed_members": {j: error.step for j, error in failures.items()}}
+    failed = f" ({len(failures)} of them failed, see stats['failed_members'])" if failures else ""
+    done = ("nothing kept of it (it ran in a worker thread)" if interrupted is None else
+            f"after {interrupted.t.size - 1} of its {steps} steps")
+    director = model.director_model if isinstance(model, LieGroupModel) else model
+    raise SimulationInterrupted(
+        f"ensemble interrupted in member {k} of {count}, {done}; error.solution holds the "
+        f"{k} members before it{failed}, member {k} up to its last accepted step and the "
+        f"members not run as NaN (stats['completed'] flags the finished ones)",
+        solution=EnsembleSolution(director, h * np.arange(steps + 1), q, p, stats)
+    ) from interrupt
+
+
+def _padded(rows: list[np.ndarray | None], steps: int, count: int, width: int) -> np.ndarray:
+    """The ``count`` members' (N_k + 1, width) arrays stacked to (K, steps + 1, width), NaN
+    after a member's last accepted step and for members without a row (None, or not run)."""
+    out = np.full((count, steps + 1, width), np.nan)
     for k, row in enumerate(rows):
-        out[k, :row.shape[0]] = row
+        if row is not None:
+            out[k, :row.shape[0]] = row
     return out
+
 
 
 def _raise_member_failures(failures: dict[int, SolverError], ensemble: EnsembleSolution):
@@ -356,8 +378,9 @@ def simulate_many(runs: Iterable[tuple[Model, dict]], executor: Executor | None 
         The error of the first run that failed, once every run has finished; its
         ``results`` attribute lists every run's :class:`~mbs.Solution` or error, in order.
     SimulationInterrupted
-        On Ctrl-C, at once (no further run starts); ``results`` lists the runs before and
-        the interrupted run's partial Solution.
+        On Ctrl-C, at once (no further run starts); ``results`` lists the runs before and,
+        for runs made here (``executor=None``), the interrupted run's partial Solution. Runs
+        an executor already started finish there.
     """
     runs = [_run_pair(run, i) for i, run in enumerate(runs)]
     outcomes, futures = [], []
@@ -372,12 +395,13 @@ def simulate_many(runs: Iterable[tuple[Model, dict]], executor: Executor | None 
     except KeyboardInterrupt as interrupt:  # Ctrl-C: no further run starts
         for future in futures:
             future.cancel()
-        partial = getattr(interrupt, "solution", None)
+        partial = getattr(interrupt, "solution", None)  # None for a run in an executor
         error = SimulationInterrupted(
             f"simulate_many interrupted in run {len(outcomes)} of {len(runs)}; error.results "
-            f"holds the Solutions or errors of the runs before it and the interrupted run's "
-            f"partial Solution (error.solution)", solution=partial)
-        error.results = [*outcomes, partial]
+            f"holds the Solutions or errors of the runs before it"
+            + ("" if partial is None else " and the interrupted run's partial Solution "
+               "(also error.solution)"), solution=partial)
+        error.results = outcomes + ([] if partial is None else [partial])
         raise error from interrupt
     failed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, Exception)]
     if failed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import numbers
 import types
 import typing
@@ -128,13 +129,22 @@ def difference_mismatch(function, derivative: np.ndarray, x: np.ndarray,
 
 
 
-#: How an option declared bool, int, float or str is recognised (numpy scalars included)
+def _is_real(value) -> bool:
+    """A real number: a Python or numpy real, a Decimal, or a 0-d real array (no bool)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim == 0 and value.dtype.kind in "fiu"
+    return (isinstance(value, numbers.Real | decimal.Decimal)
+            and not isinstance(value, bool | np.bool_))
+
+
+#: How an option declared bool, int, float or str is recognised (numpy scalars included; a
+#: flag may be given as 0 or 1)
 _DECLARED_TYPES = {
-    bool: ("True or False", lambda v: isinstance(v, bool | np.bool_)),
+    bool: ("True or False", lambda v: isinstance(v, bool | np.bool_) or (
+        isinstance(v, numbers.Integral) and v in (0, 1))),
     int: ("an integer", lambda v: isinstance(v, numbers.Integral) and not isinstance(
         v, bool | np.bool_)),
-    float: ("a real number", lambda v: isinstance(v, numbers.Real) and not isinstance(
-        v, bool | np.bool_)),
+    float: ("a real number", _is_real),
     str: ("a name", lambda v: isinstance(v, str)),
 }
 

@@ -494,3 +494,48 @@ def test_a_drive_law_defined_at_one_instant_only_asks_for_its_rate():
     with pytest.raises(ForceFunctionError, match=r"Drive 'spin'.*position function failed.*"
                                                  r"outside the table.*give rate="):
         disc(law_on(0.0, 0.0, lambda t: 0.0), None)
+
+
+def driven_arm(position, rate=None, prismatic: bool = False, gravity: bool = True):
+    system = mbs.System(gravity=(0.0, -9.81, 0.0) if gravity else None)
+    arm = system.add(mbs.RigidBody(1.0, (1.0, 1.2, 1.4), name="arm"))
+    arm.set_state(position=(0.5, 0.0, 0.0))
+    joint_type = mbs.joints.Prismatic if prismatic else mbs.joints.Revolute
+    joint = system.add(joint_type(system.ground, arm, point=(0, 0, 0),
+                                  axis=(1, 0, 0) if prismatic else (0, 0, 1), name="joint"))
+    system.add(Drive(joint, position=position, rate=rate, name="crank"))
+    return system.compile()
+
+
+def jump_warnings(model, solver, **options) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mbs.simulate(model, solver, project=True, **options)
+    return [str(w.message) for w in caught if "drive 'crank' moved" in str(w.message)]
+
+
+@pytest.mark.parametrize("solver", ["em", "rattle", "lobatto"])
+def test_a_drive_that_holds_a_joint_still_is_no_jump(solver):
+    """Moves of round-off (1e-16 and below) of a held slider are not tested."""
+    assert jump_warnings(driven_arm(0.3, prismatic=True), solver, h=0.01, t_end=1.0) == []
+
+
+def test_a_ramp_and_hold_drive_is_no_jump():
+    """A kink of the position law (the rate drops from 2 to 0 inside a step) is an impulsive
+    drive that the step's effort carries: the energy balances the drive's work."""
+    model = driven_arm(lambda t: 2.0 * min(t, 1.033), lambda t: 2.0 if t < 1.033 else 0.0,
+                       gravity=False)
+    assert jump_warnings(model, "em", h=0.01, t_end=2.0) == []
+
+
+def test_nodes_of_schemes_off_the_constraints_are_not_read_as_jumps():
+    """ggl-vi-a enforces the drive at q^{n+theta}: its nodes are off the law by its error."""
+    model = driven_arm(lambda t: t * t, lambda t: 2.0 * t)
+    assert jump_warnings(model, "ggl-vi-a", h=0.01, t_end=0.1) == []
+
+
+@pytest.mark.parametrize("solver", ["em", "rattle", "lobatto", "ggl-vi-b"])
+def test_a_position_law_that_jumps_is_warned_of(solver):
+    model = driven_arm(lambda t: 0.0 if t < 0.255 else 0.5, lambda t: 0.0)
+    messages = jump_warnings(model, solver, h=0.01, t_end=0.5)
+    assert len(messages) == 1 and "moved its angle by 0.5 in the step to t = 0.26" in messages[0]

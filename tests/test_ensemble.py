@@ -471,13 +471,16 @@ def test_an_ensemble_keeps_the_work_of_drives():
 
 def interrupting_pendulum() -> tuple[mbs.Model, dict]:
     """A pendulum whose load raises KeyboardInterrupt (a Ctrl-C) once, at its call number
-    ``calls["interrupt_at"]`` (never while that is 0), and counts its calls."""
-    calls = {"count": 0, "interrupt_at": 0}
+    ``calls["interrupt_at"]``, and ValueError at ``calls["fail_at"]`` (never while 0), and
+    counts its calls."""
+    calls = {"count": 0, "interrupt_at": 0, "fail_at": 0}
 
     def push(t):
         calls["count"] += 1
         if calls["count"] == calls["interrupt_at"]:
             raise KeyboardInterrupt
+        if calls["count"] == calls["fail_at"]:
+            raise ValueError("the load fails once")
         return (0.0, 0.0, 0.0)
 
     system = mbs.System(gravity=(0.0, 0.0, -9.81))
@@ -526,3 +529,22 @@ def test_ctrl_c_in_an_ensemble_run_member_by_member_keeps_the_members_before():
     assert 1 < accepted.sum() < reference.t.size
     np.testing.assert_array_equal(ensemble.q[1][accepted], reference.q[:accepted.sum()])
     assert np.isnan(ensemble.q[2]).all()
+
+
+
+def test_ctrl_c_after_a_failed_member_keeps_that_failure():
+    """Member 0 fails in its second step, member 1 is interrupted: member 0 is flagged
+    failed (not completed) with its step and keeps its accepted step."""
+    model, calls = interrupting_pendulum()
+    mbs.simulate(model, "em", h=0.01, t_end=0.01)
+    per_step = calls["count"]  # load calls of the first step
+    calls["fail_at"], calls["interrupt_at"], calls["count"] = per_step + 1, 11 * per_step, 0
+    q0, p0 = model.initial_state()
+    with pytest.raises(mbs.SimulationInterrupted, match=r"member 1 of 3.*\(1 of them failed"
+                       ) as caught:
+        mbs.simulate_ensemble(model, (np.tile(q0, (3, 1)), np.tile(p0, (3, 1))), h=0.01,
+                              t_end=0.2)
+    ensemble = caught.value.solution
+    assert ensemble.stats["completed"].tolist() == [False, False, False]
+    assert ensemble.stats["failed_members"] == {0: 1}
+    assert np.isfinite(ensemble.q[0]).all(axis=1).sum() == 2  # the initial state and step 0

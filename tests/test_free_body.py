@@ -154,3 +154,35 @@ def test_steps_that_turn_a_body_past_a_quarter_turn_are_warned_of(turn_degrees):
         assert len(messages) == 1
         assert "'wheel'" in messages[0]
         assert f"up to {turn_degrees:.0f} degrees in one step" in messages[0]
+
+
+def spinning_wheel(formulation: str = "director") -> mbs.Model:
+    system = mbs.System()
+    wheel = system.add(mbs.RigidBody(mass=1.0, inertia=(2.0, 2.5, 3.0), name="wheel"))
+    wheel.set_state(angular_velocity=(0.0, 0.0, 10.0))
+    return system.compile(formulation=formulation)
+
+
+def quarter_turn_warnings(model, solver, **options) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        solution = mbs.simulate(model, solver, **options)
+    return solution, [str(w.message) for w in caught if "quarter turn" in str(w.message)]
+
+
+@pytest.mark.parametrize("solver", ["vrkmk", "vcg"])
+def test_lie_group_steps_past_a_quarter_turn_are_not_warned_of(solver):
+    """The Lie-group schemes step on the rotations (2 rad per step here, exact for this
+    spin): no constraints to land elsewhere on."""
+    _, messages = quarter_turn_warnings(spinning_wheel("lie-group"), solver, h=0.2, t_end=2.0)
+    assert messages == []
+
+
+def test_steps_done_as_sub_steps_are_not_warned_of():
+    """Newton limited to 4 iterations: every step of 2 rad is redone as sub-steps of less
+    than a quarter turn each."""
+    solution, messages = quarter_turn_warnings(
+        spinning_wheel(), "em", h=0.2, t_end=1.0,
+        newton=mbs.solvers.NewtonOptions(max_iterations=4))
+    assert len(solution.stats["refined_steps"]) == 5
+    assert messages == []

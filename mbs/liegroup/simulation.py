@@ -116,7 +116,8 @@ def scheme_properties(method: VRKMK | VCG) -> SchemeProperties:
         symplectic=True, energy="bounded, no drift (symplectic)",
         momentum="exact for symmetries of the potential (discrete Noether)",
         constraints_at_step_end="none: states on SO(3) x R^3 (reported: max |R^T R - I|)",
-        multiplier_times="none (no multipliers)", reference=reference)
+        multiplier_times="none (no multipliers)", reference=reference,
+        nodes_meet_constraints=False)
 
 
 def lie_group_solver(model, solver: str | VRKMK | VCG = "vrkmk", initial_state=None,

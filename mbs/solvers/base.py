@@ -73,6 +73,9 @@ class SchemeProperties:
     constraints_at_step_end: str = "g(q^{n+1}) and G M^-1 p^{n+1}"
     multiplier_times: str
     reference: str
+    #: Whether the nodes (q^n, p^n) meet both constraint levels exactly: then a drive's
+    #: coordinate and rate at the nodes are its prescribed ones.
+    nodes_meet_constraints: bool = True
 
 
 @dataclass

@@ -153,7 +153,8 @@ class Composition(Solver):
             multiplier_times=f"{base.multiplier_times}, mean over the sub-steps weighted by "
                              f"their fractions of the step",
             reference=f"{_REFERENCES[self.method]} of {base.name}"
-                      + (" over its double step" if self.base.composed_in_pairs else ""))
+                      + (" over its double step" if self.base.composed_in_pairs else ""),
+            nodes_meet_constraints=base.nodes_meet_constraints)
 
     def start(self, model, q0: np.ndarray, p0: np.ndarray, h: float) -> None:
         self.model, self.h = model, h

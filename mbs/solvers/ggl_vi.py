@@ -40,7 +40,8 @@ _PROPERTIES = {
         name=f"ggl-vi-{variant.lower()}", order_q=order, order_p=order, symplectic=True,
         energy="bounded oscillation", constraints_at_step_end=constraints,
         multiplier_times=multipliers,
-        reference=f"Kinon, Betsch, Schneider (2023), {equation}")
+        reference=f"Kinon, Betsch, Schneider (2023), {equation}",
+        nodes_meet_constraints=variant == "B")
     for variant, (order, constraints, multipliers, equation) in _VARIANTS.items()
 }
 

@@ -252,7 +252,8 @@ class HBVM(Solver):
         constraints_at_step_end="g(q^{n+1}) as energy; G M^-1 p^{n+1} only O(h^2)",
         multiplier_times="lambda_n constant on [t_n, t_{n+1}] (~ lambda(t_n + h/2))",
         reference=("Brugnano, Gurioli, Iavernaro, Weinmüller, Line integral solution of "
-                   "Hamiltonian systems with holonomic constraints, (50)-(52)"))
+                   "Hamiltonian systems with holonomic constraints, (50)-(52)"),
+        nodes_meet_constraints=False)
     # G M^-1 p^{n+1} is enforced only to O(h^2), and lambda_n alternates from step to step
     drive_effort = "centred"
 
