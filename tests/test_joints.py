@@ -3,6 +3,8 @@ degrees of freedom, derivatives against finite differences, user constraints."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from mechanisms import (
@@ -330,3 +332,56 @@ def test_universal_axes_perpendicular_to_round_off_are_made_exact():
     model = system.compile()
     q0, p0 = model.initial_state()
     assert np.abs(model.constraints(q0)).max() <= 4 * np.finfo(float).eps
+
+
+def cardan_shaft(inclination: float = np.radians(30.0), input_rate: float = 10.0
+                 ) -> mbs.Model:
+    """An input shaft along x driven at ``input_rate``, a universal joint, and an output
+    shaft inclined by ``inclination`` in the x-y plane, each in a bearing."""
+    length, inputs = 0.4, np.array([1.0, 0.0, 0.0])
+    outputs = np.array([np.cos(inclination), np.sin(inclination), 0.0])
+    system = mbs.System()
+    shaft_in = system.add(mbs.RigidBody.from_shape("cylinder", mass=2.0, radius=0.03,
+                                                   length=length, name="in"))
+    shaft_out = system.add(mbs.RigidBody.from_shape("cylinder", mass=1.5, radius=0.05,
+                                                    length=length, name="out"))
+    vertical = np.array([0.0, 0.0, 1.0])
+    shaft_in.set_state(position=-length / 2 * inputs,
+                       rotation=np.column_stack([[0.0, 1.0, 0.0], vertical, inputs]),
+                       angular_velocity=input_rate * inputs)
+    shaft_out.set_state(position=length / 2 * outputs,
+                        rotation=np.column_stack([vertical, np.cross(outputs, vertical),
+                                                  outputs]),
+                        angular_velocity=input_rate / np.cos(inclination) * outputs)
+    bearing = system.add(mbs.joints.Revolute(system.ground, shaft_in, point=-length / 2 * inputs,
+                                             axis=inputs, name="bearing_in"))
+    system.add(mbs.joints.Revolute(system.ground, shaft_out, point=length / 2 * outputs,
+                                   axis=outputs, name="bearing_out"))
+    system.add(mbs.joints.Universal(shaft_in, shaft_out, point=(0.0, 0.0, 0.0),
+                                    axis_a=(0.0, 1.0, 0.0), axis_b=vertical, name="cardan"))
+    system.add(mbs.joints.Drive(bearing, lambda t: input_rate * t, rate=lambda t: input_rate,
+                                name="motor"))
+    with pytest.warns(UserWarning, match="redundant constraints removed"):
+        return system.compile()
+
+
+@pytest.mark.parametrize("h", [0.05, 0.08, 0.1])
+def test_a_cardan_shaft_flipped_by_a_coarse_step_is_warned_of(h):
+    """tan(phi_out) = tan(phi_in) / cos(beta) exactly (the shaft has no free motion). A
+    coarse step may land on the output turned half a revolution (em at h = 0.08 does, with
+    energy and constraints intact); every run that does is warned of, and a run whose steps
+    turn the shafts by less than a quarter turn (0.5 rad of input and at most 0.58 rad of
+    output per step at h = 0.05) is not."""
+    model, inclination = cardan_shaft(), np.radians(30.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        solution = mbs.simulate(model, "em", h=h, t_end=1.6)
+    exact = np.unwrap(np.arctan2(np.sin(10.0 * solution.t),
+                                 np.cos(10.0 * solution.t) * np.cos(inclination)))
+    error = np.abs(solution.joint("bearing_out").position - exact).max()
+    warned = any("quarter turn" in str(w.message) for w in caught)
+    assert error < 1e-12 or abs(error - np.pi) < 1e-9
+    if error > 1.0:
+        assert warned
+    if h == 0.05:
+        assert error < 1e-12 and not warned
