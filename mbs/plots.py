@@ -368,10 +368,10 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
         Print :attr:`ConvergenceStudy.table`.
     **simulate_options
         Keywords of :func:`mbs.simulate` for the studied runs, e.g. ``stages=4`` or
-        ``order=4``. Solver options apply to the studied solvers only (the reference run
-        takes ``reference_options``); ``t_start``, ``initial_state``, ``project``,
-        ``on_failure``, ``max_refinements`` and ``progress`` apply to the reference run too,
-        since they define the problem both solve.
+        ``order=4``. Solver options apply to the studied solvers given by name only (the
+        reference run takes ``reference_options``, an instance its own); ``t_start``,
+        ``initial_state``, ``project``, ``on_failure``, ``max_refinements`` and ``progress``
+        apply to every run, the reference too, since they define the problem all solve.
 
     Returns
     -------
@@ -400,7 +400,13 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
 
     _figure_path(path)  # a figure type that cannot be written fails before the runs
     model = _model_of(build_or_model)
-    runs = dict(_studied_solver(entry) for entry in solvers)
+    runs = {}
+    for label, run in map(_studied_solver, solvers):
+        if label in runs:
+            raise ModelError(f"convergence_study: two solvers labelled {label!r}; give them "
+                             f"as (name, options) pairs that tell them apart, or study them "
+                             f"separately")
+        runs[label] = run
     if not runs:
         raise ModelError("convergence_study: give at least one solver")
     solvers = list(runs)
@@ -466,11 +472,15 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     p_scale = None if p_ref is None else max(float(np.max(np.abs(p_ref))), 1e-300)
     for solver in solvers:
         scheme, own_options = runs[solver]
+        # an instance carries its options: it takes the run's keywords only
+        options = (simulate_options if isinstance(scheme, str) else
+                   {key: value for key, value in simulate_options.items()
+                    if key in _SHARED_RUN_OPTIONS})
         eq, ep = np.full(steps.size, np.nan), np.full(steps.size, np.nan)
         for k, h in enumerate(steps):
             try:
                 run = simulate(model, scheme, h=float(h), t_end=t_end,
-                               **{**simulate_options, **own_options})
+                               **{**options, **own_options})
             except MbsError as exc:
                 study.failures[(solver, float(h))] = str(exc).splitlines()[0][:120]
                 continue

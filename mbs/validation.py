@@ -142,8 +142,9 @@ def _is_real(value) -> bool:
 _DECLARED_TYPES = {
     bool: ("True or False", lambda v: isinstance(v, bool | np.bool_) or (
         isinstance(v, numbers.Integral) and v in (0, 1))),
-    int: ("an integer", lambda v: isinstance(v, numbers.Integral) and not isinstance(
-        v, bool | np.bool_)),
+    int: ("an integer", lambda v: (isinstance(v, numbers.Integral) and not isinstance(
+        v, bool | np.bool_)) or (isinstance(v, np.ndarray) and v.ndim == 0
+                                 and v.dtype.kind in "iu")),
     float: ("a real number", _is_real),
     str: ("a name", lambda v: isinstance(v, str)),
 }

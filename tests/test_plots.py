@@ -141,6 +141,16 @@ def test_solvers_studied_side_by_side_take_options_of_their_own():
     assert "lobatto (stages=3)" in both.table
     with pytest.raises(mbs.ModelTypeError, match=r"a \(name, dict\) pair"):
         plots.convergence_study(model, [(3, {})], steps, 0.4)
+    with pytest.raises(mbs.ModelError, match="two solvers labelled 'ggl-vi-a'"):
+        plots.convergence_study(model, [mbs.solvers.GGLVI(variant="A"),
+                                        mbs.solvers.GGLVI(variant="A", theta=0.25)], steps, 0.4)
+    # solver options reach the named solvers, not an instance (which carries its own)
+    mixed = plots.convergence_study(model, ["em", mbs.solvers.Rattle()], steps, 0.4, order=4,
+                                    reference_solver="lobatto", reference_options=reference,
+                                    print_table=False)
+    assert not mixed.failures
+    assert mixed.slopes_q["em"] == pytest.approx(4.0, abs=0.3)
+    assert mixed.slopes_q["rattle"] == pytest.approx(2.0, abs=0.2)
 
 
 def test_reference_options_configure_the_reference_run():
