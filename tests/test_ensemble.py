@@ -9,6 +9,7 @@ from concurrent.futures import ProcessPoolExecutor
 import heavy_top
 import numpy as np
 import pytest
+from mechanisms import rod_pendulum
 
 import mbs
 from mbs.backends import compiled
@@ -483,11 +484,8 @@ def interrupting_pendulum() -> tuple[mbs.Model, dict]:
             raise ValueError("the load fails once")
         return (0.0, 0.0, 0.0)
 
-    system = mbs.System(gravity=(0.0, 0.0, -9.81))
-    bob = system.add(mbs.PointMass(1.0, name="bob"))
-    bob.set_state(position=(1.0, 0.0, 0.0))
-    system.add(mbs.joints.Distance(system.ground, bob, length=1.0, name="rod"))
-    system.add(mbs.forces.Load(bob, force=push, name="push"))
+    system = rod_pendulum()
+    system.add(mbs.forces.Load(system["bob"], force=push, name="push"))
     return system.compile(), calls
 
 

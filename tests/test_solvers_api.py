@@ -375,11 +375,8 @@ def test_one_solver_instance_runs_one_simulation_at_a_time():
             release.wait(timeout=60)
         return (0.0, 0.0, 0.0)
 
-    system = mbs.System(gravity=(0.0, 0.0, -9.81))
-    bob = system.add(mbs.PointMass(1.0, name="bob"))
-    bob.set_state(position=(1.0, 0.0, 0.0))
-    system.add(mbs.joints.Distance(system.ground, bob, length=1.0, name="rod"))
-    system.add(mbs.forces.Load(bob, force=held, name="push"))
+    system = rod_pendulum()
+    system.add(mbs.forces.Load(system["bob"], force=held, name="push"))
     model = system.compile()
     solver = EnergyMomentum(newton=NewtonOptions(tolerance=1e-13))
     with ThreadPoolExecutor(1) as pool:
