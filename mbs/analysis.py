@@ -242,6 +242,8 @@ def _check_drives_independent_of_joints(dense: np.ndarray, joint_count: int,
 
     ``dense`` holds the block's joint rows (``kept`` marking user constraints and drives),
     then its internal rows; ``u``, ``singular`` its SVD, of rank ``rank_total``."""
+    if not any(group.prescribed for group in block):
+        return  # only drives can clash (a rank test of the whole block, skipped)
     rest = np.vstack([dense[joint_count:], dense[:joint_count][~kept]])
     tolerance = RANK_TOLERANCE * singular[0]
     if np.linalg.matrix_rank(rest, tol=tolerance) + int(kept.sum()) <= rank_total:
