@@ -19,7 +19,9 @@ import mbs  # noqa: E402
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--solver", default="em", help="em, ggl-vi-s, ggl-vi-a, ggl-vi-b, rattle")
+    parser.add_argument("--solver", default="em",
+                        help="a name of mbs.solvers.REGISTRY: em, ggl-vi-s, ggl-vi-a, "
+                             "ggl-vi-b, rattle, lobatto, hbvm, vi-conversion")
     parser.add_argument("--h", type=float, default=0.002, help="step size [s]")
     parser.add_argument("--t-end", type=float, default=2.0, help="end time [s]")
     parser.add_argument("--animation", default="output/top.gif",

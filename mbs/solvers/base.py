@@ -245,7 +245,7 @@ class Solver:
             raise ModelError(f"{type(self).__name__}: backend={self.backend!r} needs "
                              f"quadratic time-independent constraints only (no UserConstraint, "
                              f"no Drive) and step equations written as terms (every implicit "
-                             f"scheme; hbvm with iteration='newton'; not rattle); use "
+                             f"scheme; hbvm with iteration='newton'); use "
                              f"backend='auto'")
         self._predictor = self._make_predictor()
 
