@@ -745,8 +745,11 @@ class _Run:
         hint = newton_failure.hint
         kept = sum(red.count for red in getattr(self.model, "redundancies", ())
                    if not red.removed)
-        singular_at = None if kept else self._rank_loss_time(k)
-        if kept:
+        unstable = self.solver.unstable_setting()
+        singular_at = None if kept or unstable else self._rank_loss_time(k)
+        if unstable:
+            hint = unstable
+        elif kept:
             hint = (f"the model keeps {kept} redundant constraint equation"
                     f"{'s' if kept > 1 else ''} (System(redundant='keep')), which make the "
                     f"Newton matrices singular, so smaller steps need not help; compile with "

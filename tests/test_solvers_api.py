@@ -392,3 +392,16 @@ def test_one_solver_instance_runs_one_simulation_at_a_time():
     np.testing.assert_array_equal(solution.q, alone.q)
     again = mbs.simulate(model, solver, h=0.01, t_end=0.2)  # free again once the run ended
     np.testing.assert_array_equal(again.q, alone.q)
+
+
+def test_a_run_failing_with_an_unstable_theta_names_it():
+    """VI-A with theta = 0.3 amplifies the constraint drift by 7/3 per step: the run fails
+    within a few steps, whatever else the failure looks like (here a mirrored frame), and
+    the hint is the unstable setting."""
+    model = ht.build().compile()
+    with pytest.warns(UserWarning, match="theta = 0.3 < 1/2 amplifies"):
+        solver = GGLVI(variant="A", theta=0.3)
+    with pytest.raises(mbs.SolverError) as caught:
+        mbs.simulate(model, solver, h=0.002, t_end=2.0)
+    assert "theta = 0.3 < 1/2 amplifies the constraint drift" in caught.value.hint
+    assert caught.value.step < 50

@@ -638,6 +638,11 @@ class Solver:
         self._predictor = self._make_predictor()
         self._update_floor_minimum()
 
+    def unstable_setting(self) -> str | None:
+        """Why this scheme's parameters make it unstable at any step size (a failing run
+        names that before any other cause), or None."""
+        return None
+
     def annotate(self, solution) -> None:
         """Add to a run's :class:`~mbs.solution.Solution` (complete or partial) what only
         this scheme knows; nothing for the director schemes."""

@@ -88,6 +88,24 @@ class GGLVI(Solver):
     theta: float | None = None
     vartheta: float | None = None
 
+    def unstable_setting(self) -> str | None:
+        """Why variant A with theta != 1/2 is unstable at any step size, else None."""
+        if self.variant != "A" or self.theta is None or self.theta == 0.5:
+            return None
+        if self.theta < 0.5:
+            # g(q^{n+theta}) = 0 maps a normal deviation e_n of q^n to
+            # e_{n+1} = -(1 - theta)/theta e_n: growth for theta < 1/2.
+            return (f"GGLVI variant A with theta = {self.theta} < 1/2 amplifies the "
+                    f"constraint drift of q^n by (1 - theta)/theta = "
+                    f"{(1 - self.theta) / self.theta:.3g} per step, at any step size, and is "
+                    f"unstable; use theta = 1/2 (or variant B)")
+        # G v^{n+1} = 0 with M v^{n+1} = theta p^n + (1 - theta) p^{n+1} maps the
+        # normal momentum f_n = G M^-1 p^n to f_{n+1} = -theta/(1 - theta) f_n.
+        return (f"GGLVI variant A with theta = {self.theta} > 1/2 amplifies the momentum "
+                f"normal to the constraints (G M^-1 p^n) by theta/(1 - theta) = "
+                f"{self.theta / (1 - self.theta):.3g} per step, at any step size, and is "
+                f"unstable; use theta = 1/2 (or variant B)")
+
     def __post_init__(self):
         super().__post_init__()
         variant = str(self.variant).upper()
@@ -107,22 +125,8 @@ class GGLVI(Solver):
             if not 0.0 < self.theta < 1.0:
                 raise ModelError(f"GGLVI variant A: theta must lie in (0, 1), got "
                                  f"{self.theta}")
-            if self.theta < 0.5:
-                # g(q^{n+theta}) = 0 maps a normal deviation e_n of q^n to
-                # e_{n+1} = -(1 - theta)/theta e_n: growth for theta < 1/2.
-                warn_user(
-                    f"GGLVI variant A with theta = {self.theta} < 1/2 amplifies the "
-                    f"constraint drift of q^n by (1 - theta)/theta = "
-                    f"{(1 - self.theta) / self.theta:.3g} per step, at any step size, and is "
-                    f"unstable; use theta = 1/2 (or variant B)")
-            elif self.theta > 0.5:
-                # G v^{n+1} = 0 with M v^{n+1} = theta p^n + (1 - theta) p^{n+1} maps the
-                # normal momentum f_n = G M^-1 p^n to f_{n+1} = -theta/(1 - theta) f_n.
-                warn_user(
-                    f"GGLVI variant A with theta = {self.theta} > 1/2 amplifies the momentum "
-                    f"normal to the constraints (G M^-1 p^n) by theta/(1 - theta) = "
-                    f"{self.theta / (1 - self.theta):.3g} per step, at any step size, and is "
-                    f"unstable; use theta = 1/2 (or variant B)")
+            if self.unstable_setting() is not None:
+                warn_user(self.unstable_setting())
         elif variant == "B":
             self.theta = 1.0 if self.theta is None else float(self.theta)
             self.vartheta = 0.5 if self.vartheta is None else float(self.vartheta)
