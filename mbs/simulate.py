@@ -745,15 +745,16 @@ class _Run:
         hint = newton_failure.hint
         kept = sum(red.count for red in getattr(self.model, "redundancies", ())
                    if not red.removed)
-        unstable = self.solver.unstable_setting()
+        growth = self.solver.unstable_growth() if self.model.m else None
+        unstable = growth is not None and growth ** (k + 1) > UNSTABLE_GROWTH
         singular_at = None if kept or unstable else self._rank_loss_time(k)
-        if unstable:
-            hint = unstable
-        elif kept:
+        if kept:
             hint = (f"the model keeps {kept} redundant constraint equation"
                     f"{'s' if kept > 1 else ''} (System(redundant='keep')), which make the "
                     f"Newton matrices singular, so smaller steps need not help; compile with "
                     f"the default redundant='remove'")
+        elif unstable:
+            hint = self.solver.unstable_setting()
         elif singular_at is not None:
             hint = (f"the constraints lose rank near t = {singular_at:.6g}: the mechanism "
                     f"reaches a singular configuration there (a dead point, or a position a "
@@ -1218,6 +1219,11 @@ def _warn_if_potentials_left_their_range(solution: Solution) -> None:
                   f"spring holds for motions within half a turn of its rest angle",
                   RuntimeWarning)
 
+
+#: A failing run blames an unstable setting of its scheme (:meth:`mbs.solvers.Solver.
+#: unstable_growth`) when that amplified a constraint violation by more than this up to the
+#: failed step; a smaller growth does not explain the failure, which has another cause.
+UNSTABLE_GROWTH = 1e3
 
 #: A step that turns a rigid body by more than a quarter turn does not resolve its rotation:
 #: the frame turned half a revolution further (a shaft about its axis), which meets the same

@@ -405,3 +405,21 @@ def test_a_run_failing_with_an_unstable_theta_names_it():
         mbs.simulate(model, solver, h=0.002, t_end=2.0)
     assert "theta = 0.3 < 1/2 amplifies the constraint drift" in caught.value.hint
     assert caught.value.step < 50
+
+
+def test_a_nearly_stable_theta_does_not_hide_the_cause_of_a_failure():
+    """theta = 0.5001 grows a violation by 1.0004 per step, no explanation of a failure in
+    the first step: the kept redundant equation that makes the Newton matrix singular is
+    named instead."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81), redundant="keep")
+    bob = system.add(mbs.PointMass(1.0, name="bob"))
+    bob.set_state(position=(1.0, 0.0, 0.0))
+    for name in ("rod", "rod2"):
+        system.add(mbs.joints.Distance(system.ground, bob, length=1.0, name=name))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = system.compile()
+        solver = GGLVI(variant="A", theta=0.5001)
+    with pytest.raises(mbs.SolverError) as caught:
+        mbs.simulate(model, solver, h=0.01, t_end=1.0)
+    assert "keeps 1 redundant constraint equation" in caught.value.hint

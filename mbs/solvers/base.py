@@ -638,9 +638,15 @@ class Solver:
         self._predictor = self._make_predictor()
         self._update_floor_minimum()
 
+    def unstable_growth(self) -> float | None:
+        """The factor by which this scheme's parameters amplify a constraint violation per
+        step at any step size (an unstable setting), or None."""
+        return None
+
     def unstable_setting(self) -> str | None:
-        """Why this scheme's parameters make it unstable at any step size (a failing run
-        names that before any other cause), or None."""
+        """Why this scheme's parameters make it unstable (see :meth:`unstable_growth`), or
+        None; a run that fails after the violation grew by :data:`~mbs.simulate.
+        UNSTABLE_GROWTH` names it as the cause."""
         return None
 
     def annotate(self, solution) -> None:

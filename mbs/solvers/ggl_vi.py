@@ -88,22 +88,26 @@ class GGLVI(Solver):
     theta: float | None = None
     vartheta: float | None = None
 
-    def unstable_setting(self) -> str | None:
-        """Why variant A with theta != 1/2 is unstable at any step size, else None."""
+    def unstable_growth(self) -> float | None:
+        """The factor by which variant A with theta != 1/2 multiplies, per step and at any
+        step size, the constraint drift of q^n (theta < 1/2: g(q^{n+theta}) = 0 maps a
+        normal deviation e_n to -(1 - theta)/theta e_n) or the momentum normal to the
+        constraints (theta > 1/2: G v^{n+1} = 0 with M v^{n+1} = theta p^n +
+        (1 - theta) p^{n+1} maps f_n = G M^-1 p^n to -theta/(1 - theta) f_n); None when
+        stable."""
         if self.variant != "A" or self.theta is None or self.theta == 0.5:
             return None
-        if self.theta < 0.5:
-            # g(q^{n+theta}) = 0 maps a normal deviation e_n of q^n to
-            # e_{n+1} = -(1 - theta)/theta e_n: growth for theta < 1/2.
-            return (f"GGLVI variant A with theta = {self.theta} < 1/2 amplifies the "
-                    f"constraint drift of q^n by (1 - theta)/theta = "
-                    f"{(1 - self.theta) / self.theta:.3g} per step, at any step size, and is "
-                    f"unstable; use theta = 1/2 (or variant B)")
-        # G v^{n+1} = 0 with M v^{n+1} = theta p^n + (1 - theta) p^{n+1} maps the
-        # normal momentum f_n = G M^-1 p^n to f_{n+1} = -theta/(1 - theta) f_n.
-        return (f"GGLVI variant A with theta = {self.theta} > 1/2 amplifies the momentum "
-                f"normal to the constraints (G M^-1 p^n) by theta/(1 - theta) = "
-                f"{self.theta / (1 - self.theta):.3g} per step, at any step size, and is "
+        return (1.0 - self.theta) / self.theta if self.theta < 0.5 else (
+            self.theta / (1.0 - self.theta))
+
+    def unstable_setting(self) -> str | None:
+        growth = self.unstable_growth()
+        if growth is None:
+            return None
+        grown = ("the constraint drift of q^n by (1 - theta)/theta" if self.theta < 0.5 else
+                 "the momentum normal to the constraints (G M^-1 p^n) by theta/(1 - theta)")
+        return (f"GGLVI variant A with theta = {self.theta} {'<' if self.theta < 0.5 else '>'} "
+                f"1/2 amplifies {grown} = {growth:.6g} per step, at any step size, and is "
                 f"unstable; use theta = 1/2 (or variant B)")
 
     def __post_init__(self):
