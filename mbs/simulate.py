@@ -1231,6 +1231,9 @@ UNSTABLE_GROWTH = 1e3
 #: so a run may land on it unnoticed.
 QUARTER_TURN = 0.5 * math.pi
 
+#: Frames farther than this from orthonormal (max |R^T R - I|) have no rotation angle
+FRAME_TOLERANCE = 0.1
+
 #: Stored states read at a time by :func:`_warn_if_steps_turn_bodies_too_far` (bounded
 #: memory for long runs of large models)
 _TURN_CHECK_VALUES = 2**20
@@ -1251,8 +1254,10 @@ def _substepped(solution: Solution) -> np.ndarray:
 def _warn_if_steps_turn_bodies_too_far(solution: Solution, solver: Solver) -> None:
     """Name the rigid bodies that a step turned by more than :data:`QUARTER_TURN`: the
     angle theta of R_n^T R_{n+1}, from tr(R_n^T R_{n+1}) = sum_i d_i^n . d_i^{n+1} =
-    1 + 2 cos theta. Steps done as sub-steps turn less in each, and the Lie-group schemes
-    step on the rotations themselves (no constraints to land elsewhere on): not tested."""
+    1 + 2 cos theta. Steps done as sub-steps turn less in each, steps between frames that
+    are not rotations (max |R^T R - I| > :data:`FRAME_TOLERANCE`: ggl-vi-a's nodes are off
+    the constraints by its error) have no angle, and the Lie-group schemes step on the
+    rotations themselves (no constraints to land elsewhere on): not tested."""
     model = solution.model
     columns = model.director_columns if isinstance(model, Model) else np.zeros(0)
     if solution.t.size < 2 or not columns.size or isinstance(solver, LieGroupSolver):
@@ -1264,7 +1269,11 @@ def _warn_if_steps_turn_bodies_too_far(solution: Solution, solver: Solver) -> No
     chunk = max(1, _TURN_CHECK_VALUES // columns.size)
     for start in range(0, q.shape[0] - 1, chunk):
         directors = q[start:start + chunk + 1, columns]
+        frames = directors.reshape(-1, bodies, 3, 3)
+        rotations = np.abs(frames @ np.swapaxes(frames, 2, 3) - np.eye(3)).max(
+            axis=(2, 3)) <= FRAME_TOLERANCE
         traces = (directors[:-1] * directors[1:]).reshape(-1, bodies, 9).sum(axis=2)
+        traces[~(rotations[:-1] & rotations[1:])] = np.inf
         traces[~tested[start:start + chunk]] = np.inf
         least = np.minimum(least, traces.min(axis=0))
         beyond = traces < 1.0
@@ -1287,13 +1296,13 @@ def _warn_if_steps_turn_bodies_too_far(solution: Solution, solver: Solver) -> No
               RuntimeWarning)
 
 
-#: A drive's step is a jump when its coordinate moved by more than this many times what its
-#: rate moves it in a step, the rate taken as the median of |rate| at the four nodes around
-#: the step (a rate by differences across a jump at a node spikes there only). A kink of the
-#: position law (the rate changing within the step, an impulsive drive whose step effort
-#: carries the impulse) moves it by at most the larger rate's move, a smooth law too unless
-#: the steps do not resolve it.
-JUMP_RATIO = 2.0
+#: A drive's step is a jump when its coordinate's move differs from what its rate moves it
+#: in a step by more than this many times the rate's move, the rate taken as the median at
+#: the four nodes around the step (a rate by differences across a jump at a node spikes there
+#: only). A kink of the position law (the rate changing within the step, an impulsive drive
+#: whose step effort carries the impulse) differs by at most the larger rate's move, a smooth
+#: law by far less unless the steps do not resolve it.
+JUMP_RATIO = 1.5
 #: Moves below this fraction of the drive's travel, or of its coordinate's size (1 rad, the
 #: model's length), are not tested: the round-off of a drive that holds a joint still
 JUMP_FLOOR = 1e-8
@@ -1313,9 +1322,11 @@ def _warn_if_drives_jumped(solution: Solution) -> None:
         return
     for name, (joint, kind) in model.drives.items():
         path = solution.joint(joint, kind)
-        moved = np.abs(np.diff(path.position))
-        around = sliding_window_view(np.pad(np.abs(path.rate), 1, mode="edge"), 4)
-        rate_moves = np.diff(solution.t) * np.median(around[:moved.size], axis=1)
+        steps = np.diff(solution.t)
+        around = sliding_window_view(np.pad(path.rate, 1, mode="edge"), 4)[:steps.size]
+        # the move's deviation from what the rate around the step moves, in either direction
+        moved = np.abs(np.diff(path.position) - steps * np.median(around, axis=1))
+        rate_moves = steps * np.median(np.abs(around), axis=1)
         size = max(float(np.max(np.abs(path.position))),
                    model.length_scale if kind == "displacement" else 1.0)
         floor = JUMP_FLOOR * max(float(np.ptp(path.position)), size)
@@ -1323,9 +1334,9 @@ def _warn_if_drives_jumped(solution: Solution) -> None:
         if not jumps.size:
             continue
         k = int(jumps[0])
-        warn_user(f"simulate: drive {name!r} moved its {kind} by {moved[k]:.3g} in the step to "
-                  f"t = {solution.t[k + 1]:.6g}, more than {JUMP_RATIO:g} times what its rate "
-                  f"around the step moves it in a step ({rate_moves[k]:.3g}): its position law "
+        warn_user(f"simulate: drive {name!r} moved its {kind} by {moved[k]:.3g} more than its "
+                  f"rate does in the step to t = {solution.t[k + 1]:.6g}, over {JUMP_RATIO:g} "
+                  f"times the rate's move in a step ({rate_moves[k]:.3g}): its position law "
                   f"jumps there, or changes faster than the steps resolve ({jumps.size} such "
                   f"steps). A jump's impulse is in neither the drive's effort nor its work: give "
                   f"a position law continuous in t, or reduce h", RuntimeWarning)
