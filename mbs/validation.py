@@ -128,7 +128,6 @@ def difference_mismatch(function, derivative: np.ndarray, x: np.ndarray,
     return float(np.max(np.abs(derivative - differences), initial=0.0)) / scale
 
 
-
 def _is_real(value) -> bool:
     """A real number: a Python or numpy real, a Decimal, or a 0-d real array (no bool)."""
     if isinstance(value, np.ndarray):
