@@ -23,7 +23,7 @@ def falling_mass(speed: float) -> mbs.Model:
 
 def energy_messages(caught) -> list[str]:
     return [str(w.message) for w in caught
-            if issubclass(w.category, RuntimeWarning) and "energy" in str(w.message)]
+            if issubclass(w.category, RuntimeWarning) and "changed the energy" in str(w.message)]
 
 
 def test_a_fall_from_the_zero_of_the_potential_is_not_reported_as_energy_loss():
