@@ -288,10 +288,10 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
         if pool is not None:  # after Ctrl-C, members already running finish in the background
             pool.shutdown(wait=interrupted is None, cancel_futures=True)
     steps = max(1, int(round(t_end / h)))
+    q, p = (_padded([None if m is None else m.q for m in members], steps, q0.shape),
+            _padded([None if m is None else m.p for m in members], steps, q0.shape))
     if interrupted is not None:
-        _raise_interrupted(model, members, failures, q0, p0, h, steps, interrupted)
-    q, p = (_padded([m.q for m in members], steps, q0.shape[0], q0.shape[1]),
-            _padded([m.p for m in members], steps, q0.shape[0], q0.shape[1]))
+        _raise_interrupted(model, members, failures, q, p, h, interrupted)
     first = members[0]
     stats = {"solver": f"{first.stats['solver']} (ensemble)", "h": h, "members": q0.shape[0],
              "backend": "member by member"}
@@ -308,17 +308,15 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
         work=np.stack([m.work for m in members]) if first.model.non_conservative else None)
 
 
-def _raise_interrupted(model: Model, members: list, failures: dict, q0: np.ndarray,
-                       p0: np.ndarray, h: float, steps: int, interrupt: BaseException):
+def _raise_interrupted(model: Model, members: list, failures: dict, q: np.ndarray,
+                       p: np.ndarray, h: float, interrupt: BaseException):
     """Raise :class:`SimulationInterrupted` for Ctrl-C in member k = len(members) - 1 of a
     member-by-member ensemble, with ``error.solution`` the ensemble so far: the members
     before it (completed, or failed up to their last accepted step), member k up to its
     last accepted step when it ran here (a member in a worker thread keeps nothing), NaN for
     the rest; ``stats["completed"]`` and ``stats["failed_members"]`` as for failures."""
-    count, k = q0.shape[0], len(members) - 1
-    interrupted = members[k]
-    q, p = (_padded([None if m is None else m.q for m in members], steps, count, q0.shape[1]),
-            _padded([None if m is None else m.p for m in members], steps, count, q0.shape[1]))
+    (count, nodes, _), k = q.shape, len(members) - 1
+    steps, interrupted = nodes - 1, members[k]
     indices = np.arange(count)
     stats = {"solver": "(ensemble)", "h": h, "members": count, "backend": "member by member",
              "completed": (indices < k) & ~np.isin(indices, list(failures)),
@@ -335,15 +333,14 @@ def _raise_interrupted(model: Model, members: list, failures: dict, q0: np.ndarr
     ) from interrupt
 
 
-def _padded(rows: list[np.ndarray | None], steps: int, count: int, width: int) -> np.ndarray:
-    """The ``count`` members' (N_k + 1, width) arrays stacked to (K, steps + 1, width), NaN
-    after a member's last accepted step and for members without a row (None, or not run)."""
-    out = np.full((count, steps + 1, width), np.nan)
+def _padded(rows: list[np.ndarray | None], steps: int, shape: tuple[int, int]) -> np.ndarray:
+    """The K = shape[0] members' (N_k + 1, n) arrays stacked to (K, steps + 1, n), NaN after
+    a member's last accepted step and for members without a row (None, or not run)."""
+    out = np.full((shape[0], steps + 1, shape[1]), np.nan)
     for k, row in enumerate(rows):
         if row is not None:
             out[k, :row.shape[0]] = row
     return out
-
 
 
 def _raise_member_failures(failures: dict[int, SolverError], ensemble: EnsembleSolution):
