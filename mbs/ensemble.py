@@ -36,6 +36,7 @@ from mbs.model import POSITION_TOLERANCE, VELOCITY_TOLERANCE, Model
 from mbs.run_context import single_threaded_blas, subnormals_flushed
 from mbs.simulate import simulate, step_count
 from mbs.solvers import Solver, make_solver
+from mbs.time_span import last_node_time, node_times
 from mbs.validation import as_scalar
 
 
@@ -136,7 +137,8 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     h = as_scalar(h, "h", "simulate_ensemble", positive=True)
     t_end = as_scalar(t_end, "t_end", "simulate_ensemble", positive=True)
     # warned once here, not once per member: every member runs on the grid of its steps
-    t_end = step_count(h, 0.0, t_end, "simulate_ensemble") * h
+    steps = step_count(h, 0.0, t_end, "simulate_ensemble")
+    t_end = last_node_time(0.0, h, steps, t_end)
     single_run = sorted(set(solver_options) & set(_SINGLE_RUN_OPTIONS))
     if single_run:
         raise ModelError(f"simulate_ensemble: {', '.join(single_run)} belong to single runs "
@@ -166,7 +168,6 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
             solver_options.setdefault("backend", "compiled")
         return _member_by_member(model, q0, p0, h, t_end, solver, _with_newton(
             solver, solver_options, tolerance, max_iterations))
-    steps = step_count(h, 0.0, t_end, "simulate_ensemble")
     count, n = q0.shape
     if predictor_correction is not None and (
             isinstance(predictor_correction, bool)
@@ -174,7 +175,7 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
             or not 0 <= predictor_correction <= MAX_CORRECTION_DEGREE):
         raise ModelError(f"simulate_ensemble: predictor_correction must be None or an integer "
                          f"0 .. {MAX_CORRECTION_DEGREE}, got {predictor_correction!r}")
-    kernel = _BatchedRun(batched, 1e-12 if tolerance is None else tolerance,
+    kernel = _BatchedRun(batched, t_end, 1e-12 if tolerance is None else tolerance,
                          25 if max_iterations is None else max_iterations, predictor_correction)
     q = np.empty((count, steps + 1, n))
     p = np.empty((count, steps + 1, n))
@@ -183,7 +184,7 @@ def simulate_ensemble(model: Model, initial_states, *, h: float, t_end: float,
     # BLAS on one thread: idle BLAS threads spinning on the cores slow the numba threads down
     with single_threaded_blas(), subnormals_flushed():
         iterations = kernel.run(q, p)
-    ensemble = EnsembleSolution(model, h * np.arange(steps + 1), q, p,
+    ensemble = EnsembleSolution(model, node_times(0.0, h, 0, steps, t_end), q, p,
                                 {"solver": f"{batched.name} (ensemble)", "h": h,
                                  "members": count, "backend": "numba",
                                  "newton_iterations": iterations,
@@ -288,16 +289,16 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
         if pool is not None:  # after Ctrl-C, members already running finish in the background
             pool.shutdown(wait=interrupted is None, cancel_futures=True)
     steps = max(1, int(round(t_end / h)))
+    times = node_times(0.0, h, 0, steps, t_end)
     q, p = (_padded([None if m is None else m.q for m in members], steps, q0.shape),
             _padded([None if m is None else m.p for m in members], steps, q0.shape))
     if interrupted is not None:
-        _raise_interrupted(model, members, failures, q, p, h, interrupted)
+        _raise_interrupted(model, members, failures, q, p, h, times, interrupted)
     first = members[0]
     stats = {"solver": f"{first.stats['solver']} (ensemble)", "h": h, "members": q0.shape[0],
              "backend": "member by member"}
     if failures:
-        _raise_member_failures(failures, EnsembleSolution(first.model, h * np.arange(steps + 1),
-                                                          q, p, stats))
+        _raise_member_failures(failures, EnsembleSolution(first.model, times, q, p, stats))
     stats.update({
         "newton_iterations": np.stack([m.stats["newton_iterations"] for m in members]),
         "refined_steps": [m.stats["refined_steps"] for m in members],
@@ -309,7 +310,8 @@ def _member_by_member(model: Model, q0: np.ndarray, p0: np.ndarray, h: float, t_
 
 
 def _raise_interrupted(model: Model, members: list, failures: dict, q: np.ndarray,
-                       p: np.ndarray, h: float, interrupt: BaseException):
+                       p: np.ndarray, h: float, times: np.ndarray,
+                       interrupt: BaseException):
     """Raise :class:`SimulationInterrupted` for Ctrl-C in member k = len(members) - 1 of a
     member-by-member ensemble, with ``error.solution`` the ensemble so far: the members
     before it (completed, or failed up to their last accepted step), member k up to its
@@ -329,7 +331,7 @@ def _raise_interrupted(model: Model, members: list, failures: dict, q: np.ndarra
         f"ensemble interrupted in member {k} of {count}, {done}; error.solution holds the "
         f"{k} members before it{failed}, member {k} up to its last accepted step and the "
         f"members not run as NaN (stats['completed'] flags the finished ones)",
-        solution=EnsembleSolution(director, h * np.arange(steps + 1), q, p, stats)
+        solution=EnsembleSolution(director, times, q, p, stats)
     ) from interrupt
 
 
@@ -521,9 +523,9 @@ class _BatchedRun:
     as its single run through :func:`mbs.simulate` (``rerun`` lists (member, failed step)).
     """
 
-    def __init__(self, solver: Solver, tolerance: float, max_iterations: int,
+    def __init__(self, solver: Solver, t_end: float, tolerance: float, max_iterations: int,
                  predictor_correction: int | None):
-        self.solver, self.model, self.h = solver, solver.model, solver.h
+        self.solver, self.model, self.h, self.t_end = solver, solver.model, solver.h, t_end
         self.limits = (float(tolerance), int(max_iterations), float(NewtonOptions.contraction),
                        float(NewtonOptions.refactor_above),
                        float(NewtonOptions.stagnation_level))
@@ -569,7 +571,7 @@ class _BatchedRun:
         its SolverError goes into ``failures``."""
         try:
             single = simulate(self.model, self.solver.name, h=self.h,
-                              t_end=(q.shape[1] - 1) * self.h, initial_state=(q[k, 0], p[k, 0]))
+                              t_end=self.t_end, initial_state=(q[k, 0], p[k, 0]))
         except SolverError as error:
             size = error.solution.t.size
             q[k, :size], p[k, :size] = error.solution.q, error.solution.p

@@ -74,6 +74,7 @@ from mbs.streaming import (
     read_stream,
     solver_options_digest,
 )
+from mbs.time_span import evaluation_span, last_node_time, node_times
 from mbs.validation import as_scalar, is_integer
 
 ON_FAILURE = ("raise", "refine")
@@ -110,7 +111,9 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         from another thread meanwhile is refused; runs may share the model).
     h : float
         Step size (> 0). The number of steps is round((t_end - t_start) / h); a warning is
-        given if that does not reach t_end exactly.
+        given if that does not reach t_end exactly. The nodes are t_start + k h, the last
+        one t_end itself (not the rounded sum, e.g. 0.30000000000000004 for 3 steps of 0.1),
+        and laws of time are read at t_end there (see :mod:`mbs.time_span`).
     t_end : float
         End of the run (> ``t_start``).
     t_start : float
@@ -217,6 +220,7 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         options_digest = solver_options_digest(solver) if streamed else None
         _warn_if_springs_are_too_stiff(model, h, solver.name)
         run = _Run(model, solver, h, t_start, steps, on_failure, max_refinements,
+                   end=last_node_time(t_start, h, steps, t_end),
                    window=flush_every if streamed else None,
                    stream=str(output if output is not None else resume) if streamed else None)
         if resume is not None:
@@ -247,7 +251,7 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         # overflow in the scheme's arithmetic is caught as a non-finite residual or state and
         # reported with its cause; numpy's own warnings about it would only repeat it
         with (single_threaded_blas(), subnormals_flushed(),
-              np.errstate(over="ignore", invalid="ignore")):
+              np.errstate(over="ignore", invalid="ignore"), evaluation_span(t_start, run.end)):
             return run.execute(writer, flush_every, progress)
 
 
@@ -325,6 +329,7 @@ class _Run:
     steps: int
     on_failure: str
     max_refinements: int
+    end: float  # the time of the last node (t_end when the steps reach it up to rounding)
     done: int = 0
     refined: list = field(default_factory=list)
     restarts: list = field(default_factory=list)
@@ -472,7 +477,8 @@ class _Run:
     def _build(self, first: int, held: dict) -> Solution:
         count = self.done
         solution = Solution(
-            model=self.model, t=self.t_start + self.h * np.arange(first, count + 1),
+            model=self.model, t=node_times(self.t_start, self.h, first, count,
+                                           self.end if count == self.steps else None),
             q=held["q"], p=held["p"], scheme_velocities=held["scheme_velocities"],
             multipliers=held["multipliers"], velocity_multipliers=held["velocity_multipliers"],
             enforced_residuals=held["enforced_residuals"], step_work=held["step_work"],
@@ -564,7 +570,7 @@ class _Run:
             try:
                 with interrupts_deferred():
                     writer.flush(self._checkpoint(), self._window_events())
-                writer.finish()
+                writer.finish(self.end)
             except KeyboardInterrupt:
                 raise SimulationInterrupted(
                     f"simulation interrupted while its stream was packed, after all "

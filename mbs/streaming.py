@@ -40,6 +40,7 @@ from mbs.safe_files import load_json, open_archive, read_lines, read_text, sha25
 from mbs.solution import Solution
 from mbs.solvers import make_solver
 from mbs.solvers.base import SchemeProperties
+from mbs.time_span import node_times
 
 FORMAT = "mbs-stream"
 VERSION = 2
@@ -97,6 +98,7 @@ class StreamWriter:
                     self._unpack()
                 self.manifest = _read_manifest(self.directory)
                 self.manifest["completed"] = False
+                self.manifest.pop("end_time", None)  # the resumed run records its own
                 self._records = _chunk_records(self.directory, self.manifest)
                 _upgrade(self.directory, self.manifest, self._records)
             else:
@@ -204,9 +206,11 @@ class StreamWriter:
             with contextlib.suppress(OSError):  # a stale checkpoint costs disk space only
                 (self.directory / previous).unlink(missing_ok=True)
 
-    def finish(self) -> None:
-        """Mark the run complete; pack into a single .npz when that was asked for."""
+    def finish(self, end_time: float) -> None:
+        """Mark the run complete, its last node at ``end_time``; pack into a single .npz when
+        that was asked for."""
         self.manifest["completed"] = True
+        self.manifest["end_time"] = end_time
         _write_manifest(self.directory, self.manifest)
         if self.directory != self.path:  # packed at the end (an .npz name)
             state = read_solver_state(self.directory, self.manifest)
@@ -763,7 +767,10 @@ def load_stream(path: str | os.PathLike, model):
                          f"({model_differences(model, manifest.get('model_parts'))}); give "
                          f"the model of the run that wrote it")
     steps = data["q"].shape[0] - 1
-    times = float(manifest["t_start"]) + float(manifest["h"]) * np.arange(steps + 1)
+    completed = bool(manifest.get("completed", False))
+    end = manifest.get("end_time") if completed else None
+    times = node_times(float(manifest["t_start"]), float(manifest["h"]), 0, steps,
+                       None if end is None else float(end))
     return Solution(
         model=model, t=times, q=data["q"], p=data["p"],
         scheme_velocities=data["scheme_velocities"],
@@ -771,7 +778,7 @@ def load_stream(path: str | os.PathLike, model):
         enforced_residuals=data["enforced_residuals"], step_work=data["step_work"],
         stats={"solver": manifest["solver"], "h": manifest["h"], "steps": steps,
                "newton_iterations": data["newton_iterations"],
-               "completed": bool(manifest.get("completed", False)),
+               "completed": completed,
                **{name: [tuple(int(v) for v in row) for row in data[name]]
                   for name in EVENTS},
                **_drive_stats(manifest)},

@@ -794,32 +794,32 @@ CALLBACKS = [
            r"return a real 3-vector \(step 2, t = 0.02 -> 0.03\)"),
     Bad("load-returns-nan", lambda d: simulate_system(loaded(force=lambda t: (np.nan, 0, 0))),
         E, r"Load 'push': the force function returned a non-finite value \(nan, 0, 0\) at "
-           r"t = 0 \(evaluated at the initial state\)"),
+           r"t = 0\.0 \(evaluated at the initial state\)"),
     Bad("load-returns-text", lambda d: simulate_system(loaded(force=lambda t: "up")),
-        E, r"Load 'push': the force function returned 'up' at t = 0; it must return a real "
+        E, r"Load 'push': the force function returned 'up' at t = 0\.0; it must return a real "
            r"3-vector"),
     Bad("load-returns-complex", lambda d: simulate_system(loaded(
         force=lambda t: np.array([1.0 + 1.0j, 2.0j, 0.0]))),
         E, r"Load 'push': the force function returned array\(\[1\.\+1\.j, 0\.\+2\.j, "
-           r"0\.\+0\.j\]\) at t = 0; it must return a real 3-vector"),
+           r"0\.\+0\.j\]\) at t = 0\.0; it must return a real 3-vector"),
     Bad("load-raises", lambda d: simulate_system(loaded(force=lambda t: 1 / 0)),
         E, r"Load 'push': the force function raised ZeroDivisionError at t = 0"),
     Bad("joint-torque-returns-nan", lambda d: simulate_system(motor(
         lambda t, angle, rate: np.nan)),
         E, r"JointTorque 'motor': the torque function returned a non-finite value nan"),
     Bad("joint-torque-returns-text", lambda d: simulate_system(motor(lambda t: "0.1")),
-        E, r"JointTorque 'motor': the torque function returned '0.1' at t = 0; it must return "
+        E, r"JointTorque 'motor': the torque function returned '0.1' at t = 0\.0; it must return "
            r"a real number"),
     Bad("joint-torque-returns-none", lambda d: simulate_system(motor(lambda t: None)),
-        E, r"JointTorque 'motor': the torque function returned None at t = 0; it must return "
+        E, r"JointTorque 'motor': the torque function returned None at t = 0\.0; it must return "
            r"a real number"),
     Bad("joint-torque-returns-a-pair", lambda d: simulate_system(motor(lambda t: (1.0, 2.0))),
-        E, r"JointTorque 'motor': the torque function returned \(1.0, 2.0\) at t = 0; it must "
+        E, r"JointTorque 'motor': the torque function returned \(1.0, 2.0\) at t = 0\.0; it must "
            r"return a real number"),
     Bad("drive-returns-nan", lambda d: simulate_system(crank(lambda t: np.nan)),
         F, r"Drive 'crank': the position function returned nan at t = 0"),
     Bad("drive-raises", lambda d: simulate_system(crank(lambda t: [][0])),
-        F, r"Drive 'crank': the position function failed at t = 0 \(IndexError: .*\); it must "
+        F, r"Drive 'crank': the position function failed at t = 0\.0 \(IndexError: .*\); it must "
            r"return a number"),
     Bad("user-potential-returns-nan", lambda d: simulate_system(well(lambda pi: np.nan)),
         F, r"UserPotential 'well': the energy function returned nan at invariants .*; it must "

@@ -553,3 +553,41 @@ def test_a_position_law_that_jumps_is_warned_of(solver):
 def test_jumps_at_a_node_and_on_a_moving_drive_are_warned_of(position, rate, step_end):
     messages = jump_warnings(driven_arm(position, rate), "em", h=0.01, t_end=0.5)
     assert len(messages) == 1 and f"in the step to t = {step_end:g}," in messages[0]
+
+
+def table_ending_at(t_end: float):
+    """A drive law given as a table on [0, t_end] that refuses any time outside it, as
+    ``scipy.interpolate.interp1d(..., bounds_error=True)`` does."""
+    def position(t):
+        if not 0.0 <= t <= t_end:
+            raise ValueError(f"t = {t!r} is outside the table's [0, {t_end}]")
+        return 0.5 * t**2
+    return position
+
+
+@pytest.mark.parametrize("h, t_end", [(0.1, 0.3), (0.01, 0.7), (0.007, 0.7)])
+@pytest.mark.parametrize("scheme, options", [(scheme, options) for scheme, options
+                                             in END_ENFORCING + [("ggl-vi-a", {})]
+                                             if "order" not in options])
+def test_a_law_tabulated_up_to_t_end_is_never_read_past_it(scheme, options, h, t_end):
+    """k h summed in floating point ends past t_end for these steps (3 * 0.1 is
+    0.30000000000000004): the run ends at t_end itself, and the laws are read there.
+    (Compositions are left out: their sub-steps run beyond the step by design.)"""
+    model, _ = disc(table_ending_at(t_end), lambda t: t)
+    solution = mbs.simulate(model, scheme, h=h, t_end=t_end, project=True, **options)
+    assert solution.t[-1] == t_end and solution.stats["completed"]
+    assert solution.t.size == round(t_end / h) + 1
+
+
+def test_streams_and_ensembles_end_at_t_end(tmp_path):
+    model, _ = disc(table_ending_at(0.3), lambda t: t)
+    q0, p0 = model.initial_state(project=True)
+    solution = mbs.simulate(model, "em", h=0.1, t_end=0.3, initial_state=(q0, p0),
+                            output=str(tmp_path / "run.npz"))
+    loaded = mbs.io.load_solution(str(tmp_path / "run.npz"), model)
+    np.testing.assert_array_equal(loaded.t, solution.t)
+    assert loaded.t[-1] == 0.3
+    ensemble = mbs.simulate_ensemble(model, (np.stack([q0, q0]), np.stack([p0, p0])), h=0.1,
+                                     t_end=0.3)
+    assert ensemble.t[-1] == 0.3
+    np.testing.assert_array_equal(ensemble.q[0], solution.q)

@@ -77,7 +77,8 @@ def test_no_import_cycles():
 #: layers below it (a function-level import counts; ``TYPE_CHECKING`` imports do not).
 LAYERS = {
     "model building": ["mbs.errors", "mbs.validation", "mbs.rotations", "mbs.elements",
-                       "mbs.quadratic", "mbs.bodies", "mbs.joints", "mbs.forces"],
+                       "mbs.quadratic", "mbs.time_span", "mbs.bodies", "mbs.joints",
+                       "mbs.forces"],
     "compiled model": ["mbs.potential_group", "mbs.model", "mbs.symmetry"],
     "engine": ["mbs.engine"],
     "backends": ["mbs.backends"],

@@ -216,8 +216,8 @@ def test_packing_a_stream_reads_one_chunk_at_a_time(tmp_path, monkeypatch):
 
 
 def test_a_stream_directory_with_an_npz_name_resumes(tmp_path):
-    """A directory stream whose name ends in .NPZ (earlier versions wrote those as
-    directories) is the stream itself, not a packed file's <name>.partial."""
+    """A directory stream whose name ends in .NPZ (a stream renamed, or written by a program
+    that names streams so) is the stream itself, not a packed file's <name>.partial."""
     model = flywheel(Torque())
     reference = mbs.simulate(model, "em", h=0.01, t_end=0.4)
     mbs.simulate(model, "em", h=0.01, t_end=0.2, output=str(tmp_path / "run"))

@@ -26,6 +26,7 @@ from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
 from mbs.forces.base import Force, JointElement
 from mbs.forces.kinematics import LocalCoordinates, cross
 from mbs.joints.base import perpendicular_pair
+from mbs.time_span import within_span
 from mbs.validation import as_scalar, as_vector
 
 #: Relative step of the forward differences that give the Jacobian of a load that is a user
@@ -217,20 +218,21 @@ class _Value:
     def __call__(self, t: float, *state):
         if self.function is None:
             return self.constant
+        t = within_span(t)
         try:
             result = self.function(t, *state[:self.arguments - 1])
         except Exception as exc:  # the user's code: report it with the element's name
             raise ForceFunctionError(f"{self.owner}: the {self.what} function raised "
-                                     f"{type(exc).__name__} at t = {t:.6g}: {exc}") from exc
+                                     f"{type(exc).__name__} at t = {float(t)!r}: {exc}") from exc
         array = np.asarray(result, dtype=float) if _numeric(result) else None
         allowed = ((self.size,),) if self.size > 1 else ((), (1,))
         if array is None or array.shape not in allowed:
             raise ForceFunctionError(
-                f"{self.owner}: the {self.what} function returned {result!r} at t = {t:.6g}; "
+                f"{self.owner}: the {self.what} function returned {result!r} at t = {float(t)!r}; "
                 f"it must return " + ("a real 3-vector" if self.size == 3 else "a real number"))
         if not np.all(np.isfinite(array)):
             raise ForceFunctionError(f"{self.owner}: the {self.what} function returned a "
-                                     f"non-finite value {result!r} at t = {t:.6g}")
+                                     f"non-finite value {result!r} at t = {float(t)!r}")
         return array if self.size > 1 else float(array.reshape(-1)[0])
 
 

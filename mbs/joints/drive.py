@@ -24,6 +24,7 @@ from mbs.elements import Element
 from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
 from mbs.joints.base import BuildContext, Joint, perpendicular_pair
 from mbs.joints.user import UserConstraint
+from mbs.time_span import within_span
 from mbs.validation import as_scalar
 
 #: Step (s) of the central differences that give a drive's rate when none is given. Their
@@ -145,15 +146,16 @@ class Drive(UserConstraint):
                          for first, second in self._forms])
 
     def _call(self, function: Callable, what: str, t: float) -> float:
+        t = within_span(t)
         try:
             value = float(function(t))
         except Exception as exc:  # the user's code: report it with the drive's name
             raise ForceFunctionError(f"{self.owner}: the {what} function failed at t = "
-                                     f"{t:.6g} ({type(exc).__name__}: {exc}); it must return "
+                                     f"{float(t)!r} ({type(exc).__name__}: {exc}); it must return "
                                      f"a number") from exc
         if not np.isfinite(value):
             raise ForceFunctionError(f"{self.owner}: the {what} function returned {value} at "
-                                     f"t = {t:.6g}")
+                                     f"t = {float(t)!r}")
         return value
 
     def _weights(self, t: float) -> tuple[np.ndarray, float]:

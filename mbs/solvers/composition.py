@@ -14,7 +14,10 @@ hold at every sub-step end. Every such composition of order above 2 has a negati
 coefficient (Sheng 1989; Suzuki 1991), so some sub-steps run backwards in time, and some
 are longer than h (the triple jump's are 1.35 h and -1.70 h; Kahan and Li's at most 0.80 h):
 the step sizes at which Newton converges and the energy error of a symplectic base stays
-small are correspondingly smaller than the base scheme's.
+small are correspondingly smaller than the base scheme's. Laws of time (loads, actuators,
+drives) are read at the sub-steps' times, which leave [t_n, t_n + h] (the triple jump's
+reach from t_n - 0.35 h to t_n + 1.35 h): a law given only on the run's interval must be
+defined a step beyond it.
 
 Composable schemes (:attr:`Solver.composable`) are "em", "rattle" and "ggl-vi-a" (theta =
 1/2). GGL-VI A is composed differently. Its constraints hold at the midpoint only,

@@ -1,0 +1,73 @@
+"""The times of a run: its output nodes, and the span on which laws of time are evaluated.
+
+A run of N steps of size h from t_start has the nodes t_start + k h. Their floating-point
+values drift from the decimal times a user has in mind (3 * 0.1 is 0.30000000000000004), so
+the last node, when it is t_end up to rounding, is t_end itself; and while a run goes on, a
+law of time (a load, an actuator's torque, a drive's position) asked for its value a few
+rounding units past an end of the run is evaluated at that end. A law given as a table on
+[t_start, t_end] is then never read outside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+import numpy as np
+
+#: Times that differ by at most this fraction of the run's time scale (|t_start| + |t_end|)
+#: are the same time: a node time is one product and one sum, a scheme's stage time a few
+#: sums more, each rounded by at most eps of that scale.
+TIME_ROUNDING = 64.0 * np.finfo(float).eps
+
+_SPAN: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar(
+    "mbs_run_span", default=None)
+
+
+def _same_time(t: float, reference: float, scale: float) -> bool:
+    return abs(t - reference) <= TIME_ROUNDING * scale
+
+
+def last_node_time(t_start: float, h: float, steps: int, t_end: float) -> float:
+    """The time of a run's last node: ``t_end`` when t_start + steps h is t_end up to
+    rounding, else t_start + steps h (a step that does not divide the interval)."""
+    reached = t_start + steps * h
+    return t_end if _same_time(reached, t_end, abs(t_start) + abs(t_end)) else reached
+
+
+def node_times(t_start: float, h: float, first: int, last: int,
+               end: float | None = None) -> np.ndarray:
+    """The times of nodes ``first`` .. ``last`` of a run, t_start + k h, with node ``last``
+    at ``end`` when given (the run's :func:`last_node_time`, for a run that reached it)."""
+    times = t_start + h * np.arange(first, last + 1)
+    if end is not None and times.size:
+        times[-1] = end
+    return times
+
+
+@contextlib.contextmanager
+def evaluation_span(t_start: float, t_end: float) -> Iterator[None]:
+    """Laws of time evaluated inside the block are read on [t_start, t_end] (see
+    :func:`within_span`); the span is the calling thread's (and context's)."""
+    token = _SPAN.set((t_start, t_end))
+    try:
+        yield
+    finally:
+        _SPAN.reset(token)
+
+
+def within_span(t: float) -> float:
+    """``t``, or the end of the running simulation's span that it is up to rounding (the
+    stage times of the last step, summed from t_start in floating point, land a few units of
+    rounding past t_end)."""
+    span = _SPAN.get()
+    if span is None:
+        return t
+    start, end = span
+    scale = abs(start) + abs(end)
+    if t > end and _same_time(t, end, scale):
+        return end
+    if t < start and _same_time(t, start, scale):
+        return start
+    return t
