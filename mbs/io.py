@@ -504,14 +504,14 @@ def _read_solution(archive, header: dict, model: Model | None, path: Path) -> So
     stored_drives = _mapping(stored.get("drives", {}), "model.drives", path)
     trajectories = {}
     for name, value in stored_drives.items():
-        joint, kind = _sequence(value, f"model.drives.{name}", path)
+        joint, coordinate = _sequence(value, f"model.drives.{name}", path)
         parts = {part: _numbers(archive, f"drives.{name}.{part}", path)
                  for part in _DRIVE_ARRAYS}
         for part, array in parts.items():
             _shape(array, (steps if part == "effort" else rows,), f"drives.{name}.{part}",
                    path)
-        trajectories[name] = DriveTrajectory(name, str(kind), **parts, t=data["t"])
-        stored_model.drives[name] = (str(joint), str(kind))
+        trajectories[name] = DriveTrajectory(name, str(coordinate), **parts, t=data["t"])
+        stored_model.drives[name] = (str(joint), str(coordinate))
     solution = LoadedSolution(model=stored_model, stats=stats, solver_properties=props, **data)
     solution._drives = trajectories
     solution.source = str(path)

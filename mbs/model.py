@@ -346,12 +346,13 @@ class Model:
         return self.applied_forces.force_and_derivatives(t, q, v, self.dense)
 
     def joint_coordinate(self, name: str, q: np.ndarray, v: np.ndarray,
-                         kind: str | None = None) -> tuple[float, float, np.ndarray]:
+                         coordinate: str | None = None) -> tuple[float, float, np.ndarray]:
         """(position, rate, row) of joint ``name``'s coordinate at (q, v): the angle about
         its axis (0 at the initial pose, in (-pi, pi]) for revolute and cylindrical joints,
-        the displacement along it for prismatic ones (``kind="displacement"`` for the
-        slide of a cylindrical joint); ``row`` (n,) gives rate = row . v."""
-        term = self._joint_coordinate_term(name, kind)
+        the displacement along it for prismatic ones (``coordinate="displacement"`` for the
+        slide of a cylindrical joint, as for :class:`~mbs.joints.Drive`); ``row`` (n,) gives
+        rate = row . v."""
+        term = self._joint_coordinate_term(name, coordinate)
         index = term.local.indices
         position, local_row = term.coordinate(q[index])
         row = np.zeros(self.n)
@@ -359,15 +360,15 @@ class Model:
         return position, float(row @ v), row
 
     def joint_coordinate_path(self, name: str, q: np.ndarray, v: np.ndarray,
-                              kind: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+                              coordinate: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(positions, rates), each (k,), of :meth:`joint_coordinate` at the k states of
         ``q`` and ``v`` (k, n), in one evaluation."""
-        term = self._joint_coordinate_term(name, kind)
+        term = self._joint_coordinate_term(name, coordinate)
         index = term.local.indices
         positions, rows = term.batch_coordinate(term.data, q[:, index])
         return positions, np.einsum("ki,ki->k", rows, v[:, index])
 
-    def _joint_coordinate_term(self, name: str, kind: str | None):
+    def _joint_coordinate_term(self, name: str, coordinate: str | None):
         coordinates = self.joint_coordinates.get(name)
         if coordinates is None:
             with_axis = ", ".join(self.joint_coordinates) or "none"
@@ -376,11 +377,11 @@ class Model:
                                        f"{with_axis}")
             raise ModelError(f"joint {name!r} has no axis coordinate (revolute, cylindrical "
                              f"and prismatic joints have one; this model's: {with_axis})")
-        kind = kind or next(iter(coordinates))
-        if kind not in coordinates:
-            raise ModelError(f"joint {name!r} has no {kind!r} coordinate; it has "
+        coordinate = coordinate or next(iter(coordinates))
+        if coordinate not in coordinates:
+            raise ModelError(f"joint {name!r} has no {coordinate!r} coordinate; it has "
                              f"{', '.join(coordinates)}")
-        return coordinates[kind]
+        return coordinates[coordinate]
 
     def apply_inverse_mass(self, p: np.ndarray) -> np.ndarray:
         """M^-1 p (blockwise constant inverse)."""

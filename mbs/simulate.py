@@ -1326,26 +1326,27 @@ def _warn_if_drives_jumped(solution: Solution) -> None:
     if (not isinstance(model, Model) or not model.drives or solution.t.size < 2
             or not getattr(props, "nodes_meet_constraints", False)):
         return
-    for name, (joint, kind) in model.drives.items():
-        path = solution.joint(joint, kind)
+    for name, (joint, coordinate) in model.drives.items():
+        path = solution.joint(joint, coordinate)
         steps = np.diff(solution.t)
         around = sliding_window_view(np.pad(path.rate, 1, mode="edge"), 4)[:steps.size]
         # the move's deviation from what the rate around the step moves, in either direction
         moved = np.abs(np.diff(path.position) - steps * np.median(around, axis=1))
         rate_moves = steps * np.median(np.abs(around), axis=1)
         size = max(float(np.max(np.abs(path.position))),
-                   model.length_scale if kind == "displacement" else 1.0)
+                   model.length_scale if coordinate == "displacement" else 1.0)
         floor = JUMP_FLOOR * max(float(np.ptp(path.position)), size)
         jumps = np.flatnonzero((moved > floor) & (moved > JUMP_RATIO * rate_moves))
         if not jumps.size:
             continue
         k = int(jumps[0])
-        warn_user(f"simulate: drive {name!r} moved its {kind} by {moved[k]:.3g} more than its "
-                  f"rate does in the step to t = {solution.t[k + 1]:.6g}, over {JUMP_RATIO:g} "
-                  f"times the rate's move in a step ({rate_moves[k]:.3g}): its position law "
-                  f"jumps there, or changes faster than the steps resolve ({jumps.size} such "
-                  f"steps). A jump's impulse is in neither the drive's effort nor its work: give "
-                  f"a position law continuous in t, or reduce h", RuntimeWarning)
+        warn_user(f"simulate: drive {name!r} moved its {coordinate} by {moved[k]:.3g} more "
+                  f"than its rate does in the step to t = {solution.t[k + 1]:.6g}, over "
+                  f"{JUMP_RATIO:g} times the rate's move in a step ({rate_moves[k]:.3g}): its "
+                  f"position law jumps there, or changes faster than the steps resolve "
+                  f"({jumps.size} such steps). A jump's impulse is in neither the drive's "
+                  f"effort nor its work: give a position law continuous in t, or reduce h",
+                  RuntimeWarning)
 
 
 def _warn_if_angle_laws_saw_a_wrap(solution: Solution) -> None:

@@ -101,7 +101,7 @@ class JointTrajectory:
 
     Attributes
     ----------
-    kind : "angle" or "displacement"
+    coordinate : "angle" or "displacement"
     position : (N+1,)
         Angle of body_b relative to body_a about the axis (rad, 0 at the initial pose,
         continuous over turns) or displacement along it (m).
@@ -112,7 +112,7 @@ class JointTrajectory:
     """
 
     name: str
-    kind: str
+    coordinate: str
     position: np.ndarray
     rate: np.ndarray
     t: np.ndarray = field(kw_only=True)
@@ -149,7 +149,7 @@ class DriveTrajectory:
     """
 
     name: str
-    kind: str
+    coordinate: str
     position: np.ndarray
     rate: np.ndarray
     effort: np.ndarray
@@ -374,16 +374,18 @@ class Solution:
                 "enforced_velocity": self.enforced_residuals[:, 1]}
 
     # -- bodies and joints -------------------------------------------------------------------
-    def joint(self, name: str | Element, kind: str | None = None) -> JointTrajectory:
-        """Angle (revolute, cylindrical) or displacement (prismatic; ``kind="displacement"``
-        for a cylindrical joint's slide) of joint ``name`` and its rate at the nodes. Here
-        and in the other accessors an element may be given as its name or itself."""
+    def joint(self, name: str | Element, coordinate: str | None = None) -> JointTrajectory:
+        """Angle (revolute, cylindrical) or displacement (prismatic;
+        ``coordinate="displacement"`` for a cylindrical joint's slide, as for
+        :class:`~mbs.joints.Drive`) of joint ``name`` and its rate at the nodes. Here and in
+        the other accessors an element may be given as its name or itself."""
         name = element_name(name)
-        position, rate = self.model.joint_coordinate_path(name, self.q, self.velocities, kind)
-        kind = kind or next(iter(self.model.joint_coordinates[name]))
-        if kind == "angle":
+        position, rate = self.model.joint_coordinate_path(name, self.q, self.velocities,
+                                                          coordinate)
+        coordinate = coordinate or next(iter(self.model.joint_coordinates[name]))
+        if coordinate == "angle":
             position = np.unwrap(position)
-        return JointTrajectory(name, kind, position, rate, t=self.t)
+        return JointTrajectory(name, coordinate, position, rate, t=self.t)
 
     def drive(self, name: str | Element) -> DriveTrajectory:
         """The driven coordinate of drive ``name``, the reaction the drive exerts and its
@@ -392,11 +394,11 @@ class Solution:
         drives = getattr(self.model, "drives", {})
         if name not in drives:
             raise UnknownNameError(f"no drive {name!r}; drives: {', '.join(drives) or 'none'}")
-        joint, kind = drives[name]
-        coordinate = self.joint(joint, kind)
+        joint, coordinate = drives[name]
+        driven = self.joint(joint, coordinate)
         effort = -self._step_multipliers(self.model.constraint_rows[name][:1])[:, 0]
-        work = np.concatenate([[0.0], np.cumsum(effort * np.diff(coordinate.position))])
-        return DriveTrajectory(name, kind, coordinate.position, coordinate.rate, effort, work,
+        work = np.concatenate([[0.0], np.cumsum(effort * np.diff(driven.position))])
+        return DriveTrajectory(name, coordinate, driven.position, driven.rate, effort, work,
                                t=self.t)
 
     def _step_multipliers(self, rows: np.ndarray) -> np.ndarray:

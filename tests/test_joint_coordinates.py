@@ -31,7 +31,7 @@ def test_double_pendulum_joint_angles_match_the_links_rotations():
     second = angle_about_y(rotation2) - angle_about_y(rotation1) - (
         angle_about_y(rotation2[:1]) - angle_about_y(rotation1[:1]))
     hinge1, hinge2 = solution.joint("hinge1"), solution.joint("hinge2")
-    assert hinge1.kind == "angle"
+    assert hinge1.coordinate == "angle"
     np.testing.assert_allclose(hinge1.position, first, atol=1e-9)
     np.testing.assert_allclose(hinge2.position, second, atol=1e-9)
     # rates: the difference of the links' angular velocities about y
