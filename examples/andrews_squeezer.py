@@ -104,9 +104,6 @@ BODY_NAMES = tuple(f"body{k}" for k in range(1, 8))
 LINK_AXES = (None, 0, 1, 1, 0, 0, 1)
 
 RECOMMENDED = dict(solver="em", h=2e-5, t_end=0.03)
-# The mechanism moves in the x-y plane and there is no gravity, so the scene's "up" is z:
-# "top" looks at the plane of motion ("front" would look along y, edge-on).
-VIZ = dict(view="top", directors=False, trails={"body2": (-(d - da), 0.0, 0.0)})  # point E
 
 
 def _unit(angle: float) -> np.ndarray:
@@ -152,6 +149,11 @@ def points(angles=INITIAL_ANGLES) -> dict[str, np.ndarray]:
         "c7": a + ua * _normal(eps) + ub * _unit(eps),
     }
     return dict(O=o, F=f, E=e_point, B=b, G=g, A=a, H=h, D=d_point, C=c, **centres)
+
+
+# The mechanism moves in the x-y plane and there is no gravity, so the scene's "up" is z:
+# "top" looks at the plane of motion ("front" would look along y, edge-on).
+VIZ = dict(view="top", directors=False, trails={"body2": points()["E"]})
 
 
 def loop_residuals(angles=INITIAL_ANGLES) -> np.ndarray:

@@ -73,7 +73,7 @@ JOINT_AXES = np.array([Y, Z, X, Y, Z, X])
 BARS = tuple(f"bar_{k}" for k in range(1, 6))
 
 RECOMMENDED = dict(solver="em", h=0.001, t_end=10.0)
-VIZ = dict(view="iso", directors=False, trails={"bar_2": (0.5 * LENGTH, 0.0, 0.0)})
+VIZ = dict(view="iso", directors=False, trails={"bar_2": JOINT_POINTS[2]})  # P3
 
 # P3 (x, y, z) [m] at t [s], read from the plot of the library's reference solution in the
 # MBS-BOS documentation (to 0.03 m)

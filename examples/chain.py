@@ -23,7 +23,8 @@ MASS = 0.2
 TURN_RATE = 1.5
 
 RECOMMENDED = dict(solver="em", h=0.002, t_end=3.0)
-VIZ = dict(view="iso", directors=False, trails={f"link{LINKS}": (0.0, 0.0, LENGTH / 2)})
+VIZ = dict(view="iso", directors=False,
+           trails={f"link{LINKS}": (LINKS * LENGTH, 0.0, 0.0)})  # the free end
 
 
 def build(links: int = LINKS, turn_rate: float = TURN_RATE) -> mbs.System:

@@ -22,7 +22,10 @@ MASS = 1.0
 ANGLES = (np.radians(120.0), np.radians(150.0))  # from the downward vertical
 
 RECOMMENDED = dict(solver="em", h=0.002, t_end=5.0)
-VIZ = dict(view="front", directors=False, trails={"link2": (0.0, 0.0, LENGTH / 2)})
+#: The outer link's free end at the initial pose (world coordinates), traced in animations.
+TIP = LENGTH * np.array([np.sin(ANGLES[0]) + np.sin(ANGLES[1]), 0.0,
+                         -np.cos(ANGLES[0]) - np.cos(ANGLES[1])])
+VIZ = dict(view="front", directors=False, trails={"link2": TIP})
 
 
 def link_rotation(angle: float) -> np.ndarray:

@@ -29,7 +29,7 @@ CRANK_ANGLE = np.radians(60.0)
 CRANK_RATE = 6.0  # rad/s about +y
 
 RECOMMENDED = dict(solver="em", h=0.002, t_end=3.0)
-VIZ = dict(view="front", directors=False, trails={"coupler": (0.0, 0.0, 0.0)})
+VIZ = dict(view="front", directors=False, trails=["coupler"])  # its centre of mass
 
 
 def cross_y(vector: np.ndarray) -> np.ndarray:

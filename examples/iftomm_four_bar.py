@@ -64,7 +64,7 @@ TOLERANCES = {"low precision": 1e-1, "high precision": 1e-3}  # m, the library's
 Z = np.array([0.0, 0.0, 1.0])
 
 RECOMMENDED = dict(solver="em", h=0.0025, t_end=20.0)
-VIZ = dict(view="front", directors=False, trails={"crank_0": (0.5 * LENGTH, 0.0, 0.0)})
+VIZ = dict(view="front", directors=False, trails={"crank_0": (0.0, LENGTH, 0.0)})  # its top
 
 PUBLISHED_STEP = 0.25  # s
 # (x, y) of B0 [m] at t = 0, 0.25, ..., 20 s from the library's A02_solution_data.txt (N = 40)

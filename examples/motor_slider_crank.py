@@ -46,7 +46,8 @@ F_GAS, V_SMOOTH = 30.0, 0.1  # N, m/s
 DASHPOT_ANCHOR = np.array([1.2, 0.0, 0.0])  # ground end of the dashpot, on the guide line
 
 RECOMMENDED = dict(solver="em", h=0.002, t_end=4.0)
-VIZ = dict(view="front", directors=False, trails={"flywheel": (CRANK, 0.0, 0.0)})
+VIZ = dict(view="front", directors=False,  # the crank pin at the initial pose
+           trails={"flywheel": (CRANK * np.cos(CRANK_ANGLE), 0.0, CRANK * np.sin(CRANK_ANGLE))})
 
 
 def motor_torque(t: float, angle: float, rate: float) -> float:

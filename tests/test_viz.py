@@ -154,6 +154,47 @@ def test_poses_are_taken_at_the_frames_only(top_solution):
     assert np.allclose(frame_poses.position[:, 0], trajectory.position[indices])
 
 
+def test_a_trail_of_a_world_point_follows_solution_point(top_solution):
+    """trails={body: point} takes the point as Solution.point does (world coordinates at the
+    first node), not as body-frame coordinates: the trail starts at the point itself and is
+    the path Solution.point gives, node for node."""
+    rotation = top_solution.body("top").rotation[0]
+    assert not np.allclose(rotation, np.eye(3))  # a tilted top: the two conventions differ
+    centre = top_solution.body("top").position[0]
+    tip = centre + 0.05 * rotation[:, 0] + (0.01, -0.02, 0.03)
+    indices, _ = select_frames(top_solution.t, frames=7)
+    scene = describe(top_solution, indices, SceneOptions(trails={"top": tip}))
+    trail = next(d for d in scene.dynamic if d.name == "top.trail")
+    drawn = trail.points_at(indices.size - 1)  # the whole trail, one point per frame
+    expected, _ = top_solution.point("top", tip)
+    assert np.array_equal(drawn, expected[indices])
+    assert np.allclose(drawn[0], tip, rtol=0.0, atol=1e-12)
+    # a name alone traces the centre of mass
+    listed = describe(top_solution, indices, SceneOptions(trails=["top"]))
+    centre_trail = next(d for d in listed.dynamic if d.name == "top.trail")
+    assert np.array_equal(centre_trail.points_at(indices.size - 1),
+                          top_solution.body("top").position[indices])
+    with pytest.raises(mbs.ModelError, match="3 finite world coordinates"):
+        SceneOptions(trails={"top": (0.0, np.nan, 0.0)})
+
+
+def test_snapshot_between_nodes_warns_and_draws_the_nearest_node(top_solution):
+    """A time off the nodes by more than round-off draws the nearest node and says so; node
+    times (to round-off) and the default time draw without a warning."""
+    h = top_solution.stats["h"]
+    with pytest.warns(UserWarning, match=r"time=0.123 lies between the solution's nodes, "
+                                         r"which are h = 0.01 apart .*nearest node, "
+                                         r"t = 0.12\.") as caught:
+        between = viz.snapshot(top_solution, time=0.123, resolution=SMALL)
+    assert caught[0].filename == __file__  # attributed to the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        node = viz.snapshot(top_solution, time=12 * h, resolution=SMALL)
+        viz.snapshot(top_solution, time=12 * h * (1.0 + 1e-12), resolution=SMALL)
+        viz.snapshot(top_solution, resolution=SMALL)
+    assert np.array_equal(between, node)  # the same node, labelled with its own time
+
+
 def shapes_system() -> mbs.System:
     """One body of each shape plus a particle, joints of each kind and a spring."""
     system = mbs.System(gravity=(0.0, 0.0, -9.81))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mbs.errors import ModelError
+from mbs.errors import ModelError, warn_user
 from mbs.run_context import progress_bar
 from mbs.safe_files import check_writable
 from mbs.viz.backend import is_headless
@@ -22,6 +22,9 @@ from mbs.viz.visuals import SceneOptions, describe
 from mbs.viz.writers import open_writer
 
 _SCENE_FIELDS = set(SceneOptions.__dataclass_fields__)
+#: A time within this fraction (times 1 + |time|) of a node is that node (as for
+#: Solution.nodes_at): node times are sums of steps, exact to round-off only
+NODE_TIME_TOLERANCE = 1e-9
 #: Jupyter backends of PyVista served by trame (the others need no extra package)
 TRAME_BACKENDS = ("trame", "server", "client", "html")
 
@@ -95,8 +98,11 @@ def animate(solution, path, *, fps: float = 30.0, speed: float = 1.0,
     speed : float
         Real-time factor: 1 plays the motion at its real speed, 0.5 in slow motion.
         The video has ``round((t_end - t_start) / speed * fps) + 1`` frames, each showing the
-        solution node nearest to its time: frames are subsampled (or repeated) so the cost
-        does not depend on the number of simulation steps.
+        solution node nearest to its time (the solution is not interpolated between nodes):
+        frames are subsampled so the cost does not depend on the number of simulation
+        steps. Where the video has more frames per second of motion (``fps / speed``) than
+        the solution has nodes (``1 / h``), consecutive frames show the same node and the
+        motion advances in steps of h; simulate with a smaller h for smoother slow motion.
     frames : int, optional
         Exact number of frames instead (spread evenly over the time range).
     t_range : (t0, t1), optional
@@ -165,11 +171,21 @@ def snapshot(solution, path=None, *, time: float | None = None, resolution=(640,
              trail_frames: int = 200, **options) -> np.ndarray:
     """Render the state at ``time`` (default: the last node) to a PNG and return the image.
 
+    The solution is known at its nodes only and is not interpolated: a ``time`` between two
+    nodes draws the node nearest to it, with a warning naming the node's time and the
+    spacing of the nodes (give a node time, or simulate with a smaller h, to draw exactly
+    the instant wanted). The time label shows the node's time.
+
     The camera frames the whole motion, sampled at ``trail_frames`` evenly spaced nodes, so
     pictures at different times of one run share a view (an animation frames the nodes of
-    its own frames, so its view may differ slightly); trails are drawn up to ``time``.
-    Camera and scene options are those of :func:`animate`.
+    its own frames, so its view may differ slightly); trails are drawn up to the node drawn,
+    through those sampled nodes. Camera and scene options are those of :func:`animate`.
     Returns the image as a (height, width, 3) uint8 array; writes it if ``path`` is given.
+
+    Raises
+    ------
+    ModelError
+        ``time`` lies outside the solution's time range, or an option is invalid.
     """
     if path is not None:
         _check_image_suffix(path)
@@ -178,6 +194,8 @@ def snapshot(solution, path=None, *, time: float | None = None, resolution=(640,
     if not t[0] - 1e-12 <= when <= t[-1] + 1e-12:
         raise ModelError(f"snapshot time {when} is outside the solution [{t[0]}, {t[-1]}]")
     last = int(nearest_nodes(t, np.array([when]))[0])
+    if time is not None:
+        _warn_off_node(t, when, last)
     count = min(max(2, int(trail_frames)), t.size)
     indices = np.unique(np.concatenate([nearest_nodes(t, np.linspace(t[0], t[-1], count)),
                                         [last]]))
@@ -190,6 +208,19 @@ def snapshot(solution, path=None, *, time: float | None = None, resolution=(640,
     if path is not None:
         _write_png(path, image)
     return image
+
+
+def _warn_off_node(t: np.ndarray, when: float, node: int) -> None:
+    """Warn that ``when`` lies between the nodes ``t`` by more than round-off, naming the
+    node drawn instead, ``t[node]``, and the spacing of the nodes around ``when``."""
+    if abs(float(t[node]) - when) <= NODE_TIME_TOLERANCE * (1.0 + abs(when)):
+        return
+    right = int(np.clip(np.searchsorted(t, when), 1, t.size - 1))
+    step = float(t[right] - t[right - 1])
+    warn_user(f"snapshot: time={when:g} lies between the solution's nodes, which are "
+              f"h = {step:g} apart there ({t[right - 1]:g} and {t[right]:g}); the solution "
+              f"is not interpolated, so the picture shows the nearest node, t = {t[node]:g}. "
+              f"Give a node time, or simulate with a smaller h")
 
 
 def _check_image_suffix(path) -> None:

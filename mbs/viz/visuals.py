@@ -38,7 +38,7 @@ import numpy as np
 from mbs.errors import ModelError
 from mbs.viz import geometry
 from mbs.viz.backend import import_pyvista
-from mbs.viz.kinematics import GROUND, Attacher, Poses, poses
+from mbs.viz.kinematics import GROUND, Attacher, Poses, pose_from_coordinates, poses
 
 PALETTE = ("#e0a030", "#4c78a8", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d",
            "#ff9da6", "#8c6bb1", "#bab0ac")
@@ -139,7 +139,12 @@ class SceneOptions:
     forces : bool; springs as helices between their attachment points
     ground_plane : "auto" (when the model has uniform gravity), True or False
     world_axes : bool; the small orientation triad in the corner
-    trails : list of body names (centre of mass) or {name: body-fixed point}
+    trails : list of body names or {name: point}; the path of each body's reference point
+        (centre of mass, particle), or of the point of the body that was at ``point``
+        (3 world coordinates) at the solution's first node: the convention of
+        :meth:`mbs.Solution.point`, which computes the path, and of the attachment points
+        of joints, springs and loads (given at the initial pose). A point mass has no
+        orientation: its trail is its own path, whatever the point
     glyph_scale : float, optional; joint glyph size (default from the bodies' sizes)
     time_label : bool; title : str, optional (shown above the time)
     background : str
@@ -183,9 +188,15 @@ class SceneOptions:
             self.trails = [self.trails]
         if isinstance(self.trails, dict):
             for name, point in self.trails.items():
-                if np.shape(point) != (3,):
-                    raise ModelError(f"trails: the point of {name!r} must be 3 body-frame "
-                                     f"coordinates, got {point!r}")
+                try:
+                    coordinates = np.asarray(point, dtype=float)
+                except (TypeError, ValueError):
+                    coordinates = None
+                if (coordinates is None or coordinates.shape != (3,)
+                        or not np.all(np.isfinite(coordinates))):
+                    raise ModelError(f"trails: the point of {name!r} must be 3 finite world "
+                                     f"coordinates at the initial pose (as for "
+                                     f"Solution.point), got {point!r}")
         if self.glyph_scale is not None and not (
                 isinstance(self.glyph_scale, (int, float, np.number))
                 and np.isfinite(self.glyph_scale) and self.glyph_scale > 0.0):
@@ -503,7 +514,7 @@ def describe(solution, indices: np.ndarray, options: SceneOptions | None = None
     if options.forces:
         _springs(model, attacher, frame_poses, glyph, dynamic)
     if options.trails:
-        _trails(options.trails, attacher, frame_poses, dynamic)
+        _trails(solution, options.trails, attacher, frame_poses, dynamic)
 
     # -- bounds of all geometry over the frames ------------------------------------------------
     samples, support_samples, abstract = [], [], []
@@ -834,17 +845,15 @@ def _springs(model, attacher: Attacher, frame_poses: Poses, s: float,
                                    2.5, "spring"))
 
 
-def _trails(trails, attacher: Attacher, frame_poses: Poses,
+def _trails(solution, trails, attacher: Attacher, frame_poses: Poses,
             dynamic: list[DynamicItem]) -> None:
-    spec = ({name: (0.0, 0.0, 0.0) for name in trails} if not isinstance(trails, dict)
-            else trails)
-    for name, local in spec.items():
-        b = attacher.body_index(name)
-        if b == GROUND:
+    """Append a trail per entry of ``trails`` (body names, or {name: world point at the
+    solution's first node}) to ``dynamic``; see :func:`trail_path`."""
+    spec = {name: None for name in trails} if not isinstance(trails, dict) else trails
+    for name, point in spec.items():
+        if attacher.body_index(name) == GROUND:
             raise ModelError(f"trails: no body named {name!r}; bodies: {frame_poses.names}")
-        local = np.asarray(local, float).reshape(3)
-        path = (frame_poses.position[:, b] + np.einsum("fij,j->fi",
-                                                       frame_poses.rotation[:, b], local))
+        path = trail_path(solution, name, point, frame_poses.indices)
 
         def fill(frame: int, out: np.ndarray, path=path) -> None:
             out[:frame + 1] = path[:frame + 1]
@@ -852,3 +861,35 @@ def _trails(trails, attacher: Attacher, frame_poses: Poses,
 
         dynamic.append(DynamicItem(f"{name}.trail", geometry.polyline(frame_poses.frames), fill,
                                    TRAIL_COLOR, 2.0, "trail"))
+
+
+def trail_path(solution, body: str, point, indices: np.ndarray) -> np.ndarray:
+    """Positions, (F, 3), at the nodes ``indices`` of the point a trail of ``body`` follows.
+
+    Parameters
+    ----------
+    solution : mbs.Solution
+    body : str
+        Name of a body of the model.
+    point : 3-vector or None
+        World coordinates, at the solution's first node, of the point of the body to trace
+        (as :meth:`mbs.Solution.point` takes them: attachment points of joints, springs and
+        loads are given the same way); None for the body's reference point (centre of mass
+        or particle).
+    indices : (F,) int
+        Solution nodes (the frames of a scene).
+
+    Returns
+    -------
+    (F, 3) world positions: those of ``solution.point(body, point)`` at ``indices``.
+    """
+    indices = np.asarray(indices, dtype=int)
+    info = solution.model.body(body)
+    if point is None:
+        # the reference point: its own coordinates, read at the frames only
+        return np.array(pose_from_coordinates(info, np.asarray(solution.q)[indices])[0],
+                        dtype=float)
+    # one pass over the nodes of one body (and its velocities, which Solution.point returns
+    # too): cheap beside the run, and the trail is the path Solution.point reports
+    positions, _ = solution.point(body, point)
+    return positions[indices]
