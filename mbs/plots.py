@@ -8,6 +8,7 @@ PNG, PDF or SVG by suffix). Functions taking a solution also accept a list of so
 
 from __future__ import annotations
 
+import inspect
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,9 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from mbs.errors import MbsError, ModelError, ModelTypeError, warn_user
+from mbs.liegroup.model import LieGroupModel, LieGroupState
+from mbs.liegroup.simulation import LIE_GROUP_SOLVERS, is_lie_group_solver, lie_group_solver
+from mbs.model import Model
 from mbs.safe_files import check_writable
 from mbs.solution import reference_point
 from mbs.solvers import REGISTRY
+from mbs.streaming import model_differences, model_digest, model_digest_parts
 
 #: Exact zeros are drawn at this value on logarithmic axes.
 LOG_FLOOR = 1e-18
@@ -281,17 +286,16 @@ class ConvergenceStudy:
         return self.table
 
 
-def _model_of(build_or_model):
-    from mbs.model import Model
+def _model_of(build_or_model) -> Model | LieGroupModel:
     from mbs.system import System
 
     value = build_or_model() if callable(build_or_model) and not isinstance(
-        build_or_model, (Model, System)) else build_or_model
+        build_or_model, (Model, LieGroupModel, System)) else build_or_model
     if isinstance(value, System):
         value = value.compile()
-    if not isinstance(value, Model):
-        raise ModelError(f"convergence_study needs a Model, a System, or a function returning "
-                         f"one; got {type(value).__name__}")
+    if not isinstance(value, (Model, LieGroupModel)):
+        raise ModelError(f"convergence_study needs a Model, a LieGroupModel, a System, or a "
+                         f"function returning one; got {type(value).__name__}")
     return value
 
 
@@ -330,6 +334,101 @@ def _studied_solver(entry) -> tuple[str, tuple[object, dict]]:
     return name, (entry, {})
 
 
+def _solver_options(simulate_options: dict) -> dict:
+    """The solver options among ``simulate_options``: the keywords that are not parameters of
+    :func:`mbs.simulate` itself, which it passes on to the solver."""
+    from mbs.simulate import simulate
+
+    run_parameters = inspect.signature(simulate).parameters
+    return {key: value for key, value in simulate_options.items()
+            if key not in run_parameters}
+
+
+def _check_studied_solver(model: Model | LieGroupModel, scheme, options: dict) -> None:
+    """Refuse a studied solver that :func:`mbs.simulate` would refuse for ``model``, before
+    any run (a run's ModelError would otherwise be recorded as a failure of that run only).
+
+    Lie-group schemes and models are checked by the function simulate dispatches them to,
+    with the solver options the runs get; director solvers by name only (simulate checks
+    their options in each run, and a run refused for them is recorded as failed).
+    """
+    if isinstance(model, LieGroupModel) or is_lie_group_solver(scheme):
+        lie_group_solver(model, scheme, **options)
+    elif isinstance(scheme, str) and scheme.lower() not in REGISTRY:
+        raise ModelError(f"convergence_study: unknown solver {scheme!r}; choose from "
+                         f"{sorted(REGISTRY) + list(LIE_GROUP_SOLVERS)}")
+
+
+#: Allowed difference between the start (time and state) of a given reference solution and
+#: that of the studied runs, in units of the round-off of the largest entry (eps times it). A
+#: reference made from the same model and initial state by the same code starts from equal
+#: arrays, but one made from another build of the model, or read from a file written on
+#: another machine, may differ by the round-off of computing the state from the bodies'
+#: states (a few operations per entry, a projection's Newton updates): a few units. Any change
+#: of the problem itself (another speed, position or start time) is orders of magnitude
+#: larger, and 64 units (1.4e-14 relative) stay below every error a study resolves.
+START_ROUNDOFF_UNITS = 64
+
+
+def _start_tolerance(*values: np.ndarray | float) -> float:
+    """:data:`START_ROUNDOFF_UNITS` units of round-off of the largest entry of ``values``."""
+    size = max(float(np.max(np.abs(value), initial=0.0)) for value in values)
+    return START_ROUNDOFF_UNITS * np.finfo(float).eps * size
+
+
+def _check_reference_solution(reference, model: Model, t_start: float, t_end: float) -> None:
+    """Refuse a reference solution of another model or time span than the study's.
+
+    ``model`` is the director model whose states the studied runs return. Its initial state
+    is checked by :func:`_check_reference_start` against the first completed run.
+    """
+    if abs(reference.t[-1] - t_end) > 1e-9 * max(1.0, t_end):
+        raise ModelError(f"reference solution ends at t = {reference.t[-1]:g}, not at "
+                         f"t_end = {t_end:g}")
+    t_first = float(reference.t[0])
+    if abs(t_first - t_start) > _start_tolerance(t_start, t_end):
+        raise ModelError(f"convergence_study: the reference solution starts at t = "
+                         f"{t_first!r}, the study at t_start = {t_start!r}: it solves another "
+                         f"initial-value problem. Make the reference with simulate(..., "
+                         f"t_start={t_start!r}) from the study's initial state, or pass "
+                         f"t_start={t_first!r} to convergence_study")
+    reference_model = reference.model
+    if reference_model is model:
+        return
+    fix = ("make the reference with the studied model (for a Lie-group model: its "
+           "director_model, or the Lie-group model itself), or give the study the reference's "
+           "model")
+    if isinstance(reference_model, Model):
+        if model_digest(reference_model) != model_digest(model):
+            differing = model_differences(model, model_digest_parts(reference_model))
+            raise ModelError(f"convergence_study: the reference solution is of another model: "
+                             f"its {differing} differ from the studied model's; {fix}")
+        return
+    # a solution loaded without its model keeps the model's sizes and elements only
+    names, reference_names = ([body.name for body in model.bodies],
+                              [body.name for body in reference_model.bodies])
+    if (reference_model.n, reference_model.m, reference_names) != (model.n, model.m, names):
+        raise ModelError(f"convergence_study: the reference solution is of another model "
+                         f"(n = {reference_model.n}, m = {reference_model.m}, bodies "
+                         f"{reference_names}; the studied model has n = {model.n}, m = "
+                         f"{model.m}, bodies {names}); {fix}")
+
+
+def _check_reference_start(reference, q0: np.ndarray, p0: np.ndarray) -> None:
+    """Refuse a reference solution that does not start from the studied runs' initial state
+    (q0, p0), up to round-off."""
+    q_difference = float(np.max(np.abs(reference.q[0] - q0), initial=0.0))
+    p_difference = float(np.max(np.abs(reference.p[0] - p0), initial=0.0))
+    if q_difference > _start_tolerance(q0, reference.q[0]) or p_difference > _start_tolerance(
+            p0, reference.p[0]):
+        raise ModelError(f"convergence_study: the reference solution starts from another state "
+                         f"than the studied runs (max |q0 - q0_ref| = {q_difference:.3e}, max "
+                         f"|p0 - p0_ref| = {p_difference:.3e}): it solves another "
+                         f"initial-value problem. Make the reference from the study's initial "
+                         f"state (the same initial_state= and project=, or neither), or leave "
+                         f"reference=None for a reference run made by the study")
+
+
 def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
                       steps: Sequence[float] = (0.004, 0.002, 0.001), t_end: float = 1.0, *,
                       reference=None, reference_solver: str = "em",
@@ -340,21 +439,33 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
 
     Parameters
     ----------
-    build_or_model : Model, System, or callable returning either (e.g. an example's build)
+    build_or_model : Model, LieGroupModel, System, or callable returning one
+        E.g. an example's build. A :class:`~mbs.liegroup.model.LieGroupModel` (from
+        ``system.compile(formulation="lie-group")``) is studied with the Lie-group schemes
+        "vrkmk" and "vcg", as :func:`mbs.simulate` runs it; its runs return, and its errors
+        are measured on, the states of its ``director_model``.
     solvers : sequence of str, (str, dict) or Solver
-        Names from :data:`mbs.solvers.REGISTRY`, a name with options of its own, e.g.
-        ``("lobatto", {"stages": 3})`` next to ``"em"``, or solver instances; labelled by
-        the name and options in the table and the figure.
+        Names from :data:`mbs.solvers.REGISTRY` (or, for a Lie-group model, "vrkmk" and
+        "vcg", with the options of :func:`mbs.liegroup.simulation.make_method`), a name with
+        options of its own, e.g. ``("lobatto", {"stages": 3})`` next to ``"em"`` or
+        ``("vrkmk", {"tableau": "gauss-3"})``, or solver instances (also
+        :class:`~mbs.liegroup.VRKMK` and :class:`~mbs.liegroup.VCG`); labelled by the name
+        and options in the table and the figure.
     steps : sequence of float
         Step sizes h; each must divide t_end - t_start.
     t_end : float
         End time of every run; the errors are those of the final state.
     reference : None, Solution, or callable
         None: a fine run of ``reference_solver`` with h = min(steps) / reference_factor.
-        A Solution: its final node (must end at t_end). A callable: the exact solution,
-        ``reference(t_end)`` returning q or (q, p) at t_end (p may be omitted: no p errors).
+        A Solution: its final node. It must solve the study's initial-value problem: be of
+        the studied model (of its director model for a Lie-group model), start at
+        ``t_start`` from the studied runs' initial state (both up to round-off) and end at
+        ``t_end``. A callable: the exact solution, ``reference(t_end)`` returning q or
+        (q, p) at t_end (p may be omitted: no p errors).
     reference_solver : str
-        Solver of the reference run (``reference=None``), default "em".
+        Solver of the reference run (``reference=None``), default "em". A director solver
+        runs on the director model of a Lie-group model; "vrkmk" or "vcg" on the Lie-group
+        model.
     reference_factor : int
         The reference run's step is min(steps) / reference_factor (default 8).
     reference_options : dict, optional
@@ -382,9 +493,11 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     Raises
     ------
     ModelError
-        Fewer than two step sizes, a step not dividing ``t_end - t_start``, a bad
-        ``reference``, or ``reference_options`` that are not a dict or come with a given
-        ``reference``.
+        Fewer than two step sizes, a step not dividing ``t_end - t_start``, a studied solver
+        or solver options :func:`mbs.simulate` refuses for the model (a director solver for
+        a Lie-group model or the reverse, an unknown name or Lie-group option), a bad
+        ``reference`` (a Solution of another model, start time, initial state or end time),
+        or ``reference_options`` that are not a dict or come with a given ``reference``.
     SolverError
         When the reference run fails.
 
@@ -410,11 +523,13 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     if not runs:
         raise ModelError("convergence_study: give at least one solver")
     solvers = list(runs)
-    unknown = [name for name, _ in runs.values()
-               if isinstance(name, str) and name.lower() not in REGISTRY]
-    if unknown:
-        raise ModelError(f"convergence_study: unknown solver {unknown[0]!r}; choose from "
-                         f"{sorted(REGISTRY)}")
+    solver_options = _solver_options(simulate_options)
+    for scheme, own_options in runs.values():
+        # an instance carries its options: the runs give it none
+        _check_studied_solver(model, scheme, {**solver_options, **own_options}
+                              if isinstance(scheme, str) else own_options)
+    # the runs return states of the director model, also for a Lie-group model
+    director_model = model.director_model if isinstance(model, LieGroupModel) else model
     steps = np.array(sorted((float(h) for h in steps), reverse=True))
     if steps.size < 2 or np.any(steps <= 0):
         raise ModelError(f"convergence_study: give at least two positive step sizes, got "
@@ -437,13 +552,20 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
         shared = {key: value for key, value in simulate_options.items()
                   if key in _SHARED_RUN_OPTIONS}
         reference_run = {**shared, **(reference_options or {})}
-        ref_solution = simulate(model, reference_solver, h=h_ref, t_end=t_end,
+        # a director reference solver runs on the director model of a Lie-group model, from
+        # the same initial state in director coordinates
+        reference_model = (model if is_lie_group_solver(reference_solver) else director_model)
+        if reference_model is not model and isinstance(reference_run.get("initial_state"),
+                                                       LieGroupState):
+            reference_run["initial_state"] = model.to_director(
+                *model.pack(reference_run["initial_state"]))
+        ref_solution = simulate(reference_model, reference_solver, h=h_ref, t_end=t_end,
                                 **reference_run)
         q_ref, p_ref = ref_solution.q[-1], ref_solution.p[-1]
         # the same scheme at twice the step bounds the reference's own error (by (2^p - 1)
         # times it), so studied errors that come close to it measure the reference instead
         try:
-            coarse = simulate(model, reference_solver, h=2.0 * h_ref, t_end=t_end,
+            coarse = simulate(reference_model, reference_solver, h=2.0 * h_ref, t_end=t_end,
                               **reference_run)
             reference_error = float(np.max(np.abs(coarse.q[-1] - q_ref)))
         except MbsError:  # only the check is lost, not the study
@@ -452,9 +574,7 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
                      f"h = {h_ref:g}")
     elif isinstance(reference, Solution):
         reference_error = None
-        if abs(reference.t[-1] - t_end) > 1e-9 * max(1.0, t_end):
-            raise ModelError(f"reference solution ends at t = {reference.t[-1]:g}, not at "
-                             f"t_end = {t_end:g}")
+        _check_reference_solution(reference, director_model, t_start, float(t_end))
         q_ref, p_ref = reference.q[-1], reference.p[-1]
         described = f"the given {reference.stats.get('solver', '')} reference solution"
     elif isinstance(reference, Callable):
@@ -470,6 +590,9 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
     study = ConvergenceStudy(solvers, steps, float(t_end), described)
     q_scale = max(float(np.max(np.abs(q_ref))), 1e-300)
     p_scale = None if p_ref is None else max(float(np.max(np.abs(p_ref))), 1e-300)
+    # a given reference's initial state is checked against the first completed run's, the
+    # state every studied run starts from
+    start_unchecked = isinstance(reference, Solution)
     for solver in solvers:
         scheme, own_options = runs[solver]
         # an instance carries its options: it takes the run's keywords only
@@ -484,6 +607,9 @@ def convergence_study(build_or_model, solvers: Sequence[str] = ("em",),
             except MbsError as exc:
                 study.failures[(solver, float(h))] = str(exc).splitlines()[0][:120]
                 continue
+            if start_unchecked:
+                _check_reference_start(reference, run.q[0], run.p[0])
+                start_unchecked = False
             eq[k] = float(np.max(np.abs(run.q[-1] - q_ref))) / q_scale
             if p_ref is not None:
                 ep[k] = float(np.max(np.abs(run.p[-1] - p_ref))) / p_scale
