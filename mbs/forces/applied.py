@@ -229,7 +229,8 @@ class _Value:
         if array is None or array.shape not in allowed:
             raise ForceFunctionError(
                 f"{self.owner}: the {self.what} function returned {result!r} at t = {float(t)!r}; "
-                f"it must return " + ("a real 3-vector" if self.size == 3 else "a real number"))
+                f"it must return " + ("a real number" if self.size == 1 else "a real 3-vector"
+                                      if self.size == 3 else f"{self.size} real numbers"))
         if not np.all(np.isfinite(array)):
             raise ForceFunctionError(f"{self.owner}: the {self.what} function returned a "
                                      f"non-finite value {result!r} at t = {float(t)!r}")
@@ -441,8 +442,20 @@ class _EffortTerm(AppliedTerm):
         return rows
 
     @staticmethod
-    def batch_curvature(data: dict, q, v, effort, rate_slope, rows) -> np.ndarray | None:
+    def batch_row_derivative(data: dict, q: np.ndarray) -> np.ndarray | None:
+        """dJ/dq of the terms at local q (k, size): [k, a, c] = dJ_a/dq_c, (k, size, size);
+        None where J is constant."""
         return None
+
+    @classmethod
+    def batch_curvature(cls, data: dict, q, v, effort, rate_slope, rows) -> np.ndarray | None:
+        """tau dJ/dq + tau_s' J (dJ/dq v)^T: the part of dQ/dq from the turning of J."""
+        d_row = cls.batch_row_derivative(data, q)
+        if d_row is None:
+            return None
+        rate_gradient = np.einsum("kr,krc->kc", v, d_row)
+        return (effort[:, None, None] * d_row
+                + rate_slope[:, None, None] * rows[:, :, None] * rate_gradient[:, None, :])
 
     def coordinate(self, q: np.ndarray) -> tuple[float, np.ndarray]:
         """(s, J) of this term at its local coordinates q."""
@@ -717,9 +730,9 @@ class _AngleTerm(_EffortTerm):
         return (x[:, None] * grad_y - y[:, None] * grad_x) / (x * x + y * y)[:, None]
 
     @staticmethod
-    def batch_curvature(data, q, v, effort, rate_slope, rows):
-        """tau dJ/dq + tau_s' J (dJ/dq v)^T with J's rows c x d_i, c = K^-1 axis(q), the
-        derivative exact at any directors (:func:`_batch_torque_coordinate_derivatives`)."""
+    def batch_row_derivative(data, q):
+        """dJ/dq with J's rows c x d_i, c = K^-1 axis(q), exact at any directors
+        (:func:`_batch_torque_coordinate_derivatives`)."""
         count, size = q.shape
         axis = _apply(data["axis"], q)
         axis_map = data["axis"][0]
@@ -737,9 +750,7 @@ class _AngleTerm(_EffortTerm):
             flat_rows = directors.reshape(count, 9)
             d_row[np.arange(count)[:, None], flat_rows, :] += sign * np.einsum(
                 "kiab,kbc->kiac", by_axis, axis_map).reshape(count, 9, size)
-        rate_gradient = np.einsum("kr,krc->kc", v, d_row)
-        return (effort[:, None, None] * d_row
-                + rate_slope[:, None, None] * rows[:, :, None] * rate_gradient[:, None, :])
+        return d_row
 
 
 def _batch_skew(vectors: np.ndarray) -> np.ndarray:
@@ -770,21 +781,19 @@ class _SlideTerm(_EffortTerm):
         return rows + np.einsum("kai,ka->ki", data["axis"][0], _apply(data["relative"], q))
 
     @staticmethod
-    def batch_curvature(data, q, v, effort, rate_slope, rows):
-        """tau dJ/dq + tau_s' J (dJ/dq v)^T with J = R^T axis(q): the turning of body a's
-        axis."""
-        relative, axis_map = data["relative"][0], data["axis"][0]
-        d_row = np.einsum("kai,kaj->kij", relative, axis_map)
-        rate_gradient = np.einsum("kr,krc->kc", v, d_row)
-        return (effort[:, None, None] * d_row
-                + rate_slope[:, None, None] * rows[:, :, None] * rate_gradient[:, None, :])
+    def batch_row_derivative(data, q):
+        """dJ/dq with J = R^T axis(q): the turning of body a's axis."""
+        return np.einsum("kai,kaj->kij", data["relative"][0], data["axis"][0])
 
 
-def joint_effort_term(joint, context, law, name: str, coordinate: str) -> AppliedTerm:
+def joint_effort_term(joint, context, law, name: str, coordinate: str,
+                      local: LocalCoordinates | None = None) -> AppliedTerm:
     """The applied term of an effort on ``joint``'s rotation (``coordinate`` "angle") or
-    translation ("displacement") about/along its axis."""
+    translation ("displacement") about/along its axis, written on the coordinates of the
+    joint's two bodies or on ``local`` (coordinates that include them)."""
     body_a, body_b = joint.body_a, joint.body_b
-    local = LocalCoordinates(_coordinates(context, body_a, body_b))
+    if local is None:
+        local = LocalCoordinates(_coordinates(context, body_a, body_b))
     axis = local.affine(context.vector(body_a, joint.axis))
 
     def directors(body):

@@ -1,0 +1,166 @@
+"""Efforts on several joints from one law of all their coordinates: controllers that couple
+joints (computed torque, gravity compensation, coupled PD laws)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from mbs.errors import ModelError, ModelTypeError
+from mbs.forces.applied import AppliedTerm, _coordinates, _Value, joint_effort_term
+from mbs.forces.base import Force
+from mbs.forces.kinematics import LocalCoordinates
+from mbs.joints.base import Joint
+
+#: The coordinate a joint's effort acts on, by joint type (a cylindrical joint's slide is
+#: chosen with a (joint, "displacement") pair).
+JOINT_COORDINATES = {"Revolute": ("angle",), "Cylindrical": ("angle", "displacement"),
+                     "Prismatic": ("displacement",)}
+#: Relative step of the central differences giving the law's slopes for Newton's matrix.
+SLOPE_STEP = 1e-6
+
+
+class JointEfforts(Force):
+    """Torques about (forces along) the axes of several joints, all given by one law of all
+    their coordinates and rates: a computed-torque or gravity-compensating controller, or PD
+    laws coupled across joints.
+
+    Each effort acts as a :class:`~mbs.forces.JointTorque` (or
+    :class:`~mbs.forces.JointForce`) on its own joint: on the joint's body_b, and opposite
+    on its body_a.
+
+    Parameters
+    ----------
+    joints : sequence of joints, or of (joint, "angle" | "displacement") pairs
+        Revolute joints (their angle), prismatic joints (their displacement) and
+        cylindrical joints (their angle, or their slide with ``(joint, "displacement")``).
+    law : sequence of k numbers, or function
+        ``f(t)`` or ``f(t, positions, rates)`` returning the k efforts, with ``positions``
+        and ``rates`` arrays (k,) of the joints' coordinates in the order given: angles from
+        the initial pose in (-pi, pi] (as :class:`~mbs.forces.JointTorque`'s law receives
+        them: write angle errors wrapped) and displacements, and their rates. Newton's
+        matrix takes the law's slopes from central differences.
+    name : str, optional
+        Unique in the system; by default ``force<k>`` with the first k not taken.
+
+    Notes
+    -----
+    ``Solution.force(name).work`` is the work of all k efforts together and ``effort`` is
+    None; each joint's coordinate and rate are ``Solution.joint(joint)``.
+    """
+
+    def __init__(self, joints: Sequence, law: Sequence[float] | Callable,
+                 name: str | None = None):
+        super().__init__(name)
+        owner = self.owner = f"JointEfforts {self.name!r}"
+        if isinstance(joints, (Joint, str)) or not isinstance(joints, Sequence) or not joints:
+            raise ModelTypeError(f"{owner}: joints must be a non-empty list of joints (or of "
+                                 f"(joint, coordinate) pairs), got {joints!r}")
+        self.joints, self.coordinates = [], []
+        for entry in joints:
+            joint, coordinate = (entry if isinstance(entry, tuple) and len(entry) == 2
+                                 else (entry, None))
+            if not isinstance(joint, Joint):
+                raise ModelTypeError(f"{owner}: {joint!r} is not a joint; give revolute, "
+                                     f"cylindrical or prismatic joints")
+            allowed = JOINT_COORDINATES.get(type(joint).__name__)
+            if allowed is None:
+                raise ModelError(f"{owner}: {type(joint).__name__} {joint.name!r} has no axis "
+                                 f"coordinate; efforts act on revolute, cylindrical and "
+                                 f"prismatic joints (use a Load on a body instead)")
+            coordinate = allowed[0] if coordinate is None else coordinate
+            if coordinate not in allowed:
+                raise ModelError(f"{owner}: joint {joint.name!r} has no {coordinate!r} "
+                                 f"coordinate; it has {', '.join(allowed)}")
+            if (joint, coordinate) in zip(self.joints, self.coordinates):
+                raise ModelError(f"{owner}: the {coordinate} of joint {joint.name!r} is listed "
+                                 f"twice; list each joint coordinate once")
+            self.joints.append(joint)
+            self.coordinates.append(coordinate)
+        self.law = _Value(law, len(self.joints), "efforts", owner, "positions, rates")
+
+    def bodies_acted_on(self) -> list:
+        bodies = []
+        for joint in self.joints:
+            bodies.extend(body for body in joint.bodies if body not in bodies)
+        return bodies
+
+    def referenced_bodies(self) -> list:
+        for joint in self.joints:
+            if joint.system is None:
+                raise ModelError(f"{self.owner}: joint {joint.name!r} is not in a system; add "
+                                 f"the joint first")
+        return self.bodies_acted_on()
+
+    def terms(self, context) -> list:
+        return []
+
+    def applied_terms(self, context) -> list[AppliedTerm]:
+        local = LocalCoordinates(_coordinates(context, *[
+            body for body in self.bodies_acted_on() if body.n_coordinates]))
+        geometry = [joint_effort_term(joint, context, None, f"{self.name}[{k}]", coordinate,
+                                      local)
+                    for k, (joint, coordinate) in enumerate(zip(self.joints,
+                                                                self.coordinates))]
+        return [_CoupledEffortTerm(self.name, local, geometry, self.law)]
+
+
+class _CoupledEffortTerm(AppliedTerm):
+    """Q = sum_i tau_i(t, s, s') J_i(q) for the joint coordinates s_i(q), s'_i = J_i . v,
+    every one written on the same local coordinates. With A = dtau/ds and B = dtau/ds' (by
+    central differences):
+
+        dQ/dq = sum_i tau_i dJ_i/dq + J^T (A ds/dq + B d(J v)/dq),    dQ/dv = J^T B J,
+
+    exact also off the constraints, where Newton's iterates are (the geometry's derivatives
+    are those of the single-joint efforts, :class:`~mbs.forces.applied._EffortTerm`)."""
+
+    def __init__(self, name: str, local: LocalCoordinates, geometry: list, law: _Value):
+        super().__init__(name, local)
+        self.geometry, self.law = geometry, law
+
+    def _efforts(self, t: float, positions: np.ndarray, rates: np.ndarray) -> np.ndarray:
+        return np.atleast_1d(np.asarray(self.law(t, positions, rates), dtype=float))
+
+    def evaluate(self, t, q, v, jacobian):
+        states = q[None, :]
+        parts = [term.batch_coordinate(term.data, states) for term in self.geometry]
+        positions = np.array([s[0] for s, _ in parts])
+        rows = np.stack([row[0] for _, row in parts])  # J, (k, size)
+        rates = rows @ v
+        efforts = self._efforts(t, positions, rates)
+        value = efforts @ rows
+        if not jacobian:
+            return value, None, None
+        by_position, by_rate = self._slopes(t, positions, rates)
+        gradients = np.stack([term.batch_coordinate_gradient(term.data, states, row[None])[0]
+                              for term, row in zip(self.geometry, rows)])
+        turning = [term.batch_row_derivative(term.data, states) for term in self.geometry]
+        size = q.size
+        d_rows = np.stack([np.zeros((size, size)) if d is None else d[0] for d in turning])
+        rate_gradients = np.einsum("r,krc->kc", v, d_rows)
+        d_q = (np.einsum("k,kac->ac", efforts, d_rows)
+               + rows.T @ (by_position @ gradients + by_rate @ rate_gradients))
+        return value, d_q, rows.T @ by_rate @ rows
+
+    def _slopes(self, t: float, positions: np.ndarray, rates: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(dtau/ds, dtau/ds'), each (k, k), by central differences (zero for a law of t
+        only)."""
+        count = positions.size
+        if not self.law.uses_state:
+            return np.zeros((count, count)), np.zeros((count, count))
+        slopes = []
+        for varied, fixed, first in ((positions, rates, True), (rates, positions, False)):
+            columns = []
+            for j in range(count):
+                step = SLOPE_STEP * max(abs(float(varied[j])), 1.0)
+                shift = np.zeros(count)
+                shift[j] = step
+                plus, minus = ((varied + shift, fixed) if first else (fixed, varied + shift),
+                               (varied - shift, fixed) if first else (fixed, varied - shift))
+                columns.append((self._efforts(t, *plus) - self._efforts(t, *minus))
+                               / (2.0 * step))
+            slopes.append(np.stack(columns, axis=1))
+        return slopes[0], slopes[1]
