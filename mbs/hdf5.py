@@ -15,7 +15,24 @@ chunk fails to read instead of reading as other numbers)::
                  angular_velocity_body (N+1, 3), quaternion (N+1, 4; w x y z)  (rigid bodies)
 
 with the solver, step size, steps, whether the run completed, model sizes and body names as
-attributes of the root. The NPZ
+attributes of the root, and each body's constants as attributes of ``/bodies/NAME``:
+
+* ``kind``: "rigid" or "point";
+* ``mass``;
+* ``coordinates``: (start, stop), the body's columns of ``q`` and ``p`` (12 for a rigid
+  body: the centre of mass, then the directors d1, d2, d3; 3 for a point mass);
+* ``inertia`` (3, 3): the inertia tensor J about the centre of mass in the body frame, and
+  ``euler_tensor`` (3, 3): E = tr(J) I / 2 - J, the directors' mass matrix (rigid bodies).
+
+From these the kinetic energy follows outside mbs, per body and summed over the bodies.
+Exact for every scheme, from the momenta: T = |p_c|^2 / (2 m) + sum_ij (E^-1)_ij p_i . p_j / 2,
+with p_c the body's first 3 columns of ``p`` (the centre of mass) and p_i those of director
+d_i (none for a point mass): this is ``observables/kinetic_energy`` to round-off. From the
+body velocities, T = m |velocity|^2 / 2 + w . J w / 2 with w = ``angular_velocity_body``:
+the same to round-off where the scheme keeps the velocity constraints at the nodes, and
+within O(h^2) where it does not (ggl-vi-s, ggl-vi-a, hbvm: the column "constraints exact at
+step ends" of :func:`mbs.solvers.solver_table`; ``observables/constraint_velocity`` measures
+how far). The NPZ
 format of :func:`mbs.io.save_solution` stays the exact round trip (it reloads as a
 :class:`~mbs.solution.Solution`); streams of long runs stay NPZ chunks with a checksummed,
 append-only log (:mod:`mbs.streaming`), which needs no library beyond numpy. Needs h5py
@@ -30,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from mbs.errors import ModelError
+from mbs.model import BodyInfo
 from mbs.solution import Solution
 
 FORMAT = "mbs-solution-hdf5"
@@ -55,6 +73,18 @@ def _dataset(group, name: str, values) -> None:
     chunks = (min(CHUNK_ROWS, array.shape[0]), *array.shape[1:])
     group.create_dataset(name, data=array, chunks=chunks, compression="gzip",
                          compression_opts=4, shuffle=True, fletcher32=True)
+
+
+def _body_constants(group, body: BodyInfo) -> None:
+    """Write what a tool outside mbs needs, with the body's datasets and ``q``/``p``, to
+    compute its kinetic energy (see the module docstring) as attributes of ``group``."""
+    group.attrs["kind"] = str(body.kind)
+    group.attrs["mass"] = float(body.mass)
+    group.attrs["coordinates"] = np.array([body.coordinates.start, body.coordinates.stop],
+                                          dtype=np.int64)
+    if body.kind == "rigid":
+        group.attrs["inertia"] = np.asarray(body.inertia, dtype=float)
+        group.attrs["euler_tensor"] = np.asarray(body.euler_tensor, dtype=float)
 
 
 def save_hdf5(solution: Solution, path) -> Path:
@@ -102,6 +132,7 @@ def save_hdf5(solution: Solution, path) -> Path:
         for body in model.bodies:
             trajectory = solution.body(body.name)
             group = bodies.create_group(body.name)
+            _body_constants(group, body)
             for name in ("position", "velocity", "rotation", "angular_velocity",
                          "angular_velocity_body"):
                 values = getattr(trajectory, name)

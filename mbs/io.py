@@ -39,7 +39,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from mbs.elements import Element
-from mbs.errors import MbsError, ModelError, ModelTypeError, SolutionFileNotFoundError
+from mbs.errors import (
+    MbsError,
+    ModelError,
+    ModelTypeError,
+    SolutionFileNotFoundError,
+    UnknownNameError,
+)
 from mbs.hdf5 import save_hdf5 as save_hdf5  # re-exported: mbs.io.save_hdf5
 from mbs.liegroup.model import LieGroupModel
 from mbs.model import BodyInfo, ElementInfo, Model
@@ -659,20 +665,66 @@ OBSERVABLES = ("energy", "kinetic_energy", "potential_energy", "angular_momentum
 #: Per-body CSV columns, written "KIND:BODY".
 BODY_COLUMNS = ("position", "velocity", "angular_velocity", "angular_velocity_body",
                 "quaternion", "directors")
+#: The CSV column of a body point, written "point:BODY@X,Y,Z" (world coordinates at the
+#: solution's first node, as for :meth:`~mbs.solution.Solution.point`).
+POINT_COLUMN = "point"
+#: The column written after "t" whenever a per-step value (an effort) is: the midpoint time
+#: of the step whose value a row holds.
+STEP_TIME_COLUMN = "t_midpoint"
 
 
 def observable_columns(solution: Solution, columns=None, every: int = 1
                        ) -> tuple[list[str], np.ndarray]:
     """Column names and the (rows, columns) table used by :func:`save_csv`.
 
-    ``columns`` is a list of: "energy", "kinetic_energy", "potential_energy",
-    "angular_momentum" (3 columns), "linear_momentum" (3), "constraints" (|g| and |G v| max
-    norms), "position:BODY" (3), "velocity:BODY" (3), "angular_velocity:BODY" (3),
-    "angular_velocity_body:BODY" (3, body frame), "quaternion:BODY" (4, w x y z, see
-    :meth:`~mbs.solution.BodyTrajectory.quaternions`), "directors:BODY" (9); a single name
-    may be given as a string. Default: energies, momenta,
-    constraints and every body's position. The rows are every ``every``-th node and the last
-    one (the end state is always written).
+    Parameters
+    ----------
+    solution : Solution
+    columns : str or list of str, optional
+        Each entry one of (a single entry may be given as a string):
+
+        * "energy", "kinetic_energy", "potential_energy", "angular_momentum" (3 columns),
+          "linear_momentum" (3), "constraints" (|g| and |G v| max norms);
+        * "position:BODY" (3), "velocity:BODY" (3), "angular_velocity:BODY" (3),
+          "angular_velocity_body:BODY" (3, body frame), "quaternion:BODY" (4, w x y z, see
+          :meth:`~mbs.solution.BodyTrajectory.quaternions`), "directors:BODY" (9), headed
+          "BODY.position_x", ...;
+        * "point:BODY@X,Y,Z": position and velocity (3 + 3) of the point of BODY that was
+          at the world point (X, Y, Z) at the first node
+          (:meth:`~mbs.solution.Solution.point`), headed "BODY@X,Y,Z.position_x", ...,
+          "BODY@X,Y,Z.velocity_z" with the text as given;
+        * "joint:JOINT": the joint's coordinate and its rate
+          (:meth:`~mbs.solution.Solution.joint`), headed "JOINT.angle" and
+          "JOINT.angle_rate" (revolute, cylindrical) or "JOINT.displacement" and
+          "JOINT.displacement_rate" (prismatic); "joint:JOINT:displacement" selects the slide
+          of a cylindrical joint;
+        * "drive:DRIVE": "DRIVE.effort" (per step) and "DRIVE.work"
+          (:meth:`~mbs.solution.Solution.drive`);
+        * "force:NAME": "NAME.effort" (per step; joint actuators and dampers, not loads, which
+          have no scalar effort) and "NAME.work" (:meth:`~mbs.solution.Solution.force`).
+
+        Default: energies, momenta, constraints and every body's position.
+    every : int
+        The rows are every ``every``-th node and the last one (the end state is always
+        written).
+
+    Returns
+    -------
+    names : list of str
+        "t", then "t_midpoint" when a per-step column is present, then the columns in the
+        order asked.
+    table : ndarray, shape (rows, len(names))
+
+    Notes
+    -----
+    Every row is a node t_n, and every column a value at that node except the efforts: an
+    effort is constant over a step (the mean force of step n -> n+1, see
+    :class:`~mbs.solution.DriveTrajectory`), defined on the N steps and not on the N + 1
+    nodes. Row n holds the effort of the step that begins at node n, whose midpoint time
+    (t_n + t_{n+1}) / 2 is the column "t_midpoint", written whenever an effort is; the last
+    row begins no step and holds NaN there. With ``every`` > 1 a row holds the effort of
+    the one step that begins at it, not a mean over the steps up to the next row. Works are
+    cumulative, 0 at the start, and node values like the other columns.
     """
     if isinstance(every, bool) or not isinstance(every, int | np.integer) or every < 1:
         raise ModelError(f"every must be a positive integer, got {every!r}")
@@ -680,11 +732,17 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
         columns = list(OBSERVABLES) + [f"position:{b.name}" for b in solution.model.bodies]
     elif isinstance(columns, str):
         columns = [columns]
+    for column in columns:
+        if not isinstance(column, str):
+            raise ModelTypeError(f"CSV columns are names (strings), got {column!r}; "
+                                 f"{_COLUMN_FORMS}")
     last = len(solution.t) - 1
     rows = np.arange(0, last + 1, every)
     if rows[-1] != last:
         rows = np.append(rows, last)
-    names, values = ["t"], [np.asarray(solution.t)[rows]]
+    t = np.asarray(solution.t)
+    names, values = ["t"], [t[rows]]
+    per_step = False
     residuals = None
     for column in columns:
         kind, _, body = column.partition(":")
@@ -701,7 +759,7 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
             values += [np.asarray(residuals["position"])[rows],
                        np.asarray(residuals["velocity"])[rows]]
         elif kind in BODY_COLUMNS and body:
-            trajectory = solution.body(body)
+            trajectory = _in_column(column, solution.body, body)
             if kind == "quaternion":
                 if trajectory.rotation is None:
                     raise ModelError(f"CSV column {column!r}: {body!r} is a point mass")
@@ -719,16 +777,93 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
                 data = data[rows]
                 names += [f"{body}.{kind}_{c}" for c in "xyz"]
             values += list(np.asarray(data).T)
+        elif kind == POINT_COLUMN and body:
+            position, velocity = _point_column(solution, column, body)
+            names += [f"{body}.{part}_{c}" for part in ("position", "velocity") for c in "xyz"]
+            values += list(position[rows].T) + list(velocity[rows].T)
+        elif kind == "joint" and body:
+            trajectory = _joint_column(solution, column, body)
+            names += [f"{trajectory.name}.{trajectory.coordinate}",
+                      f"{trajectory.name}.{trajectory.coordinate}_rate"]
+            values += [trajectory.position[rows], trajectory.rate[rows]]
+        elif kind in ("drive", "force") and body:
+            if kind == "force" and body in getattr(solution.model, "drives", {}):
+                raise UnknownNameError(f"CSV column {column!r}: {body!r} is a drive; its "
+                                       f"effort and work are the column 'drive:{body}'")
+            trajectory = _in_column(column, getattr(solution, kind), body)
+            if trajectory.effort is not None:
+                names.append(f"{body}.effort")
+                values.append(_per_step(trajectory.effort, rows))
+                per_step = True
+            names.append(f"{body}.work")
+            values.append(np.asarray(trajectory.work)[rows])
         else:
-            raise ModelError(f"unknown CSV column {column!r}; use {OBSERVABLES} or "
-                             f"{':/'.join(BODY_COLUMNS)}:BODY")
+            raise ModelError(f"unknown CSV column {column!r}; {_COLUMN_FORMS}")
+    if per_step:
+        names.insert(1, STEP_TIME_COLUMN)
+        values.insert(1, _per_step(0.5 * (t[1:] + t[:-1]), rows))
     return names, np.column_stack(values)
+
+
+_COLUMN_FORMS = (f"the columns are {', '.join(OBSERVABLES)}; KIND:BODY with KIND one of "
+                 f"{', '.join(BODY_COLUMNS)}; {POINT_COLUMN}:BODY@X,Y,Z; joint:JOINT "
+                 f"(joint:JOINT:displacement for a cylindrical joint's slide); drive:DRIVE; "
+                 f"force:NAME")
+
+
+def _in_column(column: str, accessor, *args):
+    """``accessor(*args)``, its errors (an unknown name's lists the names there are)
+    prefixed with the column that asked."""
+    try:
+        return accessor(*args)
+    except UnknownNameError as exc:
+        raise UnknownNameError(f"CSV column {column!r}: {exc}") from exc
+    except ModelError as exc:
+        raise ModelError(f"CSV column {column!r}: {exc}") from exc
+
+
+def _joint_column(solution: Solution, column: str, spec: str):
+    """The :class:`~mbs.solution.JointTrajectory` of "joint:JOINT" or
+    "joint:JOINT:COORDINATE"; a joint whose own name holds the colon is matched whole
+    first."""
+    coordinates = getattr(solution.model, "joint_coordinates", {})
+    name, coordinate = spec, None
+    if spec not in coordinates:
+        head, colon, tail = spec.rpartition(":")
+        if colon and head in coordinates:
+            name, coordinate = head, tail
+    return _in_column(column, solution.joint, name, coordinate)
+
+
+def _point_column(solution: Solution, column: str, spec: str
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Position and velocity, (N+1, 3) each, of "point:BODY@X,Y,Z"; the last "@" separates
+    the body's name from the point, so a name may hold one."""
+    body, at, text = spec.rpartition("@")
+    parts = text.split(",")
+    try:
+        point = [float(part) for part in parts] if at and body else []
+    except ValueError:
+        point = []
+    if len(point) != 3:
+        raise ModelError(f"CSV column {column!r}: give a body point as "
+                         f"{POINT_COLUMN}:BODY@X,Y,Z, the point's world coordinates at the "
+                         f"first node, e.g. '{POINT_COLUMN}:{body or spec}@0.5,0,0'")
+    return _in_column(column, solution.point, body, point)
+
+
+def _per_step(values, rows: np.ndarray) -> np.ndarray:
+    """Per-step values (N,) on node rows: the value of step n -> n+1 on row n, NaN on the last
+    node, which begins no step."""
+    return np.append(np.asarray(values, dtype=float), np.nan)[rows]
 
 
 def save_csv(solution: Solution, path, columns=None, every: int = 1) -> Path:
     """Write selected observables as CSV (header row, one row per node, ``every``-th node).
 
-    See :func:`observable_columns` for the column names.
+    Numbers are written with 17 significant digits, which read back as the same binary64
+    values; NaN (an effort on the last row) as ``nan``. See :func:`observable_columns` for
+    the column names and for the rows of per-step values (efforts).
     """
     names, table = observable_columns(solution, columns, every)
     path = Path(path)
