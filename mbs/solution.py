@@ -12,7 +12,7 @@ from mbs.elements import Element
 from mbs.errors import ModelError, ModelTypeError, UnknownNameError
 from mbs.model import Model
 from mbs.symmetry import conserved_directions, generic_states, in_span, symmetry_axis_points
-from mbs.validation import as_vector
+from mbs.validation import as_scalar, as_vector
 
 #: A momentum below this fraction of the terms it is summed from is zero to round-off (the
 #: rounding of a sum of k terms is at most about k eps of their sizes).
@@ -328,21 +328,10 @@ class Solution:
     def _node_range(self, t0: float | None, t1: float | None) -> tuple[int, int]:
         """(first, last) indices of the nodes with t0 <= t <= t1, node times compared to
         1e-9 relative as in :meth:`nodes_at`; a ModelError for bounds that select none."""
-        bounds = []
-        for name, value in (("t0", t0), ("t1", t1)):
-            if value is None:
-                bounds.append(None)
-                continue
-            try:
-                value = float(value)
-            except (TypeError, ValueError):
-                raise ModelError(f"Solution.window: {name} must be a time (a finite number) "
-                                 f"or None for the run's {'start' if name == 't0' else 'end'}, "
-                                 f"got {value!r:.80}") from None
-            if not np.isfinite(value):
-                raise ModelError(f"Solution.window: {name} must be finite, got {value!r}; give "
-                                 f"None for the run's {'start' if name == 't0' else 'end'}")
-            bounds.append(value)
+        bounds = [None if value is None else
+                  as_scalar(value, f"{name} (a time, or None for the run's {end})",
+                            "Solution.window")
+                  for name, value, end in (("t0", t0, "start"), ("t1", t1, "end"))]
         t = self.t
         start = float(t[0]) if bounds[0] is None else bounds[0]
         end = float(t[-1]) if bounds[1] is None else bounds[1]

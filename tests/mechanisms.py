@@ -468,3 +468,13 @@ def assert_stream_resume_and_ensemble_repeat_the_run(model: mbs.Model, solver: s
     ensemble = mbs.simulate_ensemble(model, states, h=h, t_end=steps * h, solver=solver,
                                      **options)
     np.testing.assert_array_equal(ensemble.q[1], full.q)
+
+
+def thrust_ending_at(time: float):
+    """A load law of t that raises from ``time`` on (a table that ends there): a run using
+    it stops at ``time`` with the steps done so far."""
+    def thrust(t):
+        if t >= time - 1e-12:
+            raise ZeroDivisionError(f"the thrust law ends at t = {time}")
+        return (0.0, 0.0, 1.0)
+    return thrust

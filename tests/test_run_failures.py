@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from mechanisms import link
+from mechanisms import link, thrust_ending_at
 
 import mbs
 from mbs.forces import SquaredDistance, UserPotential
@@ -51,12 +51,7 @@ def test_the_steps_of_a_run_stopped_by_a_load_at_a_step_point_can_be_summarised_
     body.set_state(position=(1.0, 0.0, 0.0))
     system.add(mbs.joints.Spherical(system.ground, body, point=(0.0, 0.0, 0.0)))
 
-    def thrust(t):
-        if t >= 0.3 - 1e-12:
-            raise ZeroDivisionError("the thrust law ends at t = 0.3")
-        return (0.0, 0.0, 1.0)
-
-    system.add(mbs.forces.Load(body, force=thrust, name="thruster"))
+    system.add(mbs.forces.Load(body, force=thrust_ending_at(0.3), name="thruster"))
     with pytest.raises(mbs.ForceFunctionError) as error:
         mbs.simulate(system.compile(), "em", h=0.01, t_end=1.0)
     solution = error.value.solution

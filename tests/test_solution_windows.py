@@ -13,12 +13,11 @@ from functools import partial
 
 import numpy as np
 import pytest
-from mechanisms import rod_pendulum, slider_crank
+from mechanisms import rod_pendulum, slider_crank, thrust_ending_at
 
 import mbs
-from mbs.errors import ModelError
+from mbs.errors import ModelError, ModelTypeError
 from mbs.joints import Drive
-from mbs.simulate import _substepped
 
 
 def crank_angle(t):
@@ -150,17 +149,18 @@ def test_window_bounds_are_node_times_to_round_off():
     np.testing.assert_array_equal(window.t[[0, -1]], full.t[[31, 69]])
 
 
-@pytest.mark.parametrize("t0, t1, message", [
-    (0.5, 0.4, r"t0 = 0\.5 is after t1 = 0\.4; give t0 <= t1"),
-    (np.nan, 1.0, r"t0 must be finite.*None for the run's start"),
-    (0.0, np.inf, r"t1 must be finite.*None for the run's end"),
-    (0.503, 0.507, r"no node of the run lies in \[0\.503, 0\.507\].*at least one node"),
-    (2.0, 3.0, r"no node.*nodes span \[0, 1\.5\]"),
-    ("start", None, r"t0 must be a time"),
+@pytest.mark.parametrize("t0, t1, error, message", [
+    (0.5, 0.4, ModelError, r"t0 = 0\.5 is after t1 = 0\.4; give t0 <= t1"),
+    (np.nan, 1.0, ModelError, r"t0 \(a time, or None for the run's start\) must be finite"),
+    (0.0, np.inf, ModelError, r"t1 \(a time, or None for the run's end\) must be finite"),
+    (0.503, 0.507, ModelError,
+     r"no node of the run lies in \[0\.503, 0\.507\].*at least one node"),
+    (2.0, 3.0, ModelError, r"no node.*nodes span \[0, 1\.5\]"),
+    ("start", None, ModelTypeError, r"t0 \(a time, .*\) must be a real number"),
 ])
-def test_a_window_without_nodes_or_with_bad_bounds_is_refused(t0, t1, message):
+def test_a_window_without_nodes_or_with_bad_bounds_is_refused(t0, t1, error, message):
     full = mbs.simulate(rod_pendulum().compile(), "em", h=0.01, t_end=1.5)
-    with pytest.raises(ModelError, match=message):
+    with pytest.raises(error, match=message):
         full.window(t0, t1)
 
 
@@ -186,14 +186,12 @@ def test_a_window_keeps_the_refined_steps_and_restarts_that_reach_into_it():
     assert window.stats["first_step"] == first
     assert window.stats["refined_steps"] == [event for event in full.stats["refined_steps"]
                                              if event[0] >= first]
-    np.testing.assert_array_equal(_substepped(window), _substepped(full)[first:])
     # restarts redo every later step as sub-steps: one before a window reaches into it
     full.stats["restarts"] = [(first - 3, first - 5, 2), (full.t.size - 2, full.t.size - 3, 4)]
     early = full.window(0.0, full.t[first - 5])  # its last step is first - 6
     assert early.stats["restarts"] == []
     late = full.window(full.t[first], None)
     assert late.stats["restarts"] == full.stats["restarts"]
-    np.testing.assert_array_equal(_substepped(late), _substepped(full)[first:])
     middle = full.window(full.t[first], full.t[first + 2])
     assert middle.stats["restarts"] == full.stats["restarts"][:1]
     assert middle.stats["refined_steps"] == [event for event in full.stats["refined_steps"]
@@ -280,12 +278,7 @@ def stopped_run() -> mbs.Solution:
     bob.set_state(position=(1.0, 0.0, 0.0))
     system.add(mbs.joints.Distance(system.ground, bob, length=1.0, name="rod"))
 
-    def thrust(t):
-        if t >= 0.3 - 1e-12:
-            raise ZeroDivisionError("the thrust law ends at t = 0.3")
-        return (0.0, 0.0, 1.0)
-
-    system.add(mbs.forces.Load(bob, force=thrust, name="thruster"))
+    system.add(mbs.forces.Load(bob, force=thrust_ending_at(0.3), name="thruster"))
     with pytest.raises(mbs.ForceFunctionError) as error:
         mbs.simulate(system.compile(), "em", h=0.01, t_end=1.0)
     return error.value.solution
