@@ -11,12 +11,8 @@ from mbs.errors import ModelError, ModelTypeError
 from mbs.forces.applied import AppliedTerm, _coordinates, _Value, joint_effort_term
 from mbs.forces.base import Force
 from mbs.forces.kinematics import LocalCoordinates
-from mbs.joints.base import Joint
+from mbs.joints.base import AXIS_COORDINATES, Joint
 
-#: The coordinate a joint's effort acts on, by joint type (a cylindrical joint's slide is
-#: chosen with a (joint, "displacement") pair).
-JOINT_COORDINATES = {"Revolute": ("angle",), "Cylindrical": ("angle", "displacement"),
-                     "Prismatic": ("displacement",)}
 #: Relative step of the central differences giving the law's slopes for Newton's matrix.
 SLOPE_STEP = 1e-6
 
@@ -64,7 +60,7 @@ class JointEfforts(Force):
             if not isinstance(joint, Joint):
                 raise ModelTypeError(f"{owner}: {joint!r} is not a joint; give revolute, "
                                      f"cylindrical or prismatic joints")
-            allowed = JOINT_COORDINATES.get(type(joint).__name__)
+            allowed = AXIS_COORDINATES.get(type(joint).__name__)
             if allowed is None:
                 raise ModelError(f"{owner}: {type(joint).__name__} {joint.name!r} has no axis "
                                  f"coordinate; efforts act on revolute, cylindrical and "

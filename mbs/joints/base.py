@@ -80,6 +80,10 @@ class Joint(Element):
 COMMON_POINT = ("common point, x", "common point, y", "common point, z")
 #: Names of the two equations that keep two axes parallel.
 PARALLEL_AXES = ("parallel axes, 1", "parallel axes, 2")
+#: The coordinates of the joints that have one along an axis, by joint type: the angle about
+#: it and the displacement along it (drives, actuators and Solution.joint read these).
+AXIS_COORDINATES = {"Revolute": ("angle",), "Cylindrical": ("angle", "displacement"),
+                    "Prismatic": ("displacement",)}
 
 
 def equation_label(name: str, equation_names: tuple[str, ...], index: int) -> str:

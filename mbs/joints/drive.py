@@ -22,7 +22,7 @@ import numpy as np
 
 from mbs.elements import Element
 from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
-from mbs.joints.base import BuildContext, Joint, perpendicular_pair
+from mbs.joints.base import AXIS_COORDINATES, BuildContext, Joint, perpendicular_pair
 from mbs.joints.user import UserConstraint
 from mbs.time_span import within_span
 from mbs.validation import as_scalar
@@ -35,11 +35,6 @@ RATE_DIFFERENCE_STEP = 1e-4
 
 #: Weights (times 12 width) of the fourth-order one-sided first difference.
 ONE_SIDED_WEIGHTS = np.array([-25.0, 48.0, -36.0, 16.0, -3.0])
-
-#: The coordinate each joint type can be driven in.
-DRIVEN_COORDINATES = {"Revolute": ("angle",), "Cylindrical": ("angle", "displacement"),
-                      "Prismatic": ("displacement",)}
-
 
 class Drive(UserConstraint):
     """Prescribe a joint's angle or displacement as a function of time.
@@ -75,7 +70,7 @@ class Drive(UserConstraint):
         owner = f"Drive {self.name!r}"
         if not isinstance(joint, Joint):
             raise ModelTypeError(f"{owner}: joint must be a joint, got {joint!r}")
-        kinds = DRIVEN_COORDINATES.get(type(joint).__name__)
+        kinds = AXIS_COORDINATES.get(type(joint).__name__)
         if kinds is None:
             raise ModelError(f"{owner}: drives act on revolute, cylindrical and prismatic "
                              f"joints, got {type(joint).__name__} {joint.name!r}")
