@@ -266,12 +266,6 @@ class Solution:
     solver_properties: object = None
     step_work: np.ndarray | None = None
 
-    #: whole turns of each joint angle at the first node (a window's, see :meth:`window`)
-    _angle_turns = None
-    #: (multiplier rows around the steps, row of the first step): the centred average of a
-    #: window's end steps reads its neighbours in the run
-    _multiplier_context = None
-
     @property
     def work(self) -> np.ndarray:
         """Cumulative work of the applied forces and drives up to each node, (N+1,), 0 at the
@@ -408,6 +402,13 @@ class Solution:
         if "restarts" in stats:
             stats["restarts"] = [tuple(event) for event in stats["restarts"]
                                  if event[1] < end]
+        # What a window's accessors read of the run beyond its nodes, kept in stats so that
+        # copies and saved files keep it: the whole turns of each joint angle at its first
+        # node, and the multipliers around its steps that a centred average reads.
+        stats["angle_turns"] = self._turns_at(first)
+        if stats.get("drive_effort") == "centred":
+            rows, row = self._multiplier_rows(first, last)
+            stats["multiplier_context"], stats["multiplier_context_row"] = rows, row
         window = Solution(
             model=self.model, t=self.t[nodes].copy(), q=self.q[nodes].copy(),
             p=self.p[nodes].copy(), scheme_velocities=self.scheme_velocities[steps].copy(),
@@ -416,9 +417,6 @@ class Solution:
             enforced_residuals=self.enforced_residuals[steps].copy(), stats=stats,
             solver_properties=self.solver_properties,
             step_work=None if self.step_work is None else self.step_work[steps].copy())
-        window._angle_turns = self._turns_at(first)
-        if stats.get("drive_effort") == "centred":
-            window._multiplier_context = self._multiplier_rows(first, last)
         group_state = getattr(self, "lie_group_state", None)
         if group_state is not None:
             window.lie_group_state = type(group_state)(
@@ -428,7 +426,7 @@ class Solution:
     def _turns_at(self, node: int) -> dict[str, float]:
         """The whole turns (a float holding an integer) that :meth:`joint` adds to each
         joint angle at ``node``: a window starting there continues the run's angles."""
-        turns = dict(self._angle_turns or {})
+        turns = dict(self.stats.get("angle_turns") or {})
         if node == 0:
             return turns
         for name, coordinates in self.model.joint_coordinates.items():
@@ -443,7 +441,8 @@ class Solution:
         """(rows, offset): the multipliers that the centred average of steps first .. last
         - 1 reads (three steps either side: the end steps' extrapolation reads the four
         first or last), and the row of step ``first`` in them."""
-        rows, offset = self._multiplier_context or (self.multipliers, 0)
+        rows = self.stats.get("multiplier_context", self.multipliers)
+        offset = int(self.stats.get("multiplier_context_row", 0))
         lower = max(0, first + offset - 3)
         upper = min(rows.shape[0], last + offset + 3)
         return rows[lower:upper].copy(), first + offset - lower
@@ -604,7 +603,8 @@ class Solution:
                                                           coordinate)
         coordinate = coordinate or next(iter(self.model.joint_coordinates[name]))
         if coordinate == "angle":
-            turns = _whole_turns(position) + (self._angle_turns or {}).get(name, 0.0)
+            turns = _whole_turns(position) + (self.stats.get("angle_turns") or {}).get(name,
+                                                                                    0.0)
             position = position + 2.0 * np.pi * turns
         return JointTrajectory(name, coordinate, position, rate, t=self.t)
 
@@ -638,9 +638,10 @@ class Solution:
         if rule == "mean":
             return 0.5 * (values + self.velocity_multipliers[:, rows])
         if rule == "centred":
-            if self._multiplier_context is None:
+            if "multiplier_context" not in self.stats:
                 return _without_alternation(values)
-            context, first = self._multiplier_context
+            context, first = (self.stats["multiplier_context"],
+                              int(self.stats["multiplier_context_row"]))
             return _without_alternation(context[:, rows])[first:first + values.shape[0]]
         return values
 

@@ -8,6 +8,8 @@ log-log fits over three step sizes, accepted within 0.4 of the documented order.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import warnings
 from functools import partial
 
@@ -139,6 +141,21 @@ def test_a_window_of_a_window_is_the_window_of_the_run(driven_run):
     first, last = full.nodes_at([0.35, 0.42])[0]
     assert_window_repeats_the_run(inner, full, first, last)
     assert inner.stats["first_step"] == first
+
+
+def test_a_window_saved_copied_or_pickled_is_the_same_window(driven_run, tmp_path):
+    """What a window reads of the run beyond its nodes (the crank's turns before it, the
+    multipliers a centred average reads) travels with it (the model's drive law is a
+    lambda, so a deep copy stands for pickling)."""
+    full = driven_run
+    first, last = full.nodes_at([1.0, 1.5])[0]
+    window = full.window(1.0, 1.5)
+    path = tmp_path / "window.npz"
+    mbs.save_solution(window, path)
+    copies = [mbs.load_solution(path, model=full.model), dataclasses.replace(window),
+              copy.deepcopy(window)]
+    for duplicate in copies:
+        assert_window_repeats_the_run(duplicate, full, first, last)
 
 
 def test_window_bounds_are_node_times_to_round_off():
