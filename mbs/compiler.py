@@ -258,6 +258,10 @@ def _potential_groups(system: System, context: BuildContext, n: int, q0: np.ndar
                 data[key] = value
         if getattr(force, "reads_joint_angle", False):
             data["reads_angle_of"] = force.joint.name
+        if any(getattr(force, "angles_read", ())):  # a law of several joints' coordinates
+            data["reads_angles_of"] = force.angles_read
+            data["coordinates"] = [(joint.name, coordinate) for joint, coordinate
+                                   in zip(force.joints, force.coordinates)]
         if getattr(force, "joint", None) is not None:  # elements acting on a joint
             data["joint"] = force.joint.name
         force_infos.append(ElementInfo(force.name, type(force).__name__,

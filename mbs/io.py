@@ -666,7 +666,7 @@ OBSERVABLES = ("energy", "kinetic_energy", "potential_energy", "angular_momentum
 BODY_COLUMNS = ("position", "velocity", "angular_velocity", "angular_velocity_body",
                 "quaternion", "directors")
 #: The CSV column of a body point, written "point:BODY@X,Y,Z" (world coordinates at the
-#: solution's first node, as for :meth:`~mbs.solution.Solution.point`).
+#: initial pose, as for :meth:`~mbs.solution.Solution.point`).
 POINT_COLUMN = "point"
 #: The column written after "t" whenever a per-step value (an effort) is: the midpoint time
 #: of the step whose value a row holds.
@@ -690,7 +690,7 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
           :meth:`~mbs.solution.BodyTrajectory.quaternions`), "directors:BODY" (9), headed
           "BODY.position_x", ...;
         * "point:BODY@X,Y,Z": position and velocity (3 + 3) of the point of BODY that was
-          at the world point (X, Y, Z) at the first node
+          at the world point (X, Y, Z) at the initial pose
           (:meth:`~mbs.solution.Solution.point`), headed "BODY@X,Y,Z.position_x", ...,
           "BODY@X,Y,Z.velocity_z" with the text as given;
         * "joint:JOINT": the joint's coordinate and its rate
@@ -848,7 +848,7 @@ def _point_column(solution: Solution, column: str, spec: str
     if len(point) != 3:
         raise ModelError(f"CSV column {column!r}: give a body point as "
                          f"{POINT_COLUMN}:BODY@X,Y,Z, the point's world coordinates at the "
-                         f"first node, e.g. '{POINT_COLUMN}:{body or spec}@0.5,0,0'")
+                         f"initial pose, e.g. '{POINT_COLUMN}:{body or spec}@0.5,0,0'")
     return _in_column(column, solution.point, body, point)
 
 

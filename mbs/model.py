@@ -512,15 +512,26 @@ class Model:
         """Whether some constraint depends on time (a :class:`mbs.joints.Drive`)."""
         return any(b.constraint.time_dependent for b in self._user)
 
-    def effort_jumps_at_half_turn(self, name: str, t: float, rate: float) -> bool:
+    def effort_jumps_at_half_turn(self, name: str, t: float, rate: float,
+                                  coupled: tuple | None = None) -> bool:
         """Whether the law of actuator ``name`` jumps where the joint angle it receives,
         wrapped into (-pi, pi], passes +-pi (time t, joint rate ``rate``): a law that is not
-        periodic in the angle (target - angle).
+        periodic in the angle (target - angle). For a law of several coordinates
+        (:class:`~mbs.forces.JointEfforts`), ``coupled`` = (positions, rates, index): the
+        coordinates it receives and the angle tested.
 
         The law is called at pi - e and -pi + e only, inside its range: the gap closes with
         e for a periodic law and keeps its size for a jump. Laws that read the bodies'
         states are not evaluated (False)."""
         term = next(term for term in self.applied_forces.terms if term.name == name)
+        if coupled is not None:
+            positions, rates, index = coupled
+
+            def gap(e: float) -> float:
+                return term.half_turn_gap(t, positions, rates, index, e)
+
+            closer = gap(1e-7)
+            return closer > 0.0 and closer > 0.5 * gap(1e-4)
         if getattr(term.law, "reads_bodies", False):
             return False
 

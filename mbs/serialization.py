@@ -141,7 +141,8 @@ def system_to_dict(system: System) -> dict:
                          [b.name for b in force._bodies])
         else:
             raise ModelError(f"force {force.name!r} of type {type(force).__name__} cannot be "
-                             f"saved to JSON (it holds Python functions)")
+                             f"saved to JSON: save_system writes springs, dampers, gravity, "
+                             f"loads and single-joint actuators with constant values")
         forces.append(entry)
     return {"format": FORMAT, "version": VERSION,
             "gravity": None if system.gravity is None else system.gravity.tolist(),

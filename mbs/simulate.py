@@ -251,7 +251,7 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         # overflow in the scheme's arithmetic is caught as a non-finite residual or state and
         # reported with its cause; numpy's own warnings about it would only repeat it
         with (single_threaded_blas(), subnormals_flushed(),
-              np.errstate(over="ignore", invalid="ignore"), evaluation_span(t_start, run.end)):
+              np.errstate(over="ignore", invalid="ignore"), evaluation_span(t_start, run.end, h)):
             return run.execute(writer, flush_every, progress)
 
 
@@ -1357,6 +1357,8 @@ def _warn_if_angle_laws_saw_a_wrap(solution: Solution) -> None:
     if not isinstance(model, Model):
         return
     for info in model.forces:
+        if "reads_angles_of" in info.data:
+            _warn_if_coupled_angles_saw_a_wrap(solution, info)
         joint = info.data.get("reads_angle_of")
         if joint is None:
             continue
@@ -1367,12 +1369,36 @@ def _warn_if_angle_laws_saw_a_wrap(solution: Solution) -> None:
         k = int(beyond[0])
         if model.effort_jumps_at_half_turn(info.name, float(solution.t[k]),
                                            float(trajectory.rate[k])):
-            warn_user(f"simulate: {info.type} {info.name!r} reads the angle of joint "
-                      f"{joint!r}, which turned beyond +-pi at t = "
-                      f"{solution.t[beyond[0]]:.6g}; the law receives the angle wrapped "
-                      f"into (-pi, pi] (it jumps by 2 pi there): write angle errors "
-                      f"wrapped, e.g. (target - angle + pi) % (2 * pi) - pi",
-                      RuntimeWarning)
+            _warn_of_a_wrap(info, joint, float(solution.t[k]))
+
+
+def _warn_of_a_wrap(info, joint: str, time: float) -> None:
+    warn_user(f"simulate: {info.type} {info.name!r} reads the angle of joint {joint!r}, which "
+              f"turned beyond +-pi at t = {time:.6g}; the law receives the angle wrapped into "
+              f"(-pi, pi] (it jumps by 2 pi there): write angle errors wrapped, e.g. (target "
+              f"- angle + pi) % (2 * pi) - pi", RuntimeWarning)
+
+
+def _warn_if_coupled_angles_saw_a_wrap(solution: Solution, info) -> None:
+    """:func:`_warn_if_angle_laws_saw_a_wrap` for a law of several joints' coordinates
+    (:class:`mbs.forces.JointEfforts`): each angle it reads that turned beyond +-pi, with
+    the other coordinates at their values at that node."""
+    paths = [solution.joint(joint, coordinate) for joint, coordinate in info.data["coordinates"]]
+    for index, joint in enumerate(info.data["reads_angles_of"]):
+        if joint is None:
+            continue
+        beyond = np.flatnonzero(np.abs(paths[index].position) > np.pi)
+        if not beyond.size:
+            continue
+        k = int(beyond[0])
+        # the coordinates as the law receives them: angles wrapped into (-pi, pi]
+        positions = np.array([path.position[k] if path.coordinate != "angle" else
+                              np.pi - (np.pi - path.position[k]) % (2.0 * np.pi)
+                              for path in paths])
+        rates = np.array([path.rate[k] for path in paths])
+        if solution.model.effort_jumps_at_half_turn(info.name, float(solution.t[k]), 0.0,
+                                                     (positions, rates, index)):
+            _warn_of_a_wrap(info, joint, float(solution.t[k]))
 
 
 #: The ids of the Solver instances in a run, and the lock guarding the set.

@@ -11,7 +11,11 @@ written when the stream is created (a run that fails before its first flush leav
 zero steps) and records the SHA-256 of the initial state and of the checkpoint; a packed
 stream records a digest of the solver state it holds. The manifest also
 keeps the solver's warm-start state (previous multipliers), so that a resumed run performs the
-same floating-point operations as an uninterrupted one and reproduces it bitwise.
+same floating-point operations as an uninterrupted one and reproduces it bitwise. (One
+exception: a run that completed at its t_end read its laws of time at t_end itself in its last
+step (see :mod:`mbs.time_span`), where the uninterrupted run reads them at the rounded sum of
+its steps, one unit of rounding away; resumed past that end, a model with drives or
+time-dependent loads then agrees with the uninterrupted run to round-off only.)
 
 When the output name ends in ``.npz`` the chunks live in ``<name>.partial/`` during the run and
 are packed into the single file ``<name>`` when the run completes.

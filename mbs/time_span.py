@@ -20,20 +20,26 @@ import numpy as np
 #: are the same time: a node time is one product and one sum, a scheme's stage time a few
 #: sums more, each rounded by at most eps of that scale.
 TIME_ROUNDING = 64.0 * np.finfo(float).eps
+#: ... and by at most this fraction of a step: far from t = 0, where the rounding of t
+#: exceeds it, a step that does not reach t_end by more (which simulate warns about) keeps
+#: its own end, and a law's values a small time apart (a drive's rate by differences) stay
+#: apart.
+STEP_FRACTION = 1e-6
 
-_SPAN: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar(
+_SPAN: contextvars.ContextVar[tuple[float, float, float] | None] = contextvars.ContextVar(
     "mbs_run_span", default=None)
 
 
-def _same_time(t: float, reference: float, scale: float) -> bool:
-    return abs(t - reference) <= TIME_ROUNDING * scale
+def _same_time(t: float, reference: float, start: float, end: float, h: float) -> bool:
+    tolerance = min(TIME_ROUNDING * (abs(start) + abs(end)), STEP_FRACTION * h)
+    return abs(t - reference) <= tolerance
 
 
 def last_node_time(t_start: float, h: float, steps: int, t_end: float) -> float:
     """The time of a run's last node: ``t_end`` when t_start + steps h is t_end up to
     rounding, else t_start + steps h (a step that does not divide the interval)."""
     reached = t_start + steps * h
-    return t_end if _same_time(reached, t_end, abs(t_start) + abs(t_end)) else reached
+    return t_end if _same_time(reached, t_end, t_start, t_end, h) else reached
 
 
 def node_times(t_start: float, h: float, first: int, last: int,
@@ -47,10 +53,11 @@ def node_times(t_start: float, h: float, first: int, last: int,
 
 
 @contextlib.contextmanager
-def evaluation_span(t_start: float, t_end: float) -> Iterator[None]:
-    """Laws of time evaluated inside the block are read on [t_start, t_end] (see
-    :func:`within_span`); the span is the calling thread's (and context's)."""
-    token = _SPAN.set((t_start, t_end))
+def evaluation_span(t_start: float, t_end: float, h: float) -> Iterator[None]:
+    """Laws of time evaluated inside the block, by a run of step ``h``, are read on
+    [t_start, t_end] (see :func:`within_span`); the span is the calling thread's (and
+    context's)."""
+    token = _SPAN.set((t_start, t_end, h))
     try:
         yield
     finally:
@@ -64,10 +71,9 @@ def within_span(t: float) -> float:
     span = _SPAN.get()
     if span is None:
         return t
-    start, end = span
-    scale = abs(start) + abs(end)
-    if t > end and _same_time(t, end, scale):
+    start, end, h = span
+    if t > end and _same_time(t, end, start, end, h):
         return end
-    if t < start and _same_time(t, start, scale):
+    if t < start and _same_time(t, start, start, end, h):
         return start
     return t

@@ -591,3 +591,13 @@ def test_streams_and_ensembles_end_at_t_end(tmp_path):
                                      t_end=0.3)
     assert ensemble.t[-1] == 0.3
     np.testing.assert_array_equal(ensemble.q[0], solution.q)
+
+
+def test_a_step_that_does_not_reach_t_end_keeps_its_own_end_far_from_zero():
+    """Far from t = 0 the rounding of t (64 eps |t| = 1.4e-5 at t = 1e9) exceeds what
+    simulate accepts as reaching t_end (1e-6 h): a run that falls short by 2e-5 is warned of
+    and ends at its own last node, not at t_end."""
+    model, _ = disc(lambda t: 0.0, lambda t: 0.0)
+    with pytest.warns(UserWarning, match="does not divide the interval"):
+        solution = mbs.simulate(model, "em", h=1.0, t_start=1e9, t_end=1e9 + 10.00002)
+    assert solution.t[-1] == 1e9 + 10.0

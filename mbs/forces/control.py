@@ -76,6 +76,13 @@ class JointEfforts(Force):
             self.coordinates.append(coordinate)
         self.law = _Value(law, len(self.joints), "efforts", owner, "positions, rates")
 
+    @property
+    def angles_read(self) -> list[str | None]:
+        """Per listed coordinate, the joint whose angle the law reads (None for a
+        displacement, and for every coordinate when the law is of t only)."""
+        return [joint.name if coordinate == "angle" and self.law.uses_state else None
+                for joint, coordinate in zip(self.joints, self.coordinates)]
+
     def bodies_acted_on(self) -> list:
         bodies = []
         for joint in self.joints:
@@ -118,6 +125,18 @@ class _CoupledEffortTerm(AppliedTerm):
 
     def _efforts(self, t: float, positions: np.ndarray, rates: np.ndarray) -> np.ndarray:
         return np.atleast_1d(np.asarray(self.law(t, positions, rates), dtype=float))
+
+    def half_turn_gap(self, t: float, positions: np.ndarray, rates: np.ndarray, index: int,
+                      e: float) -> float:
+        """|tau_index| difference between angle ``index`` at pi - e and at -pi + e, the other
+        coordinates at ``positions`` and ``rates``: a gap that closes with e is a law
+        periodic in that angle, one that keeps its size a jump."""
+        values = []
+        for angle in (np.pi - e, -np.pi + e):
+            shifted = np.array(positions, dtype=float)
+            shifted[index] = angle
+            values.append(self._efforts(t, shifted, rates)[index])
+        return abs(values[0] - values[1])
 
     def evaluate(self, t, q, v, jacobian):
         states = q[None, :]

@@ -140,8 +140,10 @@ class Drive(UserConstraint):
                          + second[0].T @ (first[0] @ q + first[1])
                          for first, second in self._forms])
 
-    def _call(self, function: Callable, what: str, t: float) -> float:
-        t = within_span(t)
+    def _call(self, function: Callable, what: str, t: float, exact: bool = False) -> float:
+        """f(t) checked; ``exact``: at t itself, not at the run's end that t may be up to
+        rounding (:func:`~mbs.time_span.within_span`)."""
+        t = t if exact else within_span(t)
         try:
             value = float(function(t))
         except Exception as exc:  # the user's code: report it with the drive's name
@@ -188,11 +190,16 @@ class Drive(UserConstraint):
         so that round-off in t itself does not enter.
 
         Where f cannot be evaluated on one side of t (a table or law that ends at t, the end
-        of a run), the one-sided differences of the same order over the same span are used."""
+        of a run), the one-sided differences of the same order over the same span are used.
+        The differences are taken about t as the run reads it (its end, for a time a few
+        units of rounding past it), at the times they name."""
+        t = within_span(t)
+
         def central(width: float) -> float:
             ahead, behind = t + width, t - width
-            return ((self._call(self.position, "position", ahead)
-                     - self._call(self.position, "position", behind)) / (ahead - behind))
+            return ((self._call(self.position, "position", ahead, exact=True)
+                     - self._call(self.position, "position", behind, exact=True))
+                    / (ahead - behind))
 
         try:
             return (4.0 * central(step) - central(2.0 * step)) / 3.0
@@ -211,7 +218,8 @@ class Drive(UserConstraint):
         """f'(t) from f(t), f(t + width), ..., f(t + 4 width): the fourth-order one-sided
         difference (-25, 48, -36, 16, -3) / 12, with error width^4 |f^(5)| / 5."""
         times = t + width * np.arange(5)
-        values = np.array([self._call(self.position, "position", time) for time in times])
+        values = np.array([self._call(self.position, "position", time, exact=True)
+                           for time in times])
         return float(ONE_SIDED_WEIGHTS @ values / (12.0 * width))
 
     def rate_mismatch(self, times) -> tuple[float, float, float, float] | None:

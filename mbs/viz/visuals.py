@@ -141,7 +141,7 @@ class SceneOptions:
     world_axes : bool; the small orientation triad in the corner
     trails : list of body names or {name: point}; the path of each body's reference point
         (centre of mass, particle), or of the point of the body that was at ``point``
-        (3 world coordinates) at the solution's first node: the convention of
+        (3 world coordinates) at the initial pose (``model.q0``): the convention of
         :meth:`mbs.Solution.point`, which computes the path, and of the attachment points
         of joints, springs and loads (given at the initial pose). A point mass has no
         orientation: its trail is its own path, whatever the point
@@ -848,7 +848,7 @@ def _springs(model, attacher: Attacher, frame_poses: Poses, s: float,
 def _trails(solution, trails, attacher: Attacher, frame_poses: Poses,
             dynamic: list[DynamicItem]) -> None:
     """Append a trail per entry of ``trails`` (body names, or {name: world point at the
-    solution's first node}) to ``dynamic``; see :func:`trail_path`."""
+    initial pose}) to ``dynamic``; see :func:`trail_path`."""
     spec = {name: None for name in trails} if not isinstance(trails, dict) else trails
     for name, point in spec.items():
         if attacher.body_index(name) == GROUND:
@@ -872,10 +872,10 @@ def trail_path(solution, body: str, point, indices: np.ndarray) -> np.ndarray:
     body : str
         Name of a body of the model.
     point : 3-vector or None
-        World coordinates, at the solution's first node, of the point of the body to trace
-        (as :meth:`mbs.Solution.point` takes them: attachment points of joints, springs and
-        loads are given the same way); None for the body's reference point (centre of mass
-        or particle).
+        World coordinates, at the initial pose (``model.q0``), of the point of the body to
+        trace (as :meth:`mbs.Solution.point` takes them: attachment points of joints, springs
+        and loads are given the same way); None for the body's reference point (centre of
+        mass or particle).
     indices : (F,) int
         Solution nodes (the frames of a scene).
 
