@@ -25,7 +25,7 @@ from mbs.errors import (
 from mbs.forces.applied import AppliedForces, JointDamper, joint_effort_term
 from mbs.forces.base import TermInstance
 from mbs.forces.gravity import UniformGravity
-from mbs.joints.base import AXIS_COORDINATES, BuildContext
+from mbs.joints.base import JOINT_COORDINATES, BuildContext
 from mbs.model import BodyInfo, ElementInfo, Model, Redundancy, UserConstraintBlock
 from mbs.potential_group import PotentialGroup
 from mbs.quadratic import QuadraticTableBuilder
@@ -321,8 +321,8 @@ def _joint_coordinates(system: System, context: BuildContext) -> dict:
     """name -> {kind: term} of the joints with an axis coordinate (see
     :meth:`mbs.model.Model.joint_coordinate`)."""
     return {joint.name: {kind: joint_effort_term(joint, context, None, joint.name, kind)
-                         for kind in AXIS_COORDINATES[type(joint).__name__]}
-            for joint in system.joints if type(joint).__name__ in AXIS_COORDINATES}
+                         for kind in JOINT_COORDINATES[type(joint).__name__]}
+            for joint in system.joints if type(joint).__name__ in JOINT_COORDINATES}
 
 
 def _describe_redundancies(ranks, constraint_rows: dict, model: Model, q0: np.ndarray,

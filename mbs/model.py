@@ -375,8 +375,9 @@ class Model:
             if name not in self._constraint_rows:
                 raise UnknownNameError(f"no joint {name!r}; joints with an axis coordinate: "
                                        f"{with_axis}")
-            raise ModelError(f"joint {name!r} has no axis coordinate (revolute, cylindrical "
-                             f"and prismatic joints have one; this model's: {with_axis})")
+            raise ModelError(f"joint {name!r} has no axis coordinate (revolute, cylindrical, "
+                             f"prismatic and universal joints have them; this model's: "
+                             f"{with_axis})")
         coordinate = coordinate or next(iter(coordinates))
         if coordinate not in coordinates:
             raise ModelError(f"joint {name!r} has no {coordinate!r} coordinate; it has "

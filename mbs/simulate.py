@@ -43,6 +43,7 @@ from mbs.errors import (
     SolverError,
     warn_user,
 )
+from mbs.joints.base import is_angle
 from mbs.liegroup.model import LieGroupModel
 from mbs.liegroup.simulation import (
     LIE_GROUP_SOLVERS,
@@ -1392,7 +1393,7 @@ def _warn_if_coupled_angles_saw_a_wrap(solution: Solution, info) -> None:
             continue
         k = int(beyond[0])
         # the coordinates as the law receives them: angles wrapped into (-pi, pi]
-        positions = np.array([path.position[k] if path.coordinate != "angle" else
+        positions = np.array([path.position[k] if not is_angle(path.coordinate) else
                               np.pi - (np.pi - path.position[k]) % (2.0 * np.pi)
                               for path in paths])
         rates = np.array([path.rate[k] for path in paths])

@@ -10,6 +10,7 @@ from scipy.spatial.transform import Rotation
 
 from mbs.elements import Element
 from mbs.errors import ModelError, ModelTypeError, UnknownNameError
+from mbs.joints.base import is_angle
 from mbs.model import Model
 from mbs.symmetry import conserved_directions, generic_states, in_span, symmetry_axis_points
 from mbs.validation import as_scalar, as_vector
@@ -107,10 +108,11 @@ class JointTrajectory:
 
     Attributes
     ----------
-    coordinate : "angle" or "displacement"
+    coordinate : "angle", "displacement", "angle_a" or "angle_b"
     position : (N+1,)
         Angle of body_b relative to body_a about the axis (rad, 0 at the initial pose,
-        continuous over turns) or displacement along it (m).
+        continuous over turns) or displacement along it (m); a universal joint's angle about
+        one of its cross axes (see :meth:`Solution.joint`).
     rate : (N+1,)
         Its rate from v = M^-1 p at the nodes.
     t : (N+1,)
@@ -439,11 +441,12 @@ class Solution:
         if node == 0:
             return turns
         for name, coordinates in self.model.joint_coordinates.items():
-            if "angle" in coordinates:
-                angles = coordinates["angle"].batch_coordinate(
-                    coordinates["angle"].data,
-                    self.q[:node + 1, coordinates["angle"].local.indices])[0]
-                turns[name] = turns.get(name, 0.0) + _whole_turns(angles)[-1]
+            for coordinate, term in coordinates.items():
+                if is_angle(coordinate):
+                    angles = term.batch_coordinate(
+                        term.data, self.q[:node + 1, term.local.indices])[0]
+                    key = f"{name}.{coordinate}"
+                    turns[key] = turns.get(key, 0.0) + _whole_turns(angles)[-1]
         return turns
 
     def _multiplier_rows(self, first: int, last: int) -> tuple[np.ndarray, int]:
@@ -605,15 +608,18 @@ class Solution:
     def joint(self, name: str | Element, coordinate: str | None = None) -> JointTrajectory:
         """Angle (revolute, cylindrical) or displacement (prismatic;
         ``coordinate="displacement"`` for a cylindrical joint's slide, as for
-        :class:`~mbs.joints.Drive`) of joint ``name`` and its rate at the nodes. Here and in
-        the other accessors an element may be given as its name or itself."""
+        :class:`~mbs.joints.Drive`) of joint ``name`` and its rate at the nodes. A universal
+        joint has two angles: ``coordinate="angle_a"`` (the default) turns body_b's axis_b
+        about body_a's axis_a, ``"angle_b"`` turns body_b about its axis_b; each rate is
+        (omega_b - omega_a) . axis. Here and in the other accessors an element may be given
+        as its name or itself."""
         name = element_name(name)
         position, rate = self.model.joint_coordinate_path(name, self.q, self.velocities,
                                                           coordinate)
         coordinate = coordinate or next(iter(self.model.joint_coordinates[name]))
-        if coordinate == "angle":
-            turns = _whole_turns(position) + (self.stats.get("angle_turns") or {}).get(name,
-                                                                                    0.0)
+        if is_angle(coordinate):
+            turns = _whole_turns(position) + (self.stats.get("angle_turns") or {}).get(
+                f"{name}.{coordinate}", 0.0)
             position = position + 2.0 * np.pi * turns
         return JointTrajectory(name, coordinate, position, rate, t=self.t)
 

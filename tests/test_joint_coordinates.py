@@ -154,3 +154,93 @@ def test_coupled_joint_rates_get_a_clear_error():
                        match="no joint 'no_such_joint'; joints with an axis coordinate: "
                              "crank_pivot"):
         model.initial_state(joint_rates={"no_such_joint": 1.0})
+
+
+CROSS_A, CROSS_B = np.array([0.0, 0.0, 1.0]), np.array([1.0, 0.0, 0.0])
+
+
+def cardan_shaft(*elements) -> mbs.Model:
+    """A hub on a bearing about z and a shaft on a universal joint to it (axis_a = z in
+    the hub, axis_b = x in the shaft), tumbling under gravity; ``elements`` are functions
+    of the universal joint returning elements to add."""
+    system = mbs.System(gravity=(0.0, -9.81, 0.0))
+    hub = system.add(mbs.RigidBody(2.0, np.diag([0.3, 0.4, 0.5]), name="hub"))
+    hub.set_state(angular_velocity=(0.0, 0.0, 2.0))
+    system.add(mbs.joints.Revolute(system.ground, hub, point=(0, 0, 0), axis=(0, 0, 1),
+                                   name="bearing"))
+    shaft = system.add(mbs.RigidBody(1.0, np.diag([0.05, 0.2, 0.22]), name="shaft"))
+    spin = np.array([1.0, 0.7, 2.0])
+    shaft.set_state(position=(0.0, 0.0, 0.6), angular_velocity=spin,
+                    velocity=np.cross(spin, (0.0, 0.0, 0.6)))
+    cardan = system.add(mbs.joints.Universal(hub, shaft, point=(0, 0, 0), axis_a=CROSS_A,
+                                             axis_b=CROSS_B, name="cardan"))
+    for make in elements:
+        for element in make(cardan):
+            system.add(element)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the spin is made consistent by projection
+        return system.compile()
+
+
+def cross_angles_from_rotations(solution: mbs.Solution) -> tuple[np.ndarray, np.ndarray]:
+    """The universal joint's angles from the bodies' rotation matrices: angle_a turns the
+    shaft's axis_b about the hub's axis_a (measured in the hub's plane (axis_b, axis_a x
+    axis_b)), angle_b turns the shaft about its axis_b (the hub's axis_a seen from the
+    shaft, whose frame sees it turn by -angle_b)."""
+    hub, shaft = solution.body("hub").rotation, solution.body("shaft").rotation
+    normal = np.cross(CROSS_A, CROSS_B)
+    alpha, beta = [], []
+    for r_a, r_b in zip(hub, shaft):
+        in_hub, in_shaft = r_a @ hub[0].T, r_b @ shaft[0].T  # turns from the initial pose
+        axis_b = in_shaft @ CROSS_B
+        alpha.append(np.arctan2(axis_b @ (in_hub @ normal), axis_b @ (in_hub @ CROSS_B)))
+        seen = in_shaft.T @ (in_hub @ CROSS_A)
+        beta.append(np.arctan2(seen @ normal, seen @ CROSS_A))
+    return np.unwrap(alpha), np.unwrap(beta)
+
+
+def test_a_universal_joint_gives_its_two_cross_angles_and_their_rates():
+    h = 1e-3
+    solution = mbs.simulate(cardan_shaft(), "em", h=h, t_end=2.0, project=True)
+    expected = cross_angles_from_rotations(solution)
+    for coordinate, angle in zip(("angle_a", "angle_b"), expected):
+        path = solution.joint("cardan", coordinate)
+        assert path.coordinate == coordinate and np.ptp(angle) > 3.0  # past +-pi: unwrapped
+        np.testing.assert_allclose(path.position, angle, rtol=0, atol=1e-12)
+        # central differences of em's nodes differ from its node velocities by the Taylor
+        # term h^2 |angle'''| / 6 and by em's own O(h^2) gap between the node velocity and
+        # the mean of its two secants, of the same size: 4 times the term bounds both
+        third = np.max(np.abs(np.diff(angle, 3))) / h**3
+        differences = np.gradient(angle, solution.t)[1:-1]
+        np.testing.assert_allclose(path.rate[1:-1], differences, rtol=0,
+                                   atol=4 * h**2 * third / 6)
+    assert solution.joint("cardan").coordinate == "angle_a"
+
+
+STIFFNESS = (3.0, 5.0)
+
+
+def test_cross_angle_springs_as_joint_efforts_conserve_their_energy_at_second_order():
+    """tau = -k angle about each cross axis is a conservative spring, U = k angle^2 / 2:
+    E + U is a first integral if each torque does the work of its angle (the efforts act
+    on the rates (omega_b - omega_a) . axis); em applies them as work-doing forces, whose
+    midpoint work differs from -dU by O(h^2)."""
+    springs = cardan_shaft(lambda joint: [mbs.forces.JointEfforts(
+        [(joint, "angle_a"), (joint, "angle_b")],
+        lambda t, s, r: -np.array(STIFFNESS) * s)])
+    drifts = []
+    for h in (0.004, 0.002):
+        solution = mbs.simulate(springs, "em", h=h, t_end=1.0, project=True)
+        angles = [solution.joint("cardan", c).position for c in ("angle_a", "angle_b")]
+        total = solution.energy() + sum(0.5 * k * a**2 for k, a in zip(STIFFNESS, angles))
+        drifts.append(np.max(np.abs(total - total[0])))
+    assert np.log2(drifts[0] / drifts[1]) == pytest.approx(2.0, abs=0.3)
+
+
+def test_a_drive_on_a_universal_joint_is_refused():
+    system = mbs.System()
+    body = system.add(mbs.RigidBody(1.0, (1.0, 1.0, 1.0), name="body"))
+    joint = system.add(mbs.joints.Universal(system.ground, body, point=(0, 0, 0),
+                                            axis_a=CROSS_A, axis_b=CROSS_B))
+    with pytest.raises(ModelError, match="revolute, cylindrical and prismatic"):
+        mbs.joints.Drive(joint, lambda t: t)

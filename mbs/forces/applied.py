@@ -789,11 +789,14 @@ class _SlideTerm(_EffortTerm):
 def joint_effort_term(joint, context, law, name: str, coordinate: str,
                       local: LocalCoordinates | None = None) -> AppliedTerm:
     """The applied term of an effort on ``joint``'s rotation (``coordinate`` "angle") or
-    translation ("displacement") about/along its axis, written on the coordinates of the
-    joint's two bodies or on ``local`` (coordinates that include them)."""
+    translation ("displacement") about/along its axis, or on a universal joint's rotation
+    about a cross axis ("angle_a", "angle_b"), written on the coordinates of the joint's two
+    bodies or on ``local`` (coordinates that include them)."""
     body_a, body_b = joint.body_a, joint.body_b
     if local is None:
         local = LocalCoordinates(_coordinates(context, body_a, body_b))
+    if coordinate in ("angle_a", "angle_b"):
+        return _cross_angle_term(joint, context, law, name, coordinate, local)
     axis = local.affine(context.vector(body_a, joint.axis))
 
     def directors(body):
@@ -817,6 +820,33 @@ def joint_effort_term(joint, context, law, name: str, coordinate: str,
                       local.affine(context.vector(body_a, e2)),
                       local.affine(context.vector(body_b, e1)), directors(body_a),
                       directors(body_b), bodies)
+
+
+def _cross_angle_term(joint, context, law, name: str, coordinate: str,
+                      local: LocalCoordinates) -> AppliedTerm:
+    """A universal joint's rotation about one cross axis as an :class:`_AngleTerm`.
+
+    "angle_a" turns axis_b about axis_a (fixed in body_a): the angle of body_b's axis_b from
+    its initial direction, measured in body_a's plane (axis_b, axis_a x axis_b). "angle_b"
+    turns body_b about its axis_b: the angle of body_a's axis_a as body_b sees it, from its
+    initial direction in body_b's plane (axis_a, axis_a x axis_b), with the sign that makes
+    it body_b's rotation relative to body_a. Each rate is (omega_b - omega_a) . axis, the
+    axis staying perpendicular to the other cross axis, so the torque about that axis is
+    the effort that does the angle's work."""
+    own, other = ((joint.body_a, joint.body_b) if coordinate == "angle_a"
+                  else (joint.body_b, joint.body_a))
+    axis, cross_axis = ((joint.axis_a, joint.axis_b) if coordinate == "angle_a"
+                        else (joint.axis_b, joint.axis_a))
+    normal = np.cross(joint.axis_a, joint.axis_b)
+
+    def on(body, vector):
+        return local.affine(context.vector(body, vector))
+
+    def directors(body):
+        return local.directors(context.offsets[body.name]) if body.n_coordinates else None
+
+    return _AngleTerm(name, local, law, on(own, axis), on(own, cross_axis), on(own, normal),
+                      on(other, cross_axis), directors(joint.body_a), directors(joint.body_b))
 
 
 class _JointEffort(JointElement):

@@ -11,7 +11,7 @@ from mbs.errors import ModelError, ModelTypeError
 from mbs.forces.applied import AppliedTerm, _coordinates, _Value, joint_effort_term
 from mbs.forces.base import Force
 from mbs.forces.kinematics import LocalCoordinates
-from mbs.joints.base import AXIS_COORDINATES, Joint
+from mbs.joints.base import JOINT_COORDINATES, Joint, is_angle
 
 #: Relative step of the central differences giving the law's slopes for Newton's matrix.
 SLOPE_STEP = 1e-6
@@ -28,9 +28,11 @@ class JointEfforts(Force):
 
     Parameters
     ----------
-    joints : sequence of joints, or of (joint, "angle" | "displacement") pairs
-        Revolute joints (their angle), prismatic joints (their displacement) and
-        cylindrical joints (their angle, or their slide with ``(joint, "displacement")``).
+    joints : sequence of joints, or of (joint, coordinate) pairs
+        Revolute joints (their angle), prismatic joints (their displacement), cylindrical
+        joints (their angle, or their slide with ``(joint, "displacement")``) and universal
+        joints (the rotation about axis_a, or with ``(joint, "angle_b")`` about axis_b; see
+        :meth:`mbs.Solution.joint`).
     law : sequence of k numbers, or function
         ``f(t)`` or ``f(t, positions, rates)`` returning the k efforts, with ``positions``
         and ``rates`` arrays (k,) of the joints' coordinates in the order given: angles from
@@ -59,12 +61,13 @@ class JointEfforts(Force):
                                  else (entry, None))
             if not isinstance(joint, Joint):
                 raise ModelTypeError(f"{owner}: {joint!r} is not a joint; give revolute, "
-                                     f"cylindrical or prismatic joints")
-            allowed = AXIS_COORDINATES.get(type(joint).__name__)
+                                     f"cylindrical, prismatic or universal joints")
+            allowed = JOINT_COORDINATES.get(type(joint).__name__)
             if allowed is None:
                 raise ModelError(f"{owner}: {type(joint).__name__} {joint.name!r} has no axis "
-                                 f"coordinate; efforts act on revolute, cylindrical and "
-                                 f"prismatic joints (use a Load on a body instead)")
+                                 f"coordinate; efforts act on revolute, cylindrical, "
+                                 f"prismatic and universal joints (use a Load on a body "
+                                 f"instead)")
             coordinate = allowed[0] if coordinate is None else coordinate
             if coordinate not in allowed:
                 raise ModelError(f"{owner}: joint {joint.name!r} has no {coordinate!r} "
@@ -80,7 +83,7 @@ class JointEfforts(Force):
     def angles_read(self) -> list[str | None]:
         """Per listed coordinate, the joint whose angle the law reads (None for a
         displacement, and for every coordinate when the law is of t only)."""
-        return [joint.name if coordinate == "angle" and self.law.uses_state else None
+        return [joint.name if is_angle(coordinate) and self.law.uses_state else None
                 for joint, coordinate in zip(self.joints, self.coordinates)]
 
     def bodies_acted_on(self) -> list:

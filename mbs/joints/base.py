@@ -84,6 +84,16 @@ PARALLEL_AXES = ("parallel axes, 1", "parallel axes, 2")
 #: it and the displacement along it (drives, actuators and Solution.joint read these).
 AXIS_COORDINATES = {"Revolute": ("angle",), "Cylindrical": ("angle", "displacement"),
                     "Prismatic": ("displacement",)}
+#: The coordinates of every joint that has some: those of :data:`AXIS_COORDINATES` and a
+#: universal joint's rotations about its two cross axes, "angle_a" about axis_a (fixed in
+#: body_a) and "angle_b" about axis_b (fixed in body_b), read by Solution.joint and
+#: JointEfforts.
+JOINT_COORDINATES = {**AXIS_COORDINATES, "Universal": ("angle_a", "angle_b")}
+
+
+def is_angle(coordinate: str) -> bool:
+    """Whether a joint coordinate (of :data:`JOINT_COORDINATES`) is an angle."""
+    return coordinate.startswith("angle")
 
 
 def equation_label(name: str, equation_names: tuple[str, ...], index: int) -> str:
