@@ -114,7 +114,8 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         Step size (> 0). The number of steps is round((t_end - t_start) / h); a warning is
         given if that does not reach t_end exactly. The nodes are t_start + k h, the last
         one t_end itself (not the rounded sum, e.g. 0.30000000000000004 for 3 steps of 0.1),
-        and laws of time are read at t_end there (see :mod:`mbs.time_span`).
+        and laws of time are read at t_end there (see :mod:`mbs.time_span`; compositions'
+        sub-steps read them up to 0.35 h beyond the run's ends).
     t_end : float
         End of the run (> ``t_start``).
     t_start : float

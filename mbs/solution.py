@@ -365,8 +365,9 @@ class Solution:
             :meth:`constraint_residuals`, and the efforts of :meth:`drive`, :meth:`force`
             and :meth:`reaction` equal this run's at the same nodes and steps bitwise (for a
             window of one node to round-off: the model's arithmetic on a single state rounds
-            differently); :attr:`work` and the drives' and forces' works start at 0 at the
-            window's first node (this run's minus their value there, to round-off). What
+            differently; so may the velocity residuals, evaluated in blocks of states);
+            :attr:`work` and the drives' and forces' works start at 0 at the window's first
+            node (this run's minus their value there, to round-off). What
             continues from the window's first node instead: the unwrapping of
             :meth:`BodyTrajectory.euler_angles` and the sign continuity of
             :meth:`BodyTrajectory.quaternions`, and the momentum derivatives :meth:`at`
@@ -499,8 +500,12 @@ class Solution:
         around each node: a jump of a load or a contact spreads over the two steps either
         side of it.
         """
-        requested = np.asarray(times, dtype=float)
-        if not np.all(np.isfinite(requested)):
+        try:
+            requested = np.asarray(times, dtype=float)
+        except (TypeError, ValueError):
+            raise ModelTypeError(f"Solution.at: times must be real numbers, got "
+                                 f"{times!r:.80}") from None
+        if np.iscomplexobj(times) or not np.all(np.isfinite(requested)):
             raise ModelError(f"Solution.at: times must be finite, got {times!r:.80}")
         flat = requested.ravel()
         t = self.t

@@ -99,12 +99,13 @@ class System:
         if element.name in self._names:
             raise ModelError(f"duplicate name {element.name!r}: every body, joint and force "
                              f"of a system needs a unique name")
-        joint = getattr(element, "joint", None)  # joint actuators, dampers and drives
-        if isinstance(joint, Joint) and joint.system is not self:
-            fix = ("is not in a system; add the joint first" if joint.system is None else
-                   "belongs to another system; give a joint of this system")
-            raise ModelError(f"{type(element).__name__} {element.name!r}: joint {joint.name!r} "
-                             f"{fix}")
+        # joint actuators, dampers and drives (joint), JointEfforts (joints)
+        for joint in [getattr(element, "joint", None), *getattr(element, "joints", ())]:
+            if isinstance(joint, Joint) and joint.system is not self:
+                fix = ("is not in a system; add the joint first" if joint.system is None else
+                       "belongs to another system; give a joint of this system")
+                raise ModelError(f"{type(element).__name__} {element.name!r}: joint "
+                                 f"{joint.name!r} {fix}")
         for body in self._referenced_bodies(element):
             if body.system is not self:
                 raise ModelError(

@@ -5,7 +5,9 @@ values drift from the decimal times a user has in mind (3 * 0.1 is 0.30000000000
 the last node, when it is t_end up to rounding, is t_end itself; and while a run goes on, a
 law of time (a load, an actuator's torque, a drive's position) asked for its value a few
 rounding units past an end of the run is evaluated at that end. A law given as a table on
-[t_start, t_end] is then never read outside it.
+[t_start, t_end] is then never read outside it by the schemes whose stages lie within their
+steps; the sub-steps of compositions (``order=4`` or ``6``) reach beyond their step, and
+read laws up to 0.35 h outside the run (see :mod:`mbs.solvers.composition`).
 """
 
 from __future__ import annotations

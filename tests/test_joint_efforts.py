@@ -244,3 +244,15 @@ def test_a_coupled_law_with_wrapped_errors_turns_several_times_without_warning()
         warnings.simplefilter("error")
         solution = mbs.simulate(model, "em", h=1e-3, t_end=0.6)
     assert np.max(solution.joint("axle").position) > 2 * 2 * np.pi * 0.8
+
+
+def test_one_constant_effort_may_be_given_as_a_list_and_a_foreign_joint_is_named():
+    """The efforts are k numbers, also for k = 1; a joint of another system is named."""
+    system = dp.build()
+    system.add(JointEfforts([system["hinge2"]], [0.5], name="hold"))
+    solution = mbs.simulate(system.compile(), "em", h=0.01, t_end=0.2)
+    assert solution.force("hold").work[-1] != 0.0
+    other = dp.build()
+    with pytest.raises(ModelError, match="JointEfforts 'stray': joint 'hinge1' belongs to "
+                                         "another system"):
+        system.add(JointEfforts([other["hinge1"]], [0.5], name="stray"))

@@ -285,6 +285,9 @@ def test_interpolation_returns_the_nodes_bitwise_and_refuses_times_outside(pendu
             run.at(outside)
     with pytest.raises(ModelError, match="finite"):
         run.at(np.nan)
+    for bad in ("x", 0.1 + 0j):
+        with pytest.raises((ModelError, ModelTypeError), match="Solution.at: times must be"):
+            run.at(bad)
 
 
 # -- runs that stopped early -----------------------------------------------------------------

@@ -77,6 +77,9 @@ class JointEfforts(Force):
                                  f"twice; list each joint coordinate once")
             self.joints.append(joint)
             self.coordinates.append(coordinate)
+        if (len(self.joints) == 1 and not callable(law) and np.ndim(law) == 1
+                and len(law) == 1):
+            law = law[0]  # one effort, given as a sequence like any count of them
         self.law = _Value(law, len(self.joints), "efforts", owner, "positions, rates")
 
     @property
