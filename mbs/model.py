@@ -350,8 +350,9 @@ class Model:
         """(position, rate, row) of joint ``name``'s coordinate at (q, v): the angle about
         its axis (0 at the initial pose, in (-pi, pi]) for revolute and cylindrical joints,
         the displacement along it for prismatic ones (``coordinate="displacement"`` for the
-        slide of a cylindrical joint, as for :class:`~mbs.joints.Drive`); ``row`` (n,) gives
-        rate = row . v."""
+        slide of a cylindrical joint, as for :class:`~mbs.joints.Drive`), a universal
+        joint's rotation about axis_a ("angle_a", the default) or axis_b ("angle_b", see
+        :meth:`mbs.Solution.joint`); ``row`` (n,) gives rate = row . v."""
         term = self._joint_coordinate_term(name, coordinate)
         index = term.local.indices
         position, local_row = term.coordinate(q[index])
@@ -931,9 +932,12 @@ class Model:
             :class:`InconsistentInitialStateError`.
         joint_rates : dict, optional
             Joint name -> rate (rad/s about a revolute or cylindrical axis, m/s along a
-            prismatic one) the initial velocities must have: p0 becomes the M-nearest
-            momentum that satisfies G M^-1 p = 0 and these rates exactly (the other
-            velocities set on the bodies are kept as far as the constraints allow).
+            prismatic one), or (joint name, coordinate) -> rate for a joint with two
+            coordinates (a cylindrical joint's "displacement", a universal joint's "angle_b";
+            the name alone selects the first), that the initial velocities must have: p0
+            becomes the M-nearest momentum that satisfies G M^-1 p = 0 and these rates
+            exactly (the other velocities set on the bodies are kept as far as the
+            constraints allow).
             Rates the constraints do not allow raise a :class:`ModelError` naming them.
         t : float
             The start time (drives prescribe positions and rates as functions of it).
@@ -1029,11 +1033,13 @@ class Model:
                 after = self.joint_coordinate(name, q_new, self.apply_inverse_mass(p_new),
                                               kind)[1]
                 if abs(after - before) > 1e-9 * max(abs(before), abs(after), 1e-300):
-                    changed.append(f"{name} {before:.6g} -> {after:.6g}")
+                    label = name if len(kinds) == 1 else f"{name} ({kind})"
+                    changed.append(f"{label} {before:.6g} -> {after:.6g}")
         if not changed:
             return ""
         return (f"; it changed joint rates: {', '.join(changed)}. To prescribe rates, pass "
-                f"joint_rates={{name: rate}} to initial_state")
+                f"joint_rates={{name: rate}} (or {{(name, coordinate): rate}}) to "
+                f"initial_state")
 
     def _state_with_rates(self, q, p, joint_rates: dict, project: bool, t: float):
         """(q, p) with the given joint rates: p - A^T (A M^-1 A^T)^+ (A M^-1 p - b) for
@@ -1051,17 +1057,20 @@ class Model:
             q = q_projected
         self.check_drive_branches(q, t)
         v = self.apply_inverse_mass(p)
-        names, rates, rows = [], [], []
-        for name, rate in joint_rates.items():
-            rows.append(self.joint_coordinate(name, q, v)[2])
+        names, coordinates, rates, rows = [], [], [], []
+        for key, rate in joint_rates.items():
+            name, coordinate = key if isinstance(key, tuple) and len(key) == 2 else (key, None)
+            rows.append(self.joint_coordinate(name, q, v, coordinate)[2])
             names.append(name)
-            rates.append(as_scalar(rate, "rate", f"initial_state: joint {name!r}"))
+            coordinates.append(coordinate)
+            rates.append(as_scalar(rate, "rate", f"initial_state: joint {key!r}"))
         jacobian = self._all_jacobian(q, t)
         matrix = sp.vstack([jacobian, sp.csr_matrix(np.array(rows))]).tocsr()
         target = np.concatenate([-self._all_time_derivative(q, t), rates])
         p = self._corrected_momentum(matrix, p, target)
-        reached = np.array([self.joint_coordinate(name, q, self.apply_inverse_mass(p))[1]
-                            for name in names])
+        reached = np.array([self.joint_coordinate(name, q, self.apply_inverse_mass(p),
+                                                  coordinate)[1]
+                            for name, coordinate in zip(names, coordinates)])
         missed = [f"{name} (asked {rate:.6g}, possible {got:.6g})"
                   for name, rate, got in zip(names, rates, reached)
                   if abs(got - rate) > 1e-9 * max(1.0, abs(rate))]

@@ -501,11 +501,13 @@ class Solution:
         side of it.
         """
         try:
+            if np.iscomplexobj(times):
+                raise TypeError("complex")
             requested = np.asarray(times, dtype=float)
         except (TypeError, ValueError):
             raise ModelTypeError(f"Solution.at: times must be real numbers, got "
                                  f"{times!r:.80}") from None
-        if np.iscomplexobj(times) or not np.all(np.isfinite(requested)):
+        if not np.all(np.isfinite(requested)):
             raise ModelError(f"Solution.at: times must be finite, got {times!r:.80}")
         flat = requested.ravel()
         t = self.t

@@ -244,3 +244,13 @@ def test_a_drive_on_a_universal_joint_is_refused():
                                             axis_a=CROSS_A, axis_b=CROSS_B))
     with pytest.raises(ModelError, match="revolute, cylindrical and prismatic"):
         mbs.joints.Drive(joint, lambda t: t)
+
+
+def test_initial_rates_of_a_universal_joint_are_given_per_coordinate():
+    """joint_rates takes (name, coordinate) for a joint's second coordinate."""
+    model = cardan_shaft()
+    q, p = model.initial_state(joint_rates={"bearing": 2.0, ("cardan", "angle_b"): 1.5,
+                                            ("cardan", "angle_a"): -0.5})
+    v = model.apply_inverse_mass(p)
+    assert model.joint_coordinate("cardan", q, v, "angle_b")[1] == pytest.approx(1.5, abs=1e-12)
+    assert model.joint_coordinate("cardan", q, v)[1] == pytest.approx(-0.5, abs=1e-12)
