@@ -798,12 +798,9 @@ def joint_effort_term(joint, context, law, name: str, coordinate: str,
     if coordinate in ("angle_a", "angle_b"):
         return _cross_angle_term(joint, context, law, name, coordinate, local)
     axis = local.affine(context.vector(body_a, joint.axis))
-
-    def directors(body):
-        return local.directors(context.offsets[body.name]) if body.n_coordinates else None
-
     states = [None if body.n_coordinates == 0 else
-              (local.affine(context.point(body, body.reference_point())), directors(body))
+              (local.affine(context.point(body, body.reference_point())),
+               _local_directors(context, local, body))
               for body in (body_a, body_b)]
 
     def bodies(qs, vs):
@@ -818,8 +815,15 @@ def joint_effort_term(joint, context, law, name: str, coordinate: str,
     e1, e2 = perpendicular_pair(joint.axis)
     return _AngleTerm(name, local, law, axis, local.affine(context.vector(body_a, e1)),
                       local.affine(context.vector(body_a, e2)),
-                      local.affine(context.vector(body_b, e1)), directors(body_a),
-                      directors(body_b), bodies)
+                      local.affine(context.vector(body_b, e1)),
+                      _local_directors(context, local, body_a),
+                      _local_directors(context, local, body_b), bodies)
+
+
+def _local_directors(context, local: LocalCoordinates, body: Body) -> np.ndarray | None:
+    """The positions of ``body``'s directors among ``local``'s coordinates (None for a body
+    without coordinates, the ground)."""
+    return local.directors(context.offsets[body.name]) if body.n_coordinates else None
 
 
 def _cross_angle_term(joint, context, law, name: str, coordinate: str,
@@ -842,11 +846,9 @@ def _cross_angle_term(joint, context, law, name: str, coordinate: str,
     def on(body, vector):
         return local.affine(context.vector(body, vector))
 
-    def directors(body):
-        return local.directors(context.offsets[body.name]) if body.n_coordinates else None
-
     return _AngleTerm(name, local, law, on(own, axis), on(own, cross_axis), on(own, normal),
-                      on(other, cross_axis), directors(joint.body_a), directors(joint.body_b))
+                      on(other, cross_axis), _local_directors(context, local, joint.body_a),
+                      _local_directors(context, local, joint.body_b))
 
 
 class _JointEffort(JointElement):

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from mbs.errors import ModelError, ModelTypeError
-from mbs.forces.applied import AppliedTerm, _coordinates, _Value, joint_effort_term
+from mbs.forces.applied import AppliedTerm, EffortGroup, _coordinates, _Value, joint_effort_term
 from mbs.forces.base import Force
 from mbs.forces.kinematics import LocalCoordinates
 from mbs.joints.base import JOINT_COORDINATES, Joint, is_angle
@@ -127,7 +127,13 @@ class _CoupledEffortTerm(AppliedTerm):
 
     def __init__(self, name: str, local: LocalCoordinates, geometry: list, law: _Value):
         super().__init__(name, local)
-        self.geometry, self.law = geometry, law
+        self.law, self.count = law, len(geometry)
+        # joint coordinates of one geometry class and layout are evaluated as one batch
+        members: dict[tuple, list[int]] = {}
+        for index, term in enumerate(geometry):
+            members.setdefault(EffortGroup.key(term), []).append(index)
+        self._groups = [(np.array(indices), EffortGroup([geometry[i] for i in indices]))
+                        for indices in members.values()]
 
     def _efforts(self, t: float, positions: np.ndarray, rates: np.ndarray) -> np.ndarray:
         return np.atleast_1d(np.asarray(self.law(t, positions, rates), dtype=float))
@@ -145,21 +151,25 @@ class _CoupledEffortTerm(AppliedTerm):
         return abs(values[0] - values[1])
 
     def evaluate(self, t, q, v, jacobian):
-        states = q[None, :]
-        parts = [term.batch_coordinate(term.data, states) for term in self.geometry]
-        positions = np.array([s[0] for s, _ in parts])
-        rows = np.stack([row[0] for _, row in parts])  # J, (k, size)
+        size = q.size
+        positions, rows = np.empty(self.count), np.empty((self.count, size))  # s and J
+        for order, group in self._groups:
+            positions[order], rows[order] = group.kind.batch_coordinate(
+                group.data, np.repeat(q[None, :], order.size, axis=0))
         rates = rows @ v
         efforts = self._efforts(t, positions, rates)
         value = efforts @ rows
         if not jacobian:
             return value, None, None
         by_position, by_rate = self._slopes(t, positions, rates)
-        gradients = np.stack([term.batch_coordinate_gradient(term.data, states, row[None])[0]
-                              for term, row in zip(self.geometry, rows)])
-        turning = [term.batch_row_derivative(term.data, states) for term in self.geometry]
-        size = q.size
-        d_rows = np.stack([np.zeros((size, size)) if d is None else d[0] for d in turning])
+        gradients, d_rows = np.empty((self.count, size)), np.zeros((self.count, size, size))
+        for order, group in self._groups:
+            states = np.repeat(q[None, :], order.size, axis=0)
+            gradients[order] = group.kind.batch_coordinate_gradient(group.data, states,
+                                                                    rows[order])
+            turning = group.kind.batch_row_derivative(group.data, states)
+            if turning is not None:
+                d_rows[order] = turning
         rate_gradients = np.einsum("r,krc->kc", v, d_rows)
         d_q = (np.einsum("k,kac->ac", efforts, d_rows)
                + rows.T @ (by_position @ gradients + by_rate @ rate_gradients))
