@@ -294,8 +294,11 @@ class Solution:
 
         Body velocities and joint rates are read from these. Schemes that do not enforce the
         velocity constraints at the step ends (ggl-vi-s and ggl-vi-a: the solver table's
-        "enforced at step ends" column) leave M^-1 p off the constraint manifold by O(h^2)
-        (``constraint_residuals()["velocity"]``), and these velocities are that accurate."""
+        "enforced at step ends" column) leave M^-1 p off the constraint manifold
+        (``constraint_residuals()["velocity"]``), and these velocities are that accurate:
+        by O(h^2) for hbvm and ggl-vi-s (O(h^3) measured on a hinged body), and for ggl-vi-a
+        by O(h^2) or O(h), depending on the model (O(h) on a double pendulum, see the
+        schemes' concept page)."""
         return (self.model.inverse_mass_matrix @ self.p.T).T
 
     def _velocities_of(self, coordinates) -> np.ndarray:

@@ -17,7 +17,10 @@ unknowns are X_i, M_i, lambda_i (3 n s scalars for dim G = n); the rest is expli
 Order (paper, Thm. 5.3): min(order of the symplectic partitioned RK method (A, b; A_hat, b) with
 a_hat_ij = b_j - b_j a_ji / b_i, r + 2). The default truncation r = p - 2 keeps the tableau's
 order p: 0 for Gauss-1 (midpoint, order 2), 1 for Kutta's third-order method (order 3), 2 for
-Gauss-2 (order 4), 4 for Gauss-3 (order 6). The method is symplectic for every r, and on an
+Gauss-2 (order 4), 4 for Gauss-3 (order 6). Kutta's method can do better on some problems: its
+errors fall at order 3 on the paper's dipole and on a mixed system of bodies, springs and
+central gravity, but at order 4 on a torque-free asymmetric body and on an asymmetric heavy top
+(its weights are Simpson's rule). The method is symplectic for every r, and on an
 abelian group it is the partitioned RK method above.
 """
 

@@ -168,8 +168,10 @@ class HBVM(Solver):
     Parameters
     ----------
     s : int
-        Degree of the stage polynomial (default 2). The order is 2 in q and p (1 in lambda)
-        for every s unless the exact multiplier is constant, then 2s (seed 004, Theorem 8); s
+        Degree of the stage polynomial (default 2). The order is 2 in q and p for every s
+        unless the exact multiplier is constant, then 2s (seed 004, Theorem 8); the step's
+        constant lambda is first order against lambda(t_n) and second order against lambda at
+        the step's midpoint, where reactions and drive efforts read it; s
         only changes the error constant, and the paper recommends s > 1 (s = 1 is clearly
         less accurate, s = 2 and 3 nearly equal).
     k : int or None
