@@ -380,10 +380,13 @@ class HBVM(Solver):
         q1 = q + self.h * gamma[0]
         self._warm.lam = lam
         if model.m:
-            jacobian = (self.model.jacobian_matrix(q1) if self._dense
-                        else model.constraint_jacobian(q1))
-            enforced = (self._max(model.constraints(q1)),
-                        self._max(jacobian @ model.apply_inverse_mass(p1)))
+            t1 = t + self.h  # drives move the constraints: g(q1, t1), G v1 + dg/dt
+            jacobian = (self.model.jacobian_matrix(q1, t1) if self._dense
+                        else model.constraint_jacobian(q1, t1))
+            velocity = jacobian @ model.apply_inverse_mass(p1)
+            if model.is_rheonomic:
+                velocity = velocity + model.constraint_time_derivative(q1, t1)
+            enforced = (self._max(model.constraints(q1, t1)), self._max(velocity))
         else:
             enforced = (0.0, 0.0)
         return StepResult(q1, p1, gamma[0].copy(), lam.copy(), np.zeros(model.m), iterations,
