@@ -40,6 +40,11 @@ SAMPLED_BLOCK_COLUMNS = 240
 #: Steps of each walk and their length: the largest change of a director entry (about that
 #: many radians) or of a position in units of the block's size.
 WALK_STEPS, WALK_STEP = 12, 0.25
+#: The step, measured as WALK_STEP, from the initial configuration to the neighbours whose
+#: rank tells whether it is a singular one.
+PROBE_STEP = 1e-2
+#: Singular values of those neighbours below this fraction of the largest do not count.
+PROBE_RANK_TOLERANCE = 1e-2 * PROBE_STEP
 #: The equations dropped by the initial state's choice are replaced by another choice only
 #: when that keeps the remaining equations this many times better conditioned on the walks.
 BETTER_CHOICE = 2.0
@@ -73,6 +78,10 @@ class BlockRank:
     involved: tuple[str, ...]
     #: Rows (global indices) whose removal leaves an independent set of equations.
     dependent_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    #: How many more independent equations the block has at configurations near the initial
+    #: one that its walks reached (:func:`_reachable_null_spaces`): more than zero means
+    #: that the initial state is a singular configuration of the mechanism.
+    rank_gain: int = 0
 
     @property
     def redundant(self) -> int:
@@ -176,6 +185,7 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
         rank = rank_total - internal.size
         involved: tuple[str, ...] = ()
         dependent = np.zeros(0, dtype=int)
+        gain = 0
         if rank < joint_rows.size:
             null = u[:joint_rows.size, rank_total:]
             weight = np.max(np.abs(null), axis=1) if null.size else np.zeros(0)
@@ -211,11 +221,12 @@ def analyse_rank(jacobian: sp.csr_matrix, groups: list[ConstraintGroup],
                     [body_columns[b][3:] for b in bodies if internal_rows[b].size]
                     + [np.zeros(0, dtype=int)])
                 walk_rows = np.concatenate([joint_rows[free], internal]).astype(int)
-                nulls = _reachable_null_spaces(table.rows(walk_rows), columns, directors, q0,
-                                               walk_rank)
+                nulls, highest = _reachable_null_spaces(table.rows(walk_rows), columns,
+                                                        directors, q0, walk_rank)
                 local = _sampled_dependent_rows(nulls, local, free.size)
+                gain = highest - walk_rank
             dependent = joint_rows[free[local]]
-        results.append(BlockRank(names, joint_rows.size, rank, involved, dependent))
+        results.append(BlockRank(names, joint_rows.size, rank, involved, dependent, gain))
     return results
 
 
@@ -265,13 +276,17 @@ def _check_drives_independent_of_joints(dense: np.ndarray, joint_count: int,
 
 
 def _reachable_null_spaces(block: QuadraticTable, columns: np.ndarray,
-                           directors: np.ndarray, q0: np.ndarray, rank: int) -> list[np.ndarray]:
+                           directors: np.ndarray, q0: np.ndarray, rank: int
+                           ) -> tuple[list[np.ndarray], int]:
     """Left null spaces (rows, redundant) of the Jacobian of a block's equations ``block``
     (its joint rows, then its bodies' internal rows) at configurations it can reach from
     ``q0``, ``q0``'s first: walks of :data:`WALK_STEPS` steps both ways along each of (at
     most three of) the motions the equations leave free, every step projected back onto
     g = 0 by Gauss-Newton with the rank-``rank`` pseudo-inverse. Configurations where the
-    equations have another rank (singular ones) are skipped.
+    equations have another rank (singular ones) are skipped. Returned with the null spaces:
+    the highest rank at configurations a short step from ``q0``. The rank on the constraint
+    manifold is highest at its regular configurations, so one above ``rank`` (that of
+    ``q0``) makes ``q0`` a singular configuration (a parallelogram folded flat).
 
     Only the block's ``columns`` move. A step changes a director entry (``directors``, in
     ``q``'s numbering) by at most :data:`WALK_STEP`, and a position by at most that
@@ -281,10 +296,11 @@ def _reachable_null_spaces(block: QuadraticTable, columns: np.ndarray,
             return block.jacobian_dense(q)[:, columns]
         return block.jacobian(q)[:, columns].toarray()
 
-    def spaces(q):  # (left null space or None where the rank differs, right null space)
+    def spaces(q):  # (left null space or None where the rank differs, right null space,
+        # the rank)
         u, singular, vt = np.linalg.svd(jacobian(q))
-        regular = int(np.sum(singular > RANK_TOLERANCE * max(singular[0], 1e-300))) == rank
-        return (u[:, rank:] if regular else None), vt[rank:].T
+        here = int(np.sum(singular > RANK_TOLERANCE * max(singular[0], 1e-300)))
+        return (u[:, rank:] if here == rank else None), vt[rank:].T, here
 
     # a step's size: director entries count as they are, positions in units of the
     # block's size (the spread of its bodies, or their distance from the origin)
@@ -294,8 +310,26 @@ def _reachable_null_spaces(block: QuadraticTable, columns: np.ndarray,
     length = length or float(np.max(np.linalg.norm(positions, axis=1))) or 1.0
     weights = np.where(turning, 1.0, 1.0 / length)
     tolerance = 1e-12 * max(1.0, float(np.max(np.abs(q0[columns]))))
-    null, free = spaces(q0)
+    null, free, highest = spaces(q0)
     nulls = [null]
+    # A singular q0 is isolated on the manifold: a short step along a free motion, projected
+    # back onto g = 0 by Gauss-Newton at the iterates' own rank, finds the higher rank of its
+    # regular neighbours, where the rank-``rank`` walks below cannot project. Their extra
+    # singular values grow with the distance from q0 (PROBE_STEP), while equations that hold
+    # only at an extremum (a distance at its largest value) project back to within
+    # sqrt(tolerance) of where they lose rank: PROBE_RANK_TOLERANCE tells them apart.
+    for direction in free[:, :3].T:
+        candidate = q0.copy()
+        candidate[columns] += PROBE_STEP / np.max(np.abs(weights * direction)) * direction
+        for _ in range(20):
+            residual = block.value(candidate)
+            if np.max(np.abs(residual)) <= tolerance:
+                singular = np.linalg.svd(jacobian(candidate), compute_uv=False)
+                highest = max(highest, int(np.sum(
+                    singular > PROBE_RANK_TOLERANCE * max(singular[0], 1e-300))))
+                break
+            candidate[columns] -= np.linalg.lstsq(jacobian(candidate), residual,
+                                                  rcond=RANK_TOLERANCE)[0]
     for direction in np.hstack([free[:, :3], -free[:, :3]]).T:
         q = q0.copy()
         for _ in range(WALK_STEPS):
@@ -311,13 +345,13 @@ def _reachable_null_spaces(block: QuadraticTable, columns: np.ndarray,
                 candidate[columns] -= inverse @ residual
             else:
                 break
-            null, free_here = spaces(candidate)
+            null, free_here, _ = spaces(candidate)
             turned = free_here @ (free_here.T @ direction)
             if np.linalg.norm(turned) < 1e-3:  # the motion ends here (a fold)
                 break
             direction, q = turned / np.linalg.norm(turned), candidate
             nulls.append(null)
-    return [null for null in nulls if null is not None]
+    return [null for null in nulls if null is not None], highest
 
 
 def _sampled_dependent_rows(nulls: list[np.ndarray], initial: np.ndarray, candidates: int

@@ -167,6 +167,7 @@ def compile_system(system: System) -> Model:
                   f"can lose accuracy or fail where a step is refined (rattle copes on "
                   f"planar loops); the default redundant='remove' drops a dependent "
                   f"subset")
+    _warn_if_the_start_is_singular(ranks, dof)
     model.degrees_of_freedom = dof
     model.redundancies = redundancies
     model.joint_coordinates = _joint_coordinates(system, context)
@@ -323,6 +324,25 @@ def _joint_coordinates(system: System, context: BuildContext) -> dict:
     return {joint.name: {kind: joint_effort_term(joint, context, None, joint.name, kind)
                          for kind in JOINT_COORDINATES[type(joint).__name__]}
             for joint in system.joints if type(joint).__name__ in JOINT_COORDINATES}
+
+
+def _warn_if_the_start_is_singular(ranks: list, dof: int) -> None:
+    """Warn when a loop's equations gain rank at configurations near the initial one (found
+    by the walks of :func:`~mbs.analysis.analyse_rank`): the initial state is then a singular
+    configuration of the mechanism, where the mechanism can move on branches it cannot
+    reach from its regular poses."""
+    singular = [block for block in ranks if block.rank_gain > 0]
+    if not singular:
+        return
+    gain = sum(block.rank_gain for block in singular)
+    loops = "; ".join(", ".join(block.joints) for block in singular)
+    warn_user(f"the initial state is a singular configuration of the mechanism (the loop of "
+              f"{loops}): at configurations near it the joints' equations have {gain} more "
+              f"independent equation{'s' if gain > 1 else ''} than at it, as for a "
+              f"parallelogram folded flat. degrees_of_freedom counts {dof} here, "
+              f"{dof - gain} at those configurations, and a run from this state can follow "
+              f"a motion the mechanism cannot make from its regular poses: start from a "
+              f"regular pose near it")
 
 
 def _describe_redundancies(ranks, constraint_rows: dict, model: Model, q0: np.ndarray,

@@ -235,11 +235,17 @@ def test_equations_dropped_at_a_singular_initial_pose_are_named_when_the_run_bre
                                   ("B", coupler, rocker, pins[2]),
                                   ("C", rocker, system.ground, pins[3])):
             system.add(mbs.joints.Revolute(a, b, point=point, axis=(0.0, 0.0, 1.0), name=name))
-        with pytest.warns(UserWarning, match="redundant constraints removed"):
-            return system.compile()
+        with pytest.warns(UserWarning, match="redundant constraints removed") as caught:
+            model = system.compile()
+        singular = [str(w.message) for w in caught
+                    if "initial state is a singular configuration" in str(w.message)]
+        return model, singular
 
-    flat = parallelogram(0.0)
+    flat, singular = parallelogram(0.0)
     assert flat.degrees_of_freedom == 2  # at the singular pose
+    # compile already names it: the loop has one more independent equation next to it
+    (message,) = singular
+    assert "degrees_of_freedom counts 2 here, 1 at those configurations" in message
     for h in (1e-3, 0.05):  # at 0.05 the first step already breaks them
         with pytest.warns(RuntimeWarning, match=r"dropped at compile time as redundant "
                                                 r"\(.*\) are violated by up to") as caught:
@@ -248,8 +254,8 @@ def test_equations_dropped_at_a_singular_initial_pose_are_named_when_the_run_bre
         assert flat.removed_constraint_norms(solution.q).max() > 1e-2
         assert solution.constraint_residuals()["position"].max() < 1e-12
 
-    regular = parallelogram(1.0)
-    assert regular.degrees_of_freedom == 1
+    regular, singular = parallelogram(1.0)
+    assert regular.degrees_of_freedom == 1 and not singular
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         solution = mbs.simulate(regular, "em", h=1e-3, t_end=1.0, project=True)
