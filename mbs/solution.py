@@ -9,7 +9,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from mbs.elements import Element
-from mbs.errors import ModelError, ModelTypeError, UnknownNameError
+from mbs.errors import ModelError, ModelTypeError, UnknownNameError, warn_user
 from mbs.joints.base import is_angle
 from mbs.model import Model
 from mbs.symmetry import conserved_directions, generic_states, in_span, symmetry_axis_points
@@ -718,9 +718,10 @@ class Solution:
         body spinning at a rate w the error is of order (h w)^2 times the force (about
         (h w)^2 / 24 on the bearing of a spinning gyroscope rotor), whatever the scheme's
         order: a step mean over a fast turn.
-        Where redundant constraint equations were removed (``model.redundancies``), the
-        joints that keep theirs carry the removed equations' share: such reactions are not
-        unique.
+        Where a loop has redundant constraint equations (``model.redundancies``), the joints
+        that keep theirs carry the removed equations' share: such reactions are not unique
+        (another choice of the removed equations, or a slightly different geometry, gives
+        others with the same motion), and this method warns.
         """
         model, name = self.model, element_name(name)
         body = None if body is None else element_name(body)
@@ -745,6 +746,17 @@ class Solution:
                                  f"it is minus the one on {moving[-1]!r}")
             raise ModelError(f"joint {name!r} acts on {', '.join(joints[name].bodies)}, not on "
                              f"{body!r}")
+        for redundancy in model.redundancies:
+            if name in redundancy.joints:
+                warn_user(f"Solution.reaction({name!r}): the loop of "
+                          f"{', '.join(redundancy.joints)} has {redundancy.count} redundant "
+                          f"constraint equation{'s' if redundancy.count > 1 else ''} "
+                          f"(model.redundancies), so the reactions of its joints are not "
+                          f"unique: the joints that keep their equations carry the share of "
+                          f"the removed ones, and another choice or a slightly different "
+                          f"geometry gives other reactions with the same motion; for unique "
+                          f"reactions model the loop without redundancy (a spherical or "
+                          f"universal joint in place of a revolute)")
         rows = model.constraint_rows[name]
         midpoints = 0.5 * (self.q[:-1] + self.q[1:])
         times = 0.5 * (self.t[:-1] + self.t[1:])

@@ -3,8 +3,11 @@ and the bearing torque of a statically balanced, dynamically unbalanced rotor.""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
+from mechanisms import planar_four_bar
 from scipy.integrate import solve_ivp
 
 import mbs
@@ -141,3 +144,19 @@ def test_a_step_redone_as_sub_steps_reports_its_mean_force(scheme):
     x = rate * h / 2
     bound = np.abs(torque) * (1.0 - np.sin(x) / x) + own_error + 1e-12
     assert np.all(np.abs(drive.effort[refined] - torque) <= bound)
+
+
+def test_reactions_in_a_loop_with_redundant_equations_are_warned_as_not_unique():
+    """A planar four-bar of four revolute joints has three redundant (out-of-plane)
+    equations: the reactions of its joints are not unique, and reaction() says so; the
+    pendulum's rod is in no loop."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the compile warning naming the removed equations
+        model = planar_four_bar().compile()
+    solution = mbs.simulate(model, "em", h=0.01, t_end=0.05)
+    with pytest.warns(UserWarning, match=r"reaction\('pin_A'\): the loop of .* has 3 "
+                                         r"redundant constraint equations"):
+        solution.reaction("pin_A")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pendulum("em", 0.01, {}).reaction("rod")
