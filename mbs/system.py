@@ -245,18 +245,29 @@ class System:
         if [body.name for body in model.bodies] != [body.name for body in self.bodies]:
             raise ModelError("System.summary: the model was not compiled from this system (its "
                              "bodies differ); pass this system's model, or none to compile it")
-        lines = [f"System with {_count(self.bodies, 'body', 'bodies')}, "
-                 f"{_count(self.joints, 'joint')}, {_count(self.forces, 'force')}"]
+        drives = [c for c in self.user_constraints if getattr(c, "time_dependent", False)]
+        others = [c for c in self.user_constraints if c not in drives]
+        counts = [_count(self.bodies, "body", "bodies"), _count(self.joints, "joint")]
+        counts += [_count(items, noun) for items, noun in
+                   ((drives, "drive"), (others, "user constraint")) if items]
+        lines = [f"System with {', '.join(counts)}, {_count(self.forces, 'force')}"]
         for body in self.bodies:
             info = model.body(body.name)
             lines.append(f"  body  {body.name:<16} {type(body).__name__:<10} m = "
                          f"{body.mass:.6g}  q[{info.coordinates.start}:"
                          f"{info.coordinates.stop}]")
         rows = model.constraint_rows
+        removed = [name for red in model.redundancies for name, _ in red.removed]
         for joint in self.joints + self.user_constraints:
             names = " - ".join(b.name for b in joint.bodies)
-            lines.append(f"  joint {joint.name:<16} {type(joint).__name__:<12} {names}  "
-                         f"({_count(rows[joint.name], 'equation')})")
+            kind = ("joint" if joint in self.joints else "drive" if joint in drives
+                    else "user ")
+            equations = _count(rows[joint.name], "equation")
+            dropped = removed.count(joint.name)
+            if dropped:
+                equations += f", {dropped} more removed as redundant"
+            lines.append(f"  {kind} {joint.name:<16} {type(joint).__name__:<12} {names}  "
+                         f"({equations})")
         for force in self.forces:
             names = ", ".join(b.name for b in force.bodies_acted_on())
             lines.append(f"  force {force.name:<16} {type(force).__name__:<14} on {names}")

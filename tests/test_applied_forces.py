@@ -440,6 +440,40 @@ def test_constant_joint_force_on_a_slider_gives_the_closed_form_displacement():
                                0.2 / np.sqrt(2.0) * np.array([1.0, 1.0, 0.0]), atol=1e-12)
 
 
+
+@pytest.mark.parametrize("joint, element", [("Prismatic", "force"), ("Prismatic", "damper"),
+                                            ("Cylindrical", "force")])
+def test_efforts_along_a_sliding_axis_keep_momentum_and_do_the_work_of_the_slide(joint,
+                                                                                 element):
+    """A tumbling hub and a tip on a prismatic (cylindrical) joint, pushed apart by a constant
+    internal force f or braked by a damper c along the axis, no external force: em keeps the
+    linear and angular momentum to round-off (the pair acts along the axis, which turns with
+    the hub), and its work per step is f (s_{n+1} - s_n), or -c (s_{n+1} - s_n)^2 / h for the
+    damper, with s the slide of the joint: the scheme's work equals that sum to round-off.
+    500 steps each solved to round-off: 1e-12 relative."""
+    system = mbs.System()
+    hub = system.add(mbs.RigidBody.from_shape("box", mass=50.0, lx=1.0, ly=1.0, lz=1.0,
+                                              name="hub"))
+    tip = system.add(mbs.RigidBody.from_shape("box", mass=5.0, lx=0.2, ly=0.2, lz=0.2,
+                                              name="tip"))
+    spin, offset = np.array([0.1, 0.3, -0.2]), np.array([1.0, 0.0, 0.0])
+    hub.set_state(angular_velocity=spin)
+    tip.set_state(position=offset, velocity=np.cross(spin, offset) + [0.3, 0.0, 0.0],
+                  angular_velocity=spin)
+    boom = system.add(getattr(mbs.joints, joint)(hub, tip, point=offset, axis=(1.0, 0.0, 0.0),
+                                                 name="boom"))
+    push, damping, h = 2.0, 0.5, 0.01
+    system.add(JointForce(boom, push) if element == "force"
+               else JointDamper(boom, damping))
+    solution = mbs.simulate(system.compile(), "em", h=h, t_end=5.0)
+    for momentum in (solution.angular_momentum(), solution.linear_momentum()):
+        assert np.max(np.abs(momentum - momentum[0])) < 1e-12 * np.max(np.abs(momentum))
+    slide = np.diff(solution.joint("boom", "displacement").position)
+    steps = push * slide if element == "force" else -damping * slide**2 / h
+    work = np.concatenate([[0.0], np.cumsum(steps)])
+    assert np.max(np.abs(solution.work - work)) < 1e-12 * np.max(np.abs(solution.energy()))
+    assert np.max(np.abs(solution.energy_balance())) < 1e-12 * np.max(np.abs(solution.energy()))
+
 def satellite_with_wheel(law) -> mbs.Model:
     system = mbs.System()
     satellite = system.add(mbs.RigidBody(100.0, (10.0, 12.0, 15.0), name="satellite"))

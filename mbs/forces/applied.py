@@ -763,7 +763,17 @@ def _batch_skew(vectors: np.ndarray) -> np.ndarray:
 
 
 class _SlideTerm(_EffortTerm):
-    """s = axis . (x_b(P) - x_a(P)) (0 at the initial pose); J = (B_b - B_a)^T axis."""
+    """s = axis . r with r = x_b(P) - x_a(P) (0 at the initial pose) and the axis fixed in
+    body a, both affine in q (axis = A q + a, r = R q + c); J = ds/dq = R^T axis + A^T r.
+
+    The effort acts as the force pair +-tau axis at the two points, plus, through A^T r, the
+    turning of body a's axis: the pair's moment r x tau axis is cancelled by axis x tau r, so
+    the generalized force has no net moment at any q, also off the constraints, where the
+    energy-momentum scheme evaluates it (the midpoint of a step): momentum maps stay
+    conserved. s is quadratic in q, so J at the midpoint is its exact discrete gradient,
+    J . (q_{n+1} - q_n) = s_{n+1} - s_n, and the effort's work per step is tau (s_{n+1} - s_n).
+    On the constraints r is along the axis, and A^T r only loads body a's directors along the
+    gradients of their orthonormality constraints."""
 
     def __init__(self, name, local, law, axis, relative, bodies=None):
         super().__init__(name, local, law, {"axis": _affine(axis),
@@ -773,17 +783,14 @@ class _SlideTerm(_EffortTerm):
     def batch_coordinate(data, q):
         axis, r = _apply(data["axis"], q), _apply(data["relative"], q)
         return (np.einsum("ki,ki->k", axis, r),
-                np.einsum("kij,ki->kj", data["relative"][0], axis))
-
-    @staticmethod
-    def batch_coordinate_gradient(data, q, rows):
-        """ds/dq = R^T axis + A^T r of s = axis(q) . r(q): J plus the turning of the axis."""
-        return rows + np.einsum("kai,ka->ki", data["axis"][0], _apply(data["relative"], q))
+                np.einsum("kij,ki->kj", data["relative"][0], axis)
+                + np.einsum("kai,ka->ki", data["axis"][0], r))
 
     @staticmethod
     def batch_row_derivative(data, q):
-        """dJ/dq with J = R^T axis(q): the turning of body a's axis."""
-        return np.einsum("kai,kaj->kij", data["relative"][0], data["axis"][0])
+        """dJ/dq = R^T A + A^T R, the constant Hessian of s."""
+        mixed = np.einsum("kai,kaj->kij", data["relative"][0], data["axis"][0])
+        return mixed + np.transpose(mixed, (0, 2, 1))
 
 
 def joint_effort_term(joint, context, law, name: str, coordinate: str,
