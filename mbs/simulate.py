@@ -108,10 +108,11 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         holds the state of its run: it serves one run at a time (a second run of it started
         from another thread meanwhile is refused; runs may share the model).
     h : float
-        Step size (> 0). The number of steps is round((t_end - t_start) / h); a warning is
-        given if that does not reach t_end exactly. The nodes are t_start + k h, the last
-        one t_end itself (not the rounded sum, e.g. 0.30000000000000004 for 3 steps of 0.1),
-        and laws of time are read at t_end there (see :mod:`mbs.time_span`; compositions'
+        Step size (> 0). The number of steps is round((t_end - t_start) / h), and the nodes
+        are t_start + k h. When h does not divide the interval, the last node falls short of
+        (or beyond) t_end, with a warning (h = 0.07 to t_end = 1 ends at 0.98). When it does
+        up to rounding, the last node is t_end itself (not the rounded sum, e.g.
+        0.30000000000000004 for 3 steps of 0.1), and laws of time are read at t_end there (see :mod:`mbs.time_span`; compositions'
         sub-steps read them up to 0.35 h beyond the run's ends).
     t_end : float
         End of the run (> ``t_start``).
