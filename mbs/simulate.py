@@ -112,8 +112,9 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
         are t_start + k h. When h does not divide the interval, the last node falls short of
         (or beyond) t_end, with a warning (h = 0.07 to t_end = 1 ends at 0.98). When it does
         up to rounding, the last node is t_end itself (not the rounded sum, e.g.
-        0.30000000000000004 for 3 steps of 0.1), and laws of time are read at t_end there (see :mod:`mbs.time_span`; compositions'
-        sub-steps read them up to 0.35 h beyond the run's ends).
+        0.30000000000000004 for 3 steps of 0.1), and laws of time are read at t_end there
+        (see :mod:`mbs.time_span`; compositions' sub-steps read them up to 0.35 h beyond the
+        run's ends).
     t_end : float
         End of the run (> ``t_start``).
     t_start : float

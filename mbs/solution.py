@@ -213,10 +213,11 @@ class ReactionTrajectory:
     t : (N,)
         The step midpoints t_n + h/2.
     force : (N, 3)
-        The joint's force on the body in step n -> n+1 (world frame).
+        The joint's force on the body in step n -> n+1 (world frame, or the body's with
+        ``frame="body"``).
     torque : (N, 3)
-        Its torque on the body about the body's centre of mass (world frame); zero for a
-        point mass.
+        Its torque on the body about the body's centre of mass (or the point given by
+        ``about``), in the same frame; zero for a point mass.
     """
 
     name: str
@@ -703,10 +704,19 @@ class Solution:
                     effort[k] += (value @ row) / (row @ row)
         return ForceTrajectory(name, middle, effort, np.concatenate([[0.0], np.cumsum(work)]))
 
-    def reaction(self, name: str | Element, body: str | Element | None = None
+    def reaction(self, name: str | Element, body: str | Element | None = None, *,
+                 about: str | np.ndarray | None = None, frame: str = "world"
                  ) -> ReactionTrajectory:
         """The force and torque joint ``name`` exerts on ``body`` (default: its second body,
         or its first when the second is the ground) in each step.
+
+        ``about``: the point of the body the torque is taken about: its centre of mass
+        (None, the default), the joint's point ("joint"; for a Distance joint the end on
+        ``body``), or the body point that was at the given world coordinates at the initial
+        pose (as for :meth:`point`). ``frame``: "world" (default) or "body", the components
+        along the body's axes d_1, d_2, d_3 at the step's midpoint (a rigid body's only).
+        About the joint's point and in the body's frame the torque is what a bearing there
+        carries: about a hinge's axis it is zero.
 
         The joint's generalized constraint force -G(q)^T lambda, with lambda its
         multipliers as the mean force of the step (as for :meth:`drive`) and G at the step's
@@ -763,11 +773,49 @@ class Solution:
         info = model.body(body)
         generalized = -model.constraint_jacobian_transpose_products(
             midpoints, self._step_multipliers(rows), times, rows)[:, info.coordinates]
-        torque = np.zeros((times.size, 3))
-        if info.kind == "rigid":
-            directors = midpoints[:, info.coordinates][:, 3:].reshape(-1, 3, 3)
-            torque = np.cross(directors, generalized[:, 3:].reshape(-1, 3, 3)).sum(axis=1)
-        return ReactionTrajectory(name, body, times, generalized[:, :3].copy(), torque)
+        force, torque = generalized[:, :3].copy(), np.zeros((times.size, 3))
+        if frame not in ("world", "body"):
+            raise ModelError(f"Solution.reaction: frame must be 'world' or 'body', got "
+                             f"{frame!r}")
+        if info.kind != "rigid":
+            if frame == "body":
+                raise ModelError(f"Solution.reaction({name!r}): {body!r} is a point mass and "
+                                 f"has no body frame; use frame='world'")
+            self._reaction_point(joints[name], body, about)  # checked; the torque stays 0
+            return ReactionTrajectory(name, body, times, force, torque)
+        directors = midpoints[:, info.coordinates][:, 3:].reshape(-1, 3, 3)
+        torque = np.cross(directors, generalized[:, 3:].reshape(-1, 3, 3)).sum(axis=1)
+        point = self._reaction_point(joints[name], body, about)
+        if point is not None:  # T_P = T_com - (x_P - phi) x F at the midpoint configuration
+            initial = model.q0[info.coordinates]
+            local = initial[3:].reshape(3, 3) @ (point - initial[:3])
+            torque -= np.cross(np.einsum("i,nic->nc", local, directors), force)
+        if frame == "body":
+            force = np.einsum("nic,nc->ni", directors, force)
+            torque = np.einsum("nic,nc->ni", directors, torque)
+        return ReactionTrajectory(name, body, times, force, torque)
+
+    @staticmethod
+    def _reaction_point(joint, body: str, about) -> np.ndarray | None:
+        """The world point at the initial pose that :meth:`reaction`'s ``about`` names, or
+        None for the centre of mass."""
+        if about is None:
+            return None
+        if isinstance(about, str):
+            if about != "joint":
+                raise ModelError(f"Solution.reaction: about must be None, 'joint' or a point "
+                                 f"(3 world coordinates), got {about!r}")
+            key = ("point" if "point" in joint.data
+                   else "point_a" if body == joint.bodies[0] else "point_b")
+            if key not in joint.data:
+                raise ModelError(f"Solution.reaction: joint {joint.name!r} ({joint.type}) has "
+                                 f"no point; give about as 3 world coordinates")
+            return np.asarray(joint.data[key], dtype=float)
+        point = np.asarray(about, dtype=float)
+        if point.shape != (3,) or not np.all(np.isfinite(point)):
+            raise ModelError(f"Solution.reaction: about must be None, 'joint' or 3 finite "
+                             f"world coordinates, got {about!r}")
+        return point
 
     def body(self, name: str | Element) -> BodyTrajectory:
         """Trajectory of body ``name``."""
