@@ -160,3 +160,63 @@ def test_reactions_in_a_loop_with_redundant_equations_are_warned_as_not_unique()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pendulum("em", 0.01, {}).reaction("rod")
+
+
+def hinged_box_reaction(h: float, **options):
+    """A 0.6 m box hinged at one end (axis y) released at 60 degrees under gravity: its
+    reaction with ``options``, and (theta, theta') of a solve_ivp reference of
+    I_O theta'' = -m g c sin(theta) at the reaction's times."""
+    mass, length, width, release = 2.0, 0.6, 0.05, np.radians(60.0)
+    system = mbs.System(gravity=(0.0, 0.0, -GRAVITY))
+    box = system.add(mbs.RigidBody.from_shape("box", mass=mass, lx=length, ly=width,
+                                              lz=width, name="box"))
+    radial = np.array([np.sin(release), 0.0, -np.cos(release)])  # body axis d_1
+    box.set_state(position=0.5 * length * radial,
+                  rotation=mbs.rotation_about_y(0.5 * np.pi - release))
+    system.add(mbs.joints.Revolute(system.ground, box, point=(0.0, 0.0, 0.0),
+                                   axis=(0.0, 1.0, 0.0), name="hinge"))
+    solution = mbs.simulate(system.compile(), "em", h=h, t_end=1.0)
+    reaction = solution.reaction("hinge", **options)
+    centre = 0.5 * length
+    own = mass * (length**2 + width**2) / 12.0
+    pivot = own + mass * centre**2
+    reference = solve_ivp(lambda t, y: [y[1], -mass * GRAVITY * centre / pivot * np.sin(y[0])],
+                          (0.0, 1.0), [release, 0.0], rtol=1e-12, atol=1e-12,
+                          dense_output=True)
+    angle, rate = reference.sol(reaction.t)
+    # m a = F + m g along e_r (d_1, from the hinge to the centre) and e_t (d_3)
+    along = -mass * centre * rate**2 - mass * GRAVITY * np.cos(angle)
+    across = mass * GRAVITY * np.sin(angle) * own / pivot
+    return reaction, along, across, centre
+
+
+def test_a_hinges_reaction_in_the_body_frame_and_about_the_joint():
+    """In the box's frame the hinge pulls along the box by -m c theta'^2 - m g cos(theta) and
+    pushes across it by m g sin(theta) I_c / I_O (Newton's law for the centre of mass with
+    the reference's angle); about the hinge the reaction has no torque, about the centre of
+    mass it has c times the cross force about the axis. Second order in h, like the
+    multipliers; the torque about the hinge is round-off."""
+    errors = []
+    for h in (0.01, 0.005):
+        reaction, along, across, centre = hinged_box_reaction(h, frame="body")
+        errors.append(max(np.max(np.abs(reaction.force[:, 0] - along)),
+                          np.max(np.abs(reaction.force[:, 2] - across)),
+                          np.max(np.abs(reaction.torque[:, 1] - centre * across))))
+        assert np.max(np.abs(reaction.force[:, 1])) < 1e-12 * np.max(np.abs(along))
+        about_hinge, *_ = hinged_box_reaction(h, about="joint", frame="body")
+        assert np.max(np.abs(about_hinge.torque)) < 1e-12 * centre * np.max(np.abs(along))
+        np.testing.assert_array_equal(about_hinge.force, reaction.force)
+    assert np.log2(errors[0] / errors[1]) == pytest.approx(2.0, abs=0.3)
+
+
+def test_reaction_options_are_checked():
+    reaction, *_ = hinged_box_reaction(0.05, about=(0.0, 0.0, 0.0))  # the hinge point itself
+    joint, *_ = hinged_box_reaction(0.05, about="joint")
+    np.testing.assert_allclose(reaction.torque, joint.torque, rtol=0, atol=1e-15)
+    for options, match in (({"frame": "local"}, "frame must be"),
+                           ({"about": "hinge"}, "about must be"),
+                           ({"about": (0.0, np.nan, 0.0)}, "3 finite")):
+        with pytest.raises(mbs.errors.ModelError, match=match):
+            hinged_box_reaction(0.05, **options)
+    with pytest.raises(mbs.errors.ModelError, match="point mass and has no body frame"):
+        pendulum("em", 0.05, {}).reaction("rod", frame="body")
