@@ -78,9 +78,9 @@ class BlockRank:
     involved: tuple[str, ...]
     #: Rows (global indices) whose removal leaves an independent set of equations.
     dependent_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
-    #: How many more independent equations the block has at configurations near the initial
-    #: one that its walks reached (:func:`_reachable_null_spaces`): more than zero means
-    #: that the initial state is a singular configuration of the mechanism.
+    #: How many more independent equations the block has at configurations a short step from
+    #: the initial one (:func:`_reachable_null_spaces`): more than zero means that the
+    #: initial state is a singular configuration of the mechanism.
     rank_gain: int = 0
 
     @property

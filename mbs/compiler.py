@@ -328,7 +328,7 @@ def _joint_coordinates(system: System, context: BuildContext) -> dict:
 
 def _warn_if_the_start_is_singular(ranks: list, dof: int) -> None:
     """Warn when a loop's equations gain rank at configurations near the initial one (found
-    by the walks of :func:`~mbs.analysis.analyse_rank`): the initial state is then a singular
+    by :func:`~mbs.analysis.analyse_rank`): the initial state is then a singular
     configuration of the mechanism, where the mechanism can move on branches it cannot
     reach from its regular poses."""
     singular = [block for block in ranks if block.rank_gain > 0]

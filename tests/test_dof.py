@@ -426,3 +426,29 @@ def test_a_body_on_two_parallel_sliding_joints_compiles(kind, dof, redundant):
     assert model.degrees_of_freedom == independent_dof(model) == dof
     (red,) = model.redundancies
     assert red.count == redundant
+
+
+def test_summary_counts_drives_apart_and_each_joints_removed_equations():
+    """A planar four-bar of revolutes (3 out-of-plane equations redundant, 5 per revolute)
+    with a drive on its crank: the header counts the drive apart from the joints, its row is
+    a drive's, and each joint's row gives its kept equations and those removed, which add up
+    to its 5."""
+    system = planar_four_bar()
+    system.add(mbs.joints.Drive(system["pivot_O"], lambda t: t, name="motor"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = system.compile()
+    text = system.summary(model, print_it=False)
+    assert text.splitlines()[0].startswith("System with 3 bodies, 4 joints, 1 drive, ")
+    assert any(line.split()[:2] == ["drive", "motor"] for line in text.splitlines())
+    removed = {}
+    for joint, _ in model.redundancies[0].removed:
+        removed[joint] = removed.get(joint, 0) + 1
+    for joint in ("pivot_O", "pin_A", "pin_B", "pivot_C"):
+        line = next(line for line in text.splitlines() if line.split()[:2] == ["joint", joint])
+        kept = model.constraint_rows[joint].size
+        assert kept + removed.get(joint, 0) == 5
+        assert f"({kept} equation" in line
+        assert ("more removed as redundant" in line) == (joint in removed)
+        if joint in removed:
+            assert f"{removed[joint]} more removed as redundant" in line
