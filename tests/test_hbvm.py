@@ -16,8 +16,6 @@ lambda_paper = lambda_mbs / 2 and the paper's hidden constraint is twice the mod
 
 from __future__ import annotations
 
-import warnings
-
 import double_pendulum
 import hbvm_problems as hp
 import heavy_top as ht
@@ -25,6 +23,7 @@ import numpy as np
 import pytest
 import tethered_satellites as tsat
 from numpy.polynomial import legendre
+from test_drives import hinged_link_driven_by
 from test_solvers_heavy_top import exact_state
 
 import mbs
@@ -681,16 +680,7 @@ def test_the_residuals_hbvm_enforces_are_those_of_a_driven_mechanism_at_the_step
     to round-off) and G M^-1 p_n + dg/dt only to O(h^2) (Theorem 8), so the enforced
     residuals it reports are round-off and fall fourfold when h halves; read at t = 0 they
     would be the drive's angle and rate instead."""
-    system = mbs.System(gravity=(0.0, 0.0, -9.81))
-    link = system.add(mbs.RigidBody.from_shape("box", mass=1.0, lx=0.5, ly=0.04, lz=0.04,
-                                               name="link"))
-    link.set_state(position=(0.25, 0.0, 0.0))
-    hinge = system.add(mbs.joints.Revolute(system.ground, link, point=(0.0, 0.0, 0.0),
-                                           axis=(0.0, 1.0, 0.0), name="hinge"))
-    system.add(mbs.joints.Drive(hinge, lambda t: 2.0 * t, rate=lambda t: 2.0, name="motor"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the drive's rate is given by the projection below
-        model = system.compile()
+    model = hinged_link_driven_by(lambda t: 2.0 * t, rate=2.0)
     start = model.initial_state(project=True, joint_rates={"hinge": 2.0})
     velocity = []
     for h in (0.01, 0.005):
