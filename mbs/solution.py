@@ -767,25 +767,24 @@ class Solution:
                           f"geometry gives other reactions with the same motion; for unique "
                           f"reactions model the loop without redundancy (a spherical or "
                           f"universal joint in place of a revolute)")
-        rows = model.constraint_rows[name]
-        midpoints = 0.5 * (self.q[:-1] + self.q[1:])
-        times = 0.5 * (self.t[:-1] + self.t[1:])
         info = model.body(body)
-        generalized = -model.constraint_jacobian_transpose_products(
-            midpoints, self._step_multipliers(rows), times, rows)[:, info.coordinates]
-        force, torque = generalized[:, :3].copy(), np.zeros((times.size, 3))
+        point = self._reaction_point(joints[name], body, about)
         if frame not in ("world", "body"):
             raise ModelError(f"Solution.reaction: frame must be 'world' or 'body', got "
                              f"{frame!r}")
-        if info.kind != "rigid":
-            if frame == "body":
-                raise ModelError(f"Solution.reaction({name!r}): {body!r} is a point mass and "
-                                 f"has no body frame; use frame='world'")
-            self._reaction_point(joints[name], body, about)  # checked; the torque stays 0
+        if frame == "body" and info.kind != "rigid":
+            raise ModelError(f"Solution.reaction({name!r}): {body!r} is a point mass and has "
+                             f"no body frame; use frame='world'")
+        rows = model.constraint_rows[name]
+        midpoints = 0.5 * (self.q[:-1] + self.q[1:])
+        times = 0.5 * (self.t[:-1] + self.t[1:])
+        generalized = -model.constraint_jacobian_transpose_products(
+            midpoints, self._step_multipliers(rows), times, rows)[:, info.coordinates]
+        force, torque = generalized[:, :3].copy(), np.zeros((times.size, 3))
+        if info.kind != "rigid":  # a point mass: the force acts at it, about any point of it
             return ReactionTrajectory(name, body, times, force, torque)
         directors = midpoints[:, info.coordinates][:, 3:].reshape(-1, 3, 3)
         torque = np.cross(directors, generalized[:, 3:].reshape(-1, 3, 3)).sum(axis=1)
-        point = self._reaction_point(joints[name], body, about)
         if point is not None:  # T_P = T_com - (x_P - phi) x F at the midpoint configuration
             initial = model.q0[info.coordinates]
             local = initial[3:].reshape(3, 3) @ (point - initial[:3])
@@ -807,6 +806,8 @@ class Solution:
                                  f"(3 world coordinates), got {about!r}")
             key = ("point" if "point" in joint.data
                    else "point_a" if body == joint.bodies[0] else "point_b")
+            if key not in joint.data and joint.type == "Distance":
+                return None  # the distance's end on the body is its centre
             if key not in joint.data:
                 raise ModelError(f"Solution.reaction: joint {joint.name!r} ({joint.type}) has "
                                  f"no point; give about as 3 world coordinates")
