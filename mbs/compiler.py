@@ -26,7 +26,15 @@ from mbs.forces.applied import AppliedForces, JointDamper, joint_effort_term
 from mbs.forces.base import TermInstance
 from mbs.forces.gravity import UniformGravity
 from mbs.joints.base import JOINT_COORDINATES, BuildContext
-from mbs.model import BodyInfo, ElementInfo, Model, Redundancy, UserConstraintBlock
+from mbs.model import (
+    POSITION_TOLERANCE,
+    VELOCITY_TOLERANCE,
+    BodyInfo,
+    ElementInfo,
+    Model,
+    Redundancy,
+    UserConstraintBlock,
+)
 from mbs.potential_group import PotentialGroup
 from mbs.quadratic import QuadraticTableBuilder
 from mbs.validation import DERIVATIVE_TOLERANCE
@@ -209,7 +217,18 @@ def _warn_if_gravity_acts_twice(system: System) -> None:
 
 def _warn_if_inconsistent(model: Model, g: float, gv: float) -> None:
     """Warn, naming the most violated joints, when the states set on the bodies violate the
-    constraints at t = 0 (max |g| = ``g``, max |G v| = ``gv``)."""
+    constraints at t = 0 (max |g| = ``g``, max |G v| = ``gv``).
+
+    A state that only misses the drives' motion at t = 0 (bodies set at rest, a drive
+    turning) is not warned about: ``initial_state(project=True, joint_rates=...)`` or
+    ``simulate(..., project=True)`` gives it that motion, as the drives' documentation does,
+    and ``simulate`` refuses it unprojected, saying so."""
+    if model.drives:
+        drive_rows = np.concatenate([model.constraint_rows[name] for name in model.drives])
+        position, velocity, scale = model._residuals_and_scale(model._q0, model._p0, 0.0,
+                                                               drive_rows)
+        if position <= POSITION_TOLERANCE and velocity <= VELOCITY_TOLERANCE * scale:
+            return
     if not model.is_consistent(model._q0, model._p0):
         worst = model._worst_constraints(model._q0, model._p0, 0.0)
         timed = (" at t = 0 (a run from another t_start is checked at its start)"

@@ -895,18 +895,23 @@ class Model:
     def _residuals(self, q: np.ndarray, p: np.ndarray, t: float = 0.0) -> tuple[float, float]:
         return self._residuals_and_scale(q, p, t)[:2]
 
-    def _residuals_and_scale(self, q: np.ndarray, p: np.ndarray, t: float = 0.0
+    def _residuals_and_scale(self, q: np.ndarray, p: np.ndarray, t: float = 0.0,
+                             skipped_rows: np.ndarray | None = None
                              ) -> tuple[float, float, float]:
         """(max |g(q, t)|, max |G(q) v + g_t|, velocity scale max(1, max |G| |v|)) with
-        v = M^-1 p, from one Jacobian (this runs at the start of every simulation)."""
+        v = M^-1 p, from one Jacobian (this runs at the start of every simulation); the
+        maxima leave out ``skipped_rows``."""
         if self.m + self._removed.n_rows == 0:
             return 0.0, 0.0, 1.0
         jac = self._all_jacobian(q, t)
         v = self.apply_inverse_mass(p)
         scale = max(1.0, float(np.max(abs(jac) @ np.abs(v))))
-        velocity = jac @ v + (self._all_time_derivative(q, t) if self.is_rheonomic else 0.0)
-        return (float(np.max(np.abs(self._all_constraints(q, t)))),
-                float(np.max(np.abs(velocity))), scale)
+        velocity = np.abs(jac @ v + (self._all_time_derivative(q, t) if self.is_rheonomic
+                                     else 0.0))
+        position = np.abs(self._all_constraints(q, t))
+        if skipped_rows is not None:
+            velocity[skipped_rows] = position[skipped_rows] = 0.0
+        return float(np.max(position)), float(np.max(velocity)), scale
 
     def is_consistent(self, q: np.ndarray, p: np.ndarray, t: float = 0.0) -> bool:
         """Whether (q, p) satisfies g = 0 and G M^-1 p (+ dg/dt) = 0 at time t within the

@@ -601,3 +601,28 @@ def test_a_step_that_does_not_reach_t_end_keeps_its_own_end_far_from_zero():
     with pytest.warns(UserWarning, match="does not divide the interval"):
         solution = mbs.simulate(model, "em", h=1.0, t_start=1e9, t_end=1e9 + 10.00002)
     assert solution.t[-1] == 1e9 + 10.0
+
+
+def test_compile_is_quiet_about_a_state_that_only_misses_the_drives_motion():
+    """A link set at rest and driven at 2 rad/s from its pose: compile does not warn (the
+    documented start projects the state), simulate refuses it unprojected naming the drive,
+    and the projected state runs at the drive's rate. A state that also breaks a joint is
+    still warned about at compile."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = hinged_link_driven_by(lambda t: 2.0 * t, rate=2.0, quiet=False)
+    with pytest.raises(mbs.errors.InconsistentInitialStateError, match="'motor' \\(velocity\\)"):
+        mbs.simulate(model, "em", h=0.01, t_end=0.1)
+    start = model.initial_state(project=True, joint_rates={"hinge": 2.0})
+    solution = mbs.simulate(model, "em", h=0.01, t_end=0.1, initial_state=start)
+    np.testing.assert_allclose(solution.joint("hinge").rate, 2.0, rtol=0, atol=1e-12)
+
+    system = mbs.System()
+    link = system.add(mbs.RigidBody.from_shape("box", mass=2.0, lx=1.0, ly=0.05, lz=0.05,
+                                               name="link"))
+    link.set_state(position=(0.5, 0.0, 0.0), velocity=(0.0, 0.0, 1.0))  # off the hinge's
+    hinge = system.add(mbs.joints.Revolute(system.ground, link, point=(0.0, 0.0, 0.0),
+                                           axis=(1.0, 0.0, 0.0), name="hinge"))  # circle
+    system.add(Drive(hinge, lambda t: 2.0 * t, rate=lambda t: 2.0, name="motor"))
+    with pytest.warns(UserWarning, match="initial state is inconsistent"):
+        system.compile()
