@@ -144,7 +144,11 @@ class DriveTrajectory:
         smooth effort by O(h^2). ``Solution.multipliers`` keeps the raw values. A step that
         simulate redid as sub-steps has the mean of its sub-steps' multipliers (where the
         alternation cancels: the centred average next to it keeps an O(h) part of its
-        neighbours' alternation).
+        neighbours' alternation). ``Solution.reaction(drive)`` maps the same multiplier
+        through the drive's constraint gradient at the step's midpoint configuration, whose
+        directors are not exactly orthonormal: its torque about (force along) the axis
+        agrees with ``effort`` to O(h^2). Use ``effort`` for the motor's torque (force),
+        the reaction for the full vector the drive exerts.
     work : (N+1,)
         Cumulative sum of effort_n (position_{n+1} - position_n), 0 at the start: a
         second-order estimate of the drive's work (``Solution.work`` holds the scheme's own,
