@@ -381,12 +381,8 @@ class HBVM(Solver):
         self._warm.lam = lam
         if model.m:
             t1 = t + self.h  # drives move the constraints: g(q1, t1), G v1 + dg/dt
-            jacobian = (self.model.jacobian_matrix(q1, t1) if self._dense
-                        else model.constraint_jacobian(q1, t1))
-            velocity = jacobian @ model.apply_inverse_mass(p1)
-            if model.is_rheonomic:
-                velocity = velocity + model.constraint_time_derivative(q1, t1)
-            enforced = (self._max(model.constraints(q1, t1)), self._max(velocity))
+            enforced = (self._max(model.constraints(q1, t1)),
+                         self._max(model.velocity_constraints(q1, p1, t1)))
         else:
             enforced = (0.0, 0.0)
         return StepResult(q1, p1, gamma[0].copy(), lam.copy(), np.zeros(model.m), iterations,
