@@ -616,7 +616,7 @@ def _check_stats(stats: dict, steps: int, path) -> None:
     kinds = {"wall_time": (int, float), "h": (int, float), "steps": int, "first_step": int,
              "solver": str, "drive_effort": str, "completed": bool,
              "drive_work_in_steps": bool, "refined_steps": (list, tuple),
-             "restarts": (list, tuple), "resumed_at": int}
+             "restarts": (list, tuple), "resumed_at": int, "sub_steps": int}
     for key, kind in kinds.items():
         if key in stats and (not isinstance(stats[key], kind)
                              or (kind is not bool and isinstance(stats[key], bool))):

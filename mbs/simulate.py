@@ -62,7 +62,7 @@ from mbs.solvers.base import StepResult
 from mbs.streaming import (
     StreamWriter,
     check_chunks,
-    drive_rules,
+    run_rules,
     model_differences,
     model_digest,
     model_digest_parts,
@@ -248,7 +248,7 @@ def simulate(model: Model | LieGroupModel, solver: str | Solver = "em", *, h: fl
                          "model_digest": model_digest(model),
                          "model_parts": model_digest_parts(model),
                          "solver_properties": asdict(solver.properties),
-                         **drive_rules(solver)}, q0, p0)
+                         **run_rules(solver)}, q0, p0)
         # overflow in the scheme's arithmetic is caught as a non-finite residual or state and
         # reported with its cause; numpy's own warnings about it would only repeat it
         with (single_threaded_blas(), subnormals_flushed(),
@@ -491,7 +491,7 @@ class _Run:
                    "refined_steps": self.earlier_events["refined_steps"] + list(self.refined),
                    "restarts": self.earlier_events["restarts"] + list(self.restarts),
                    "guess_retries": getattr(self.solver, "guess_retries", 0),
-                   **drive_rules(self.solver),
+                   **run_rules(self.solver),
                    **({} if self.resumed_at is None else {"resumed_at": self.resumed_at})},
             solver_properties=self.solver.properties)
         self.solver.annotate(solution)

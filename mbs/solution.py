@@ -255,7 +255,8 @@ class Solution:
     stats : dict
         "newton_iterations" (N,: the iterations of the attempt that solved each step; a
         step solved after a failed or rejected first attempt, counted in "guess_retries"
-        (see ``Solver.step``), or as sub-steps, listed in "refined_steps", cost more),
+        (see ``Solver.step``), or as sub-steps, listed in "refined_steps", cost more; a
+        composition's are summed over its "sub_steps" steps of the base scheme),
         "wall_time" (s, of the simulate call: for a resumed run, of the steps after
         "resumed_at"), "solver", "h", "steps", and "completed" (False if the run stopped
         early).
@@ -1179,6 +1180,7 @@ class Solution:
         resumed = (f" (resumed at step {self.stats['resumed_at']})"
                    if "resumed_at" in self.stats else "")
         iterations = np.asarray(self.stats.get("newton_iterations", ()))
+        sub_steps = self.stats.get("sub_steps", 1)
         wall_time = self.stats.get("wall_time")
         stop = self._stop()
         lines = [
@@ -1187,7 +1189,9 @@ class Solution:
             f"{self.t.size - 1}  t = [{_time_range(self.t[0], self.t[-1])}]"
             + ("" if wall_time is None else f"  wall time {wall_time:.3f} s") + resumed
             + (f"  mean Newton iterations {iterations.mean():.2f}" if iterations.size
-               else "")]
+               else "")
+            + (f" per step (over its {sub_steps} sub-steps)" if iterations.size
+               and sub_steps > 1 else "")]
         if self.t.size == 1:  # a run that failed in its first step, or a window of one node
             node = int(self.stats.get("first_step", 0))
             return "\n".join(lines + [

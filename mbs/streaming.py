@@ -785,29 +785,32 @@ def load_stream(path: str | os.PathLike, model):
                "completed": completed,
                **{name: [tuple(int(v) for v in row) for row in data[name]]
                   for name in EVENTS},
-               **_drive_stats(manifest)},
+               **_run_rules_of(manifest)},
         solver_properties=_solver_properties(manifest))
 
 
-def drive_rules(solver) -> dict:
-    """How a Solution derives the drives' work and reactions from the arrays of ``solver``'s
-    run (the stats ``drive_work_in_steps`` and ``drive_effort``)."""
+def run_rules(solver) -> dict:
+    """How a Solution reads the arrays of ``solver``'s run: the drives' work and reactions
+    (the stats ``drive_work_in_steps`` and ``drive_effort``), and how many steps of a base
+    scheme each step takes (``sub_steps``: a composition's Newton iterations per step are
+    summed over them)."""
     return {"drive_work_in_steps": bool(getattr(solver, "reports_drive_work", False)),
-            "drive_effort": getattr(solver, "drive_effort", "multiplier")}
+            "drive_effort": getattr(solver, "drive_effort", "multiplier"),
+            "sub_steps": int(getattr(solver, "sub_steps", 1))}
 
 
-def _drive_stats(manifest: dict) -> dict:
-    """``drive_work_in_steps`` and ``drive_effort`` of the run: stored with the stream, or
-    those of the solver it names (for streams written without them)."""
-    stored = {key: manifest[key] for key in ("drive_work_in_steps", "drive_effort")
-              if key in manifest}
-    if len(stored) == 2:
+def _run_rules_of(manifest: dict) -> dict:
+    """:func:`run_rules` of the run: stored with the stream, or those of the solver it names
+    (for streams written without them)."""
+    keys = ("drive_work_in_steps", "drive_effort", "sub_steps")
+    stored = {key: manifest[key] for key in keys if key in manifest}
+    if len(stored) == len(keys):
         return stored
     try:
         solver = make_solver(manifest["solver"])
     except MbsError:
         return stored
-    return {**drive_rules(solver), **stored}
+    return {**run_rules(solver), **stored}
 
 
 def _solver_properties(manifest: dict):

@@ -282,3 +282,21 @@ def test_a_first_composed_step_with_a_long_backward_sub_step_finds_the_near_root
     assert np.abs(step.q[-1] - reference.q[-1]).max() < 1e-2
     energy = step.energy()
     assert abs(energy[-1] - energy[0]) < 1e-2 * abs(energy[0])
+
+
+@pytest.mark.parametrize("solver, order, sub_steps", [("em", 4, 3), ("em", 6, 9),
+                                                       ("ggl-vi-a", 4, 6)])
+def test_the_summary_says_newton_iterations_are_summed_over_the_sub_steps(
+        heavy_top_model, solver, order, sub_steps, tmp_path):
+    """Each sub-step is a Newton solve of its own, so a composed step takes at least one
+    iteration per sub-step; the summary says over how many the count is summed, also for a
+    run read back from its stream."""
+    run = mbs.simulate(heavy_top_model, solver, order=order, h=1e-3, t_end=4e-3,
+                       output=str(tmp_path / "run"), flush_every=2)
+    assert run.stats["sub_steps"] == sub_steps
+    assert np.all(run.stats["newton_iterations"] >= sub_steps)
+    for solution in (run, mbs.load_solution(str(tmp_path / "run"), heavy_top_model)):
+        assert f"per step (over its {sub_steps} sub-steps)" in solution.conservation_summary()
+    plain = mbs.simulate(heavy_top_model, solver, h=1e-3, t_end=4e-3)
+    assert plain.stats["sub_steps"] == 1
+    assert "sub-steps" not in plain.conservation_summary().splitlines()[0]

@@ -175,6 +175,10 @@ class Solver:
     #: :mod:`mbs.solvers.composition`).
     composed_in_pairs = False
 
+    #: Steps of a base scheme taken per step, each with its own Newton solve: more than one
+    #: for a composition (:class:`~mbs.solvers.composition.Composition`).
+    sub_steps = 1
+
     def __post_init__(self):
         if self.initial_guess not in ("explicit", "advanced", "simple"):
             raise ModelError(f"{type(self).__name__}: initial_guess must be 'explicit', "

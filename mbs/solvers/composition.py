@@ -208,6 +208,10 @@ class Composition(Solver):
         return "mean" if self.base.drive_effort == "mean" else "multiplier"
 
     @property
+    def sub_steps(self) -> int:
+        return len(self.coefficients)
+
+    @property
     def guess_retries(self) -> int:
         return sum(solver.guess_retries for solver in self.substeps)
 
