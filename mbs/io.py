@@ -698,10 +698,15 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
           "JOINT.angle_rate" (revolute, cylindrical) or "JOINT.displacement" and
           "JOINT.displacement_rate" (prismatic); "joint:JOINT:displacement" selects the slide
           of a cylindrical joint;
-        * "drive:DRIVE": "DRIVE.effort" (per step) and "DRIVE.work"
-          (:meth:`~mbs.solution.Solution.drive`);
+        * "drive:DRIVE": "DRIVE.effort" (per step), "DRIVE.power" (per step) and
+          "DRIVE.work" (:meth:`~mbs.solution.Solution.drive`);
         * "force:NAME": "NAME.effort" (per step; joint actuators and dampers, not loads, which
-          have no scalar effort) and "NAME.work" (:meth:`~mbs.solution.Solution.force`).
+          have no scalar effort), "NAME.power" (per step) and "NAME.work"
+          (:meth:`~mbs.solution.Solution.force`);
+        * "reaction:JOINT": the force and torque the joint exerts on its second body (its
+          first when the second is the ground) in each step, in the world frame, the torque
+          about the body's centre of mass (:meth:`~mbs.solution.Solution.reaction` with its
+          defaults), headed "JOINT.force_x", ..., "JOINT.torque_z" (per step).
 
         Default: energies, momenta, constraints and every body's position.
     every : int
@@ -717,10 +722,11 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
 
     Notes
     -----
-    Every row is a node t_n, and every column a value at that node except the efforts: an
-    effort is constant over a step (the mean force of step n -> n+1, see
-    :class:`~mbs.solution.DriveTrajectory`), defined on the N steps and not on the N + 1
-    nodes. Row n holds the effort of the step that begins at node n, whose midpoint time
+    Every row is a node t_n, and every column a value at that node except the efforts,
+    powers and reactions (per step): an effort is constant over a step (the mean force of
+    step n -> n+1, see :class:`~mbs.solution.DriveTrajectory`), defined on the N steps and
+    not on the N + 1 nodes. Row n holds the effort of the step that begins at node n, whose
+    midpoint time
     (t_n + t_{n+1}) / 2 is the column "t_midpoint", written whenever an effort is; the last
     row begins no step and holds NaN there. With ``every`` > 1 a row holds the effort of
     the one step that begins at it, not a mean over the steps up to the next row. Works are
@@ -795,8 +801,15 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
                 names.append(f"{body}.effort")
                 values.append(_per_step(trajectory.effort, rows))
                 per_step = True
-            names.append(f"{body}.work")
-            values.append(np.asarray(trajectory.work)[rows])
+            names += [f"{body}.power", f"{body}.work"]
+            values += [_per_step(trajectory.power, rows), np.asarray(trajectory.work)[rows]]
+            per_step = True
+        elif kind == "reaction" and body:
+            trajectory = _in_column(column, solution.reaction, body)
+            names += [f"{body}.{part}_{c}" for part in ("force", "torque") for c in "xyz"]
+            values += [_per_step(component, rows) for component in
+                       np.hstack([trajectory.force, trajectory.torque]).T]
+            per_step = True
         else:
             raise ModelError(f"unknown CSV column {column!r}; {_COLUMN_FORMS}")
     if per_step:
@@ -808,7 +821,7 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
 _COLUMN_FORMS = (f"the columns are {', '.join(OBSERVABLES)}; KIND:BODY with KIND one of "
                  f"{', '.join(BODY_COLUMNS)}; {POINT_COLUMN}:BODY@X,Y,Z; joint:JOINT "
                  f"(joint:JOINT:displacement for a cylindrical joint's slide); drive:DRIVE; "
-                 f"force:NAME")
+                 f"force:NAME; reaction:JOINT")
 
 
 def _in_column(column: str, accessor, *args):

@@ -62,7 +62,6 @@ from mbs.solvers.base import StepResult
 from mbs.streaming import (
     StreamWriter,
     check_chunks,
-    run_rules,
     model_differences,
     model_digest,
     model_digest_parts,
@@ -70,6 +69,7 @@ from mbs.streaming import (
     read_last_state,
     read_solver_state,
     read_stream,
+    run_rules,
     solver_options_digest,
 )
 from mbs.time_span import evaluation_span, last_node_time, node_times

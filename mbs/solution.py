@@ -175,6 +175,12 @@ class DriveTrajectory:
         ReactionTrajectory)."""
         return 0.5 * (self.t[1:] + self.t[:-1])
 
+    @property
+    def power(self) -> np.ndarray:
+        """The drive's mean power in each step, (N,): its work in the step over the step's
+        length (at :attr:`effort_times`)."""
+        return np.diff(self.work) / np.diff(self.t)
+
 
 @dataclass(eq=False)
 class ForceTrajectory:
@@ -197,12 +203,15 @@ class ForceTrajectory:
         error at a given h can exceed the scheme's own (a torque's work on coarse steps
         especially: the midpoint rule above gives tau 2 tan(dtheta / 2) per step, not
         tau dtheta); ``Solution.work`` holds the scheme's own.
+    power : (N,)
+        The mean power in each step: its work over its length.
     """
 
     name: str
     t: np.ndarray
     effort: np.ndarray | None
     work: np.ndarray
+    power: np.ndarray
 
 
 @dataclass(eq=False)
@@ -707,7 +716,8 @@ class Solution:
                 if effort is not None:
                     row = term.coordinate(midpoints[k, index])[1]
                     effort[k] += (value @ row) / (row @ row)
-        return ForceTrajectory(name, middle, effort, np.concatenate([[0.0], np.cumsum(work)]))
+        return ForceTrajectory(name, middle, effort, np.concatenate([[0.0], np.cumsum(work)]),
+                               work / steps)
 
     def reaction(self, name: str | Element, body: str | Element | None = None, *,
                  about: str | np.ndarray | None = None, frame: str = "world"

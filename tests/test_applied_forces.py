@@ -629,6 +629,12 @@ def test_the_effort_and_work_of_each_element_along_a_run():
     np.testing.assert_allclose(motor.work + friction.work, solution.work,
                                atol=1e-12 * np.abs(solution.work).max())
     np.testing.assert_allclose(motor.t, solution.t[:-1] + 5e-3, rtol=1e-12)
+    # power: torque times rate, against the exact spin-up w = (tau / c)(1 - exp(-c t / I))
+    # at the step midpoints; second order, with error ~ (h c / I)^2 = 4e-6 of the scale
+    rate = 2.0 / 0.02 * -np.expm1(-0.02 * motor.t / 0.1)
+    tolerance = 4.0 * (1e-2 * 0.02 / 0.1) ** 2 * 2.0 * rate.max()
+    np.testing.assert_allclose(motor.power, 2.0 * rate, atol=tolerance)
+    np.testing.assert_allclose(friction.power, -0.02 * rate ** 2, atol=tolerance)
     with pytest.raises(mbs.UnknownNameError, match="no load, damper or actuator 'brake'; "
                                                    "this model's: friction, motor"):
         solution.force("brake")

@@ -126,6 +126,9 @@ def test_reaction_torque_of_a_constant_angular_acceleration():
     np.testing.assert_allclose(drive.rate, acceleration * solution.t, atol=1e-9)
     kinetic = 0.5 * inertia * (acceleration * solution.t) ** 2
     np.testing.assert_allclose(drive.work, kinetic, rtol=1e-3, atol=1e-12)
+    # power I a^2 t at the step midpoints, with the effort's tolerance
+    np.testing.assert_allclose(drive.power, inertia * acceleration ** 2 * drive.effort_times,
+                               rtol=1e-3)
 
 
 def test_prismatic_drive_prescribes_the_displacement():

@@ -74,8 +74,9 @@ def test_joint_drive_force_and_point_columns_hold_the_accessors_values(solution,
     point = "fore@2,0,0.1"
     assert header == (
         ["t", "t_midpoint", "elbow.angle", "elbow.angle_rate", "slide.displacement",
-         "slide.displacement_rate", "shoulder_drive.effort", "shoulder_drive.work",
-         "elbow_motor.effort", "elbow_motor.work", "lift.work"]
+         "slide.displacement_rate", "shoulder_drive.effort", "shoulder_drive.power",
+         "shoulder_drive.work", "elbow_motor.effort", "elbow_motor.power", "elbow_motor.work",
+         "lift.power", "lift.work"]
         + [f"{point}.{part}_{c}" for part in ("position", "velocity") for c in "xyz"])
     column = dict(zip(header, table.T))
     elbow = solution.joint("elbow")
@@ -91,8 +92,11 @@ def test_joint_drive_force_and_point_columns_hold_the_accessors_values(solution,
     np.testing.assert_array_equal(column["shoulder_drive.work"], drive.work)
     np.testing.assert_array_equal(column["elbow_motor.work"], motor.work)
     np.testing.assert_array_equal(column["lift.work"], lift.work)
-    np.testing.assert_array_equal(table[:, 11:14], position)
-    np.testing.assert_array_equal(table[:, 14:17], velocity)
+    for name, trajectory in (("shoulder_drive", drive), ("elbow_motor", motor),
+                             ("lift", lift)):
+        np.testing.assert_array_equal(column[f"{name}.power"][:-1], trajectory.power)
+    np.testing.assert_array_equal(table[:, 14:17], position)
+    np.testing.assert_array_equal(table[:, 17:20], velocity)
     # the slide moves and turns: the columns are not trivially zero
     assert np.ptp(slide.position) > 0.1 and np.ptp(solution.joint("slide").position) > 1.0
 
@@ -106,20 +110,39 @@ def test_efforts_sit_on_the_row_of_their_steps_first_node_with_the_step_midpoint
     for every in (1, 7):
         header, table = read(io.save_csv(solution, tmp_path / "efforts.csv", every=every,
                                          columns=["drive:shoulder_drive", "force:elbow_motor"]))
-        assert header == ["t", "t_midpoint", "shoulder_drive.effort", "shoulder_drive.work",
-                          "elbow_motor.effort", "elbow_motor.work"]
+        assert header == ["t", "t_midpoint", "shoulder_drive.effort", "shoulder_drive.power",
+                          "shoulder_drive.work", "elbow_motor.effort", "elbow_motor.power",
+                          "elbow_motor.work"]
         rows = np.append(np.arange(0, steps, every), steps)
         np.testing.assert_array_equal(table[:, 0], solution.t[rows])
         begun = rows[:-1]
         np.testing.assert_array_equal(table[:-1, 1], drive.effort_times[begun])
         np.testing.assert_array_equal(table[:-1, 1], motor.t[begun])
         np.testing.assert_array_equal(table[:-1, 2], drive.effort[begun])
-        np.testing.assert_array_equal(table[:-1, 4], motor.effort[begun])
-        np.testing.assert_array_equal(table[:, 3], drive.work[rows])
-        assert np.all(np.isnan(table[-1, [1, 2, 4]])) and not np.any(np.isnan(table[:-1]))
+        np.testing.assert_array_equal(table[:-1, 3], drive.power[begun])
+        np.testing.assert_array_equal(table[:-1, 5], motor.effort[begun])
+        np.testing.assert_array_equal(table[:, 4], drive.work[rows])
+        assert (np.all(np.isnan(table[-1, [1, 2, 3, 5, 6]]))
+                and not np.any(np.isnan(table[:-1])))
     # node values alone: no t_midpoint column
-    header, _ = read(io.save_csv(solution, tmp_path / "nodes.csv", columns=["force:lift"]))
-    assert header == ["t", "lift.work"]
+    header, _ = read(io.save_csv(solution, tmp_path / "nodes.csv", columns=["joint:elbow"]))
+    assert header == ["t", "elbow.angle", "elbow.angle_rate"]
+
+
+def test_reaction_columns_hold_the_reaction_on_the_row_of_its_step(solution, tmp_path):
+    """The wrist's force and torque on the bob, per step like the efforts: the columns hold
+    what Solution.reaction gives, and the torque on a point mass is zero."""
+    header, table = read(io.save_csv(solution, tmp_path / "reactions.csv",
+                                     columns=["reaction:elbow", "reaction:wrist"]))
+    parts = [f"{part}_{c}" for part in ("force", "torque") for c in "xyz"]
+    assert header == (["t", "t_midpoint"] + [f"elbow.{p}" for p in parts]
+                      + [f"wrist.{p}" for p in parts])
+    for name, columns in (("elbow", table[:-1, 2:8]), ("wrist", table[:-1, 8:14])):
+        reaction = solution.reaction(name)
+        np.testing.assert_array_equal(columns, np.hstack([reaction.force, reaction.torque]))
+    assert np.abs(table[:-1, 8:11]).max() > 1.0 and not np.any(table[:-1, 11:14])
+    with pytest.raises(mbs.UnknownNameError, match="reaction:knee"):
+        io.save_csv(solution, tmp_path / "bad.csv", columns=["reaction:knee"])
 
 
 def test_a_cylindrical_joint_gives_its_angle_by_default_as_solution_joint_does(solution,
