@@ -725,12 +725,11 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
     Every row is a node t_n, and every column a value at that node except the efforts,
     powers and reactions (per step): an effort is constant over a step (the mean force of
     step n -> n+1, see :class:`~mbs.solution.DriveTrajectory`), defined on the N steps and
-    not on the N + 1 nodes. Row n holds the effort of the step that begins at node n, whose
-    midpoint time
-    (t_n + t_{n+1}) / 2 is the column "t_midpoint", written whenever an effort is; the last
-    row begins no step and holds NaN there. With ``every`` > 1 a row holds the effort of
-    the one step that begins at it, not a mean over the steps up to the next row. Works are
-    cumulative, 0 at the start, and node values like the other columns.
+    not on the N + 1 nodes. Row n holds the values of the step that begins at node n, whose
+    midpoint time (t_n + t_{n+1}) / 2 is the column "t_midpoint", written whenever such a
+    value is; the last row begins no step and holds NaN there. With ``every`` > 1 a row
+    holds the values of the one step that begins at it, not a mean over the steps up to the
+    next row. Works are cumulative, 0 at the start, and node values like the other columns.
     """
     if isinstance(every, bool) or not isinstance(every, int | np.integer) or every < 1:
         raise ModelError(f"every must be a positive integer, got {every!r}")
