@@ -20,6 +20,7 @@ from mbs.errors import ForceFunctionError, ModelError, ModelTypeError
 from mbs.forces import Damper, JointDamper, JointForce, JointTorque, Load, Spring
 from mbs.streaming import load_stream
 from tests.mechanisms import (
+    assert_effort_derivatives_exact_off_the_constraints,
     assert_stream_resume_and_ensemble_repeat_the_run,
     finite_difference,
     link,
@@ -261,22 +262,6 @@ def test_damper_and_load_derivatives_match_finite_differences():
                                                        v), atol=1e-7)
 
 
-def assert_effort_derivatives_exact_off_the_constraints(model: mbs.Model, seed: int) -> None:
-    """dQ/dq and dQ/dv at a state 2 % off the initial one (off the constraints and the
-    orthonormal directors) against central differences of step 1e-6, which are exact to
-    about 1e-12 |Q''| / |Q|; the bound leaves a factor of 100 on that."""
-    rng = np.random.default_rng(seed)
-    q = model.q0 + 0.02 * rng.standard_normal(model.n)
-    v = rng.standard_normal(model.n)
-    _, by_q, by_v = model.applied_force_derivatives(0.3, q, v)
-    by_q = by_q.toarray() if hasattr(by_q, "toarray") else by_q
-    by_v = by_v.toarray() if hasattr(by_v, "toarray") else by_v
-    np.testing.assert_allclose(by_q, finite_difference(lambda x: model.applied_force(0.3, x, v),
-                                                       q), atol=1e-8)
-    np.testing.assert_allclose(by_v, finite_difference(lambda x: model.applied_force(0.3, q, x),
-                                                       v), atol=1e-8)
-
-
 def two_bodies_with(element: str) -> mbs.Model:
     """Two boxes joined by a joint with an oblique axis, and one work-doing element."""
     system = mbs.System()
@@ -303,7 +288,8 @@ def two_bodies_with(element: str) -> mbs.Model:
 
 @pytest.mark.parametrize("element", ["joint torque", "hinge damper", "joint force",
                                      "slide damper", "world torque", "body torque"])
-def test_effort_derivatives_match_finite_differences_off_the_constraints(element):
+def test_effort_derivatives_match_finite_differences_off_the_constraints(element,
+                                                                        angle_kernels):
     """Newton's iterates leave the orthonormal directors and the joint's constraints, so
     dQ/dq must be the derivative in every direction, not only along rotations: torques
     act through c = K(D)^-1 tau, and a joint coordinate's gradient differs from the
@@ -311,7 +297,7 @@ def test_effort_derivatives_match_finite_differences_off_the_constraints(element
     assert_effort_derivatives_exact_off_the_constraints(two_bodies_with(element), seed=7)
 
 
-def test_batched_joint_efforts_differentiate_like_single_ones():
+def test_batched_joint_efforts_differentiate_like_single_ones(angle_kernels):
     """Four hinges with oblique axes, each damped and driven by its own law: the efforts of
     one kind are evaluated as one batch, whose derivatives must be as exact as the single
     terms'."""
@@ -329,7 +315,7 @@ def test_batched_joint_efforts_differentiate_like_single_ones():
     assert_effort_derivatives_exact_off_the_constraints(system.compile(), seed=8)
 
 
-def test_joint_actuator_rate_derivative_matches_finite_differences():
+def test_joint_actuator_rate_derivative_matches_finite_differences(angle_kernels):
     model, _ = disc_on_hinge(lambda t, angle, rate: -0.3 * angle - 2.0 * rate)
     q = model.q0.copy()
     v = np.zeros(model.n)

@@ -9,7 +9,12 @@ import pytest
 
 import mbs
 from mbs.errors import ModelError
-from tests.mechanisms import double_pendulum, finite_difference, slider_crank
+from tests.mechanisms import (
+    assert_effort_derivatives_exact_off_the_constraints,
+    double_pendulum,
+    finite_difference,
+    slider_crank,
+)
 
 
 def compiled(system: mbs.System) -> mbs.Model:
@@ -235,6 +240,23 @@ def test_cross_angle_springs_as_joint_efforts_conserve_their_energy_at_second_or
         total = solution.energy() + sum(0.5 * k * a**2 for k, a in zip(STIFFNESS, angles))
         drifts.append(np.max(np.abs(total - total[0])))
     assert np.log2(drifts[0] / drifts[1]) == pytest.approx(2.0, abs=0.3)
+
+
+def test_cross_angle_effort_derivatives_and_runs_agree_in_both_angle_forms(angle_kernels):
+    """The efforts about both cross axes differentiate exactly off the constraints, and a
+    run with them is the same in the compiled and the NumPy form of the angle geometry (one
+    formula in two evaluation orders: round-off apart)."""
+    springs = cardan_shaft(lambda joint: [mbs.forces.JointEfforts(
+        [(joint, "angle_a"), (joint, "angle_b")],
+        lambda t, s, r: -np.array(STIFFNESS) * s - 0.2 * r)])
+    assert_effort_derivatives_exact_off_the_constraints(springs, seed=11)
+    run = mbs.simulate(springs, "em", h=0.004, t_end=0.4, project=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mbs.forces.applied, "USE_ANGLE_KERNELS", not angle_kernels)
+        other = mbs.simulate(springs, "em", h=0.004, t_end=0.4, project=True)
+    np.testing.assert_allclose(run.q, other.q, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(run.work, other.work, rtol=0,
+                               atol=1e-12 * np.abs(run.work).max())
 
 
 def test_a_drive_on_a_universal_joint_is_refused():

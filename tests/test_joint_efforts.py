@@ -120,7 +120,7 @@ def nonlinear(t, s, r):
                      -4.0 * s[2] + s[1] * r[1] + t])
 
 
-def test_the_generalized_force_derivatives_match_finite_differences():
+def test_the_generalized_force_derivatives_match_finite_differences(angle_kernels):
     """At a state off the constraints (where Newton's iterates are): central differences
     with step 1e-6 carry a truncation error ~1e-12 and a round-off ~1e-10 relative."""
     model = cart_pendulum(nonlinear)

@@ -14,6 +14,7 @@ shape or a non-finite value raises :class:`~mbs.errors.ForceFunctionError` namin
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -690,6 +691,23 @@ def _batch_torque_coordinate_derivatives(directors: np.ndarray, torque: np.ndarr
     return by_directors, by_torque
 
 
+#: Evaluate the angle efforts' geometry with the compiled kernels of
+#: :mod:`mbs.forces.angle_kernels` when numba can be imported (tests switch this off to
+#: cover the NumPy form).
+USE_ANGLE_KERNELS = True
+_NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None
+
+
+def angle_kernels():
+    """:mod:`mbs.forces.angle_kernels`, or None without numba or with
+    :data:`USE_ANGLE_KERNELS` off."""
+    if not (USE_ANGLE_KERNELS and _NUMBA_INSTALLED):
+        return None
+    from mbs.forces import angle_kernels as compiled  # imports numba: only when it is used
+
+    return compiled
+
+
 class _AngleTerm(_EffortTerm):
     """s = the rotation of body b relative to body a about the joint axis (0 at the initial
     pose, in (-pi, pi]); J = (R_b - R_a)^T axis with R the torque maps of the bodies."""
@@ -704,6 +722,9 @@ class _AngleTerm(_EffortTerm):
 
     @staticmethod
     def batch_coordinate(data, q):
+        compiled = angle_kernels()
+        if compiled is not None:
+            return compiled.coordinate(data, q)
         e1, e2, f1, axis = (_apply(data[key], q)
                             for key in ("first", "second", "reference", "axis"))
         angle = np.arctan2(np.einsum("ki,ki->k", f1, e2), np.einsum("ki,ki->k", f1, e1))
@@ -720,6 +741,9 @@ class _AngleTerm(_EffortTerm):
     def batch_coordinate_gradient(data, q, rows):
         """ds/dq of s = atan2(y, x), y = f1 . e2, x = f1 . e1 (all affine in q): along
         rotations it is J, off the orthonormal directors it is not."""
+        compiled = angle_kernels()
+        if compiled is not None:
+            return compiled.gradient(data, q)
         e1, e2, f1 = (_apply(data[key], q) for key in ("first", "second", "reference"))
         maps = {key: data[key][0] for key in ("first", "second", "reference")}
         y, x = np.einsum("ki,ki->k", f1, e2), np.einsum("ki,ki->k", f1, e1)
@@ -733,6 +757,9 @@ class _AngleTerm(_EffortTerm):
     def batch_row_derivative(data, q):
         """dJ/dq with J's rows c x d_i, c = K^-1 axis(q), exact at any directors
         (:func:`_batch_torque_coordinate_derivatives`)."""
+        compiled = angle_kernels()
+        if compiled is not None:
+            return compiled.row_derivative(data, q)
         count, size = q.shape
         axis = _apply(data["axis"], q)
         axis_map = data["axis"][0]
