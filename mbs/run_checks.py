@@ -414,6 +414,6 @@ def _warn_if_energy_is_lost(solution: Solution) -> None:
     advice = ("reduce h" if solver.startswith("em") else
               "reduce h (or use 'em', which conserves energy at any step size)")
     warn_user(f"simulate: {solver} at h = {solution.stats['h']:g} changed {what} by up to "
-              f"{change:.3g} from E0 = {energy[0]:.6g} ({change / scale:.2g} of the "
+              f"{change:.3g} from E0 = {energy[0]:.6g} ({100.0 * change / scale:.3g} % of the "
               f"{scale:.3g} the motion exchanges{growth}): the step is beyond the scheme's "
               f"stability or accuracy limit; {advice}", RuntimeWarning)

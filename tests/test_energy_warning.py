@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 
 import mbs
 
@@ -62,6 +63,11 @@ def test_a_run_beyond_the_stability_limit_still_warns():
     energy = solution.energy()
     growth = np.max(np.abs(energy)) / abs(energy[0])
     assert growth > 1e3 and f"up to {growth:.3g} times its initial size" in messages[-1]
+    # the change as a share of the energy the motion exchanges, in per cent
+    change = np.max(np.abs(energy - energy[0]))
+    scale = float(messages[-1].split(" % of the ")[1].split()[0])
+    share = float(messages[-1].split(" % of the ")[0].rsplit("(", 1)[1])
+    assert share == pytest.approx(100.0 * change / scale, rel=1e-2) and share > 100.0
 
 
 def test_a_motor_driving_a_damped_disc_is_not_reported_at_an_accurate_step():

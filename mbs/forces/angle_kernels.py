@@ -1,5 +1,6 @@
-"""Compiled geometry of joint angles: the angle s, its force direction J and their
-derivatives for a batch of angle efforts (:class:`mbs.forces.applied._AngleTerm`).
+"""Compiled geometry of joint angles and body torques: the angle s, its force direction J
+and their derivatives for a batch of angle efforts (joint torques and dampers,
+``JointEfforts``), and the torque coordinates of loads with a torque.
 
 The batched NumPy form in :mod:`mbs.forces.applied` spends its time in the calls of many
 small array operations (a few µs each, some sixty per evaluation); the kernels here run the
@@ -77,13 +78,77 @@ def _cross(u, v, out):
 
 
 @_jit
+def _torque_rows(frame, torque, inverse, c, rows):
+    """Q_i = c x d_i, c = K(D)^-1 w (the torque coordinates of the world torque w on a body
+    with directors D as rows of ``frame``) into ``rows`` (3, 3); leaves K^-1 in ``inverse``
+    and c in ``c``."""
+    _generator_inverse(frame, inverse)
+    for a in range(3):
+        c[a] = inverse[a, 0] * torque[0] + inverse[a, 1] * torque[1] + inverse[a, 2] * torque[2]
+    for i in range(3):
+        _cross(c, frame[i], rows[i])
+
+
+@_jit
+def _torque_row_derivatives(frame, c, inverse, by_directors, by_torque):
+    """dQ_i[a]/dd_j[b] as ``by_directors`` [i, a, j, b] and dQ_i[a]/dw[b] as ``by_torque``
+    [i, a, b] of the rows of :func:`_torque_rows` (with its K^-1 and c)."""
+    c_by_directors = np.empty((3, 3, 3))  # dc[a] / dd_j[b] as [a, j, b]
+    column, crossed = np.empty(3), np.empty(3)
+    for j in range(3):
+        along = frame[j, 0] * c[0] + frame[j, 1] * c[1] + frame[j, 2] * c[2]
+        for b in range(3):
+            # column b of dK c / dd_j: 2 c d_j[b] - (d_j . c) e_b - d_j c[b]
+            for m in range(3):
+                column[m] = 2.0 * c[m] * frame[j, b] - frame[j, m] * c[b]
+            column[b] -= along
+            for a in range(3):
+                c_by_directors[a, j, b] = -(inverse[a, 0] * column[0]
+                                            + inverse[a, 1] * column[1]
+                                            + inverse[a, 2] * column[2])
+    for i in range(3):
+        for j in range(3):
+            for b in range(3):
+                # -[d_i]x dc/dd_j[b], plus [c]x e_b where j = i
+                _cross(frame[i], c_by_directors[:, j, b], crossed)
+                for a in range(3):
+                    value = -crossed[a]
+                    if i == j and b == (a + 2) % 3:
+                        value += c[(a + 1) % 3]
+                    elif i == j and b == (a + 1) % 3:
+                        value -= c[(a + 2) % 3]
+                    by_directors[i, a, j, b] = value
+        for b in range(3):  # -[d_i]x K^-1 e_b
+            _cross(frame[i], inverse[:, b], crossed)
+            for a in range(3):
+                by_torque[i, a, b] = -crossed[a]
+
+
+@_jit
+def _torque_coordinates_kernel(frames, torques, rows):
+    """:func:`_torque_rows` of a batch: frames (k, 3, 3), torques (k, 3) -> rows (k, 3, 3)."""
+    inverse, c = np.empty((3, 3)), np.empty(3)
+    for k in range(frames.shape[0]):
+        _torque_rows(frames[k], torques[k], inverse, c, rows[k])
+
+
+@_jit
+def _torque_derivatives_kernel(frames, torques, by_directors, by_torque):
+    """:func:`_torque_row_derivatives` of a batch: (k, 3, 3, 3, 3) and (k, 3, 3, 3)."""
+    inverse, c, rows = np.empty((3, 3)), np.empty(3), np.empty((3, 3))
+    for k in range(frames.shape[0]):
+        _torque_rows(frames[k], torques[k], inverse, c, rows)
+        _torque_row_derivatives(frames[k], c, inverse, by_directors[k], by_torque[k])
+
+
+@_jit
 def _coordinate_kernel(q, axis_map, axis_constant, first_map, first_constant, second_map,
                        second_constant, reference_map, reference_constant, directors_a,
                        directors_b, angle, rows):
     """s (k,) and J (k, size) of a batch: ``angle`` and ``rows`` (zeros) are filled."""
     e1, e2, f1, axis = np.empty(3), np.empty(3), np.empty(3), np.empty(3)
-    frame, inverse = np.empty((3, 3)), np.empty((3, 3))
-    c, row = np.empty(3), np.empty(3)
+    frame, inverse, c, torque_rows = np.empty((3, 3)), np.empty((3, 3)), np.empty(3), np.empty(
+        (3, 3))
     for k in range(q.shape[0]):
         term = k if first_map.shape[0] > 1 else 0  # one term at many states, or k terms
         _affine(first_map, first_constant, q, k, term, e1)
@@ -97,19 +162,15 @@ def _coordinate_kernel(q, axis_map, axis_constant, first_map, first_constant, se
             if directors.shape[0] == 0:
                 continue
             _frame(q, k, directors, term, frame)
-            _generator_inverse(frame, inverse)
-            for a in range(3):
-                c[a] = inverse[a, 0] * axis[0] + inverse[a, 1] * axis[1] + inverse[a, 2] * axis[2]
+            _torque_rows(frame, axis, inverse, c, torque_rows)
             for i in range(3):
-                _cross(c, frame[i], row)
                 for a in range(3):
-                    rows[k, directors[term, i, a]] += sign * row[a]
+                    rows[k, directors[term, i, a]] += sign * torque_rows[i, a]
 
 
 @_jit
 def _gradient_kernel(q, first_map, first_constant, second_map, second_constant,
-                     reference_map, reference_constant, gradient
-                     ):
+                     reference_map, reference_constant, gradient):
     """ds/dq (k, size) of s = atan2(y, x), y = f1 . e2, x = f1 . e1, into ``gradient``."""
     e1, e2, f1 = np.empty(3), np.empty(3), np.empty(3)
     for k in range(q.shape[0]):
@@ -129,13 +190,12 @@ def _gradient_kernel(q, first_map, first_constant, second_map, second_constant,
 
 
 @_jit
-def _row_derivative_kernel(q, axis_map, axis_constant, directors_a, directors_b, d_row
-                           ):
-    """dJ/dq (k, size, size) of a batch, [k, r, c] = dJ_r/dq_c, into ``d_row`` (zeros)."""
+def _row_derivative_kernel(q, axis_map, axis_constant, directors_a, directors_b, d_row):
+    """dJ/dq (k, size, size) of a batch, [k, r, c] = dJ_r/dq_c, into ``d_row`` (zeros): the
+    rows' derivatives by the directors, and by the axis w = A_axis q + a."""
     axis, c = np.empty(3), np.empty(3)
-    frame, inverse = np.empty((3, 3)), np.empty((3, 3))
-    c_by_directors = np.empty((3, 3, 3))  # dc[a] / dd_j[b] as [a, j, b]
-    column, crossed = np.empty(3), np.empty(3)
+    frame, inverse, torque_rows = np.empty((3, 3)), np.empty((3, 3)), np.empty((3, 3))
+    by_directors, by_torque = np.empty((3, 3, 3, 3)), np.empty((3, 3, 3))
     for k in range(q.shape[0]):
         term = k if axis_map.shape[0] > 1 else 0
         _affine(axis_map, axis_constant, q, k, term, axis)
@@ -143,41 +203,19 @@ def _row_derivative_kernel(q, axis_map, axis_constant, directors_a, directors_b,
             if directors.shape[0] == 0:
                 continue
             _frame(q, k, directors, term, frame)
-            _generator_inverse(frame, inverse)
-            for a in range(3):
-                c[a] = inverse[a, 0] * axis[0] + inverse[a, 1] * axis[1] + inverse[a, 2] * axis[2]
-            for j in range(3):
-                along = frame[j, 0] * c[0] + frame[j, 1] * c[1] + frame[j, 2] * c[2]
-                for b in range(3):
-                    # column b of dK c / dd_j: 2 c d_j[b] - (d_j . c) e_b - d_j c[b]
-                    for m in range(3):
-                        column[m] = 2.0 * c[m] * frame[j, b] - frame[j, m] * c[b]
-                    column[b] -= along
-                    for a in range(3):
-                        c_by_directors[a, j, b] = -(inverse[a, 0] * column[0]
-                                                    + inverse[a, 1] * column[1]
-                                                    + inverse[a, 2] * column[2])
+            _torque_rows(frame, axis, inverse, c, torque_rows)
+            _torque_row_derivatives(frame, c, inverse, by_directors, by_torque)
             for i in range(3):
-                for j in range(3):
+                for a in range(3):
+                    row = directors[term, i, a]
+                    for j in range(3):
+                        for b in range(3):
+                            d_row[k, row, directors[term, j, b]] += (
+                                sign * by_directors[i, a, j, b])
                     for b in range(3):
-                        # -[d_i]x dc/dd_j[b], plus [c]x e_b where j = i
-                        _cross(frame[i], c_by_directors[:, j, b], crossed)
-                        for a in range(3):
-                            value = -crossed[a]
-                            if i == j and b == (a + 2) % 3:
-                                value += c[(a + 1) % 3]
-                            elif i == j and b == (a + 1) % 3:
-                                value -= c[(a + 2) % 3]
-                            d_row[k, directors[term, i, a], directors[term, j, b]] += sign * value
-                # through the axis: -[d_i]x K^-1 dw, dw = A_axis dq
-                for b in range(3):
-                    _cross(frame[i], inverse[:, b], crossed)
-                    for a in range(3):
                         for col in range(q.shape[1]):
-                            d_row[k, directors[term, i, a], col] -= (
-                                sign * crossed[a] * axis_map[term, b, col])
-
-
+                            d_row[k, row, col] += sign * by_torque[i, a, b] * axis_map[
+                                term, b, col]
 
 
 _NO_DIRECTORS = np.zeros((0, 3, 3), dtype=np.intp)
@@ -214,3 +252,24 @@ def row_derivative(data: dict, q: np.ndarray) -> np.ndarray:
     _row_derivative_kernel(q, *data["axis"], _directors(data, "directors_a"),
                            _directors(data, "directors_b"), out)
     return out
+
+
+def torque_coordinates(frames: np.ndarray, torques: np.ndarray) -> np.ndarray:
+    """The rows c x d_i, c = K(D)^-1 w, for directors (k, 3, 3) as rows and world torques
+    w (k, 3): (k, 3, 3)."""
+    frames = np.ascontiguousarray(frames, dtype=float)
+    rows = np.empty(frames.shape)
+    _torque_coordinates_kernel(frames, np.ascontiguousarray(torques, dtype=float), rows)
+    return rows
+
+
+def torque_coordinate_derivatives(frames: np.ndarray, torques: np.ndarray
+                                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Derivatives of :func:`torque_coordinates` by the directors, (k, i, a, j, b), and by
+    the torque, (k, i, a, b)."""
+    frames = np.ascontiguousarray(frames, dtype=float)
+    count = frames.shape[0]
+    by_directors, by_torque = np.empty((count, 3, 3, 3, 3)), np.empty((count, 3, 3, 3))
+    _torque_derivatives_kernel(frames, np.ascontiguousarray(torques, dtype=float),
+                               by_directors, by_torque)
+    return by_directors, by_torque

@@ -651,6 +651,23 @@ def _coordinates(context, *bodies: Body) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
 
 
+#: Evaluate the geometry of joint-angle efforts and of torques on bodies with the compiled
+#: kernels of :mod:`mbs.forces.angle_kernels` when numba can be imported (tests switch this
+#: off to cover the NumPy form).
+USE_ANGLE_KERNELS = True
+_NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None
+
+
+def angle_kernels():
+    """:mod:`mbs.forces.angle_kernels`, or None without numba or with
+    :data:`USE_ANGLE_KERNELS` off."""
+    if not (USE_ANGLE_KERNELS and _NUMBA_INSTALLED):
+        return None
+    from mbs.forces import angle_kernels as compiled  # imports numba: only when it is used
+
+    return compiled
+
+
 def _batch_generator(directors: np.ndarray) -> np.ndarray:
     """:func:`~mbs.forces.kinematics.rotation_generator` of a batch: directors (k, 3, 3) as
     rows -> (k, 3, 3)."""
@@ -661,6 +678,9 @@ def _batch_generator(directors: np.ndarray) -> np.ndarray:
 def _batch_torque_coordinates(directors: np.ndarray, torque: np.ndarray) -> np.ndarray:
     """:func:`~mbs.forces.kinematics.torque_coordinates` of a batch: directors (k, 3, 3)
     as rows, torques (k, 3) -> (k, 3, 3)."""
+    compiled = angle_kernels()
+    if compiled is not None:
+        return compiled.torque_coordinates(directors, torque)
     c = np.linalg.solve(_batch_generator(directors), torque[:, :, None])[:, :, 0]
     return cross(c[:, None, :], directors)
 
@@ -675,6 +695,9 @@ def _batch_torque_coordinate_derivatives(directors: np.ndarray, torque: np.ndarr
         dc = K^-1 (dw - sum_j (2 c d_j^T - (d_j . c) I - d_j c^T) dd_j),
         dQ_i = -[d_i]x dc + [c]x dd_i.
     """
+    compiled = angle_kernels()
+    if compiled is not None:
+        return compiled.torque_coordinate_derivatives(directors, torque)
     inverse = np.linalg.inv(_batch_generator(directors))
     c = np.einsum("kab,kb->ka", inverse, torque)
     identity = np.eye(3)[None]
@@ -689,23 +712,6 @@ def _batch_torque_coordinate_derivatives(directors: np.ndarray, torque: np.ndarr
         by_directors[:, i, :, i, :] += cross_c
     by_torque = -np.einsum("kiab,kbc->kiac", cross_d, inverse)
     return by_directors, by_torque
-
-
-#: Evaluate the angle efforts' geometry with the compiled kernels of
-#: :mod:`mbs.forces.angle_kernels` when numba can be imported (tests switch this off to
-#: cover the NumPy form).
-USE_ANGLE_KERNELS = True
-_NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None
-
-
-def angle_kernels():
-    """:mod:`mbs.forces.angle_kernels`, or None without numba or with
-    :data:`USE_ANGLE_KERNELS` off."""
-    if not (USE_ANGLE_KERNELS and _NUMBA_INSTALLED):
-        return None
-    from mbs.forces import angle_kernels as compiled  # imports numba: only when it is used
-
-    return compiled
 
 
 class _AngleTerm(_EffortTerm):
