@@ -183,6 +183,7 @@ def compile_system(system: System) -> Model:
                     if getattr(c, "time_dependent", False)}
     model.notes = [f"body {name!r} is connected to nothing (no joint, no force): it moves "
                    f"uniformly" for name in system.unconnected_bodies()]
+    _warn_if_bodies_are_left_out(system)
     _check_user_derivatives(model, user_blocks, model._q0)
     g, gv = model.initial_residuals()
     try:
@@ -343,6 +344,28 @@ def _joint_coordinates(system: System, context: BuildContext) -> dict:
     return {joint.name: {kind: joint_effort_term(joint, context, None, joint.name, kind)
                          for kind in JOINT_COORDINATES[type(joint).__name__]}
             for joint in system.joints if type(joint).__name__ in JOINT_COORDINATES}
+
+
+def _warn_if_bodies_are_left_out(system) -> None:
+    """Warn for the bodies of a jointed mechanism that no joint, drive or force between two
+    bodies links to the rest (a forgotten joint): they move on their own, under gravity they
+    fall away, and nothing else would tell (gravity is an edge of the system's graph)."""
+    if not system.joints:
+        return
+    linked = set()
+    for a, b, data in system.graph.edges(data=True):
+        if data["kind"] != "force" or not data["element"].is_field:
+            linked.update((a, b))
+    alone = [body.name for body in system.bodies if body.name not in linked]
+    if alone:
+        names = ", ".join(repr(name) for name in alone)
+        warn_user(f"compile: {'body' if len(alone) == 1 else 'bodies'} {names} "
+                  f"{'is' if len(alone) == 1 else 'are'} linked to nothing: no joint, drive, "
+                  f"spring or damper ties {'it' if len(alone) == 1 else 'them'} to another "
+                  f"body or the ground, so {'it moves' if len(alone) == 1 else 'they move'} "
+                  f"on {'its' if len(alone) == 1 else 'their'} own (under gravity: falling "
+                  f"freely); add the joint that holds {'it' if len(alone) == 1 else 'them'}, "
+                  f"or leave a body meant to fly free as it is")
 
 
 def _warn_if_the_start_is_singular(ranks: list, dof: int) -> None:

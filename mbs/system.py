@@ -167,7 +167,9 @@ class System:
         """Bodies (and the ground) as nodes, joints and forces as edges keyed by name.
 
         Field forces (uniform or central gravity) appear as edges from the ground to each
-        body they act on; a user constraint on several bodies as edges between each pair.
+        body they act on; a user constraint on several bodies as edges between each pair
+        (kind "joint"); a drive as an edge of kind "drive" between its joint's two bodies,
+        which its joint already connects (it closes no loop).
         """
         graph = nx.MultiGraph()
         graph.add_node(self.ground.name, element=self.ground)
@@ -181,7 +183,8 @@ class System:
             for i, a in enumerate(names):
                 for b in names[i + 1:]:
                     graph.add_edge(a, b, key=constraint.name, element=constraint,
-                                   kind="joint")
+                                   kind="drive" if getattr(constraint, "time_dependent", False)
+                                   else "joint")
         for force in self.forces:
             acted = force.bodies_acted_on()
             pairs = ([(self.ground.name, b.name) for b in acted] if force.is_field

@@ -452,3 +452,46 @@ def test_summary_counts_drives_apart_and_each_joints_removed_equations():
         assert ("more removed as redundant" in line) == (joint in removed)
         if joint in removed:
             assert f"{removed[joint]} more removed as redundant" in line
+
+
+def open_leg() -> tuple[mbs.System, mbs.joints.Revolute]:
+    """Ground - thigh - shank on two hinges under gravity: an open chain."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    thigh = system.add(mbs.RigidBody(8.0, (0.15, 0.15, 0.03), name="thigh"))
+    thigh.set_state(position=(0.0, 0.0, -0.2))
+    shank = system.add(mbs.RigidBody(3.5, (0.05, 0.05, 0.006), name="shank"))
+    shank.set_state(position=(0.0, 0.0, -0.65))
+    system.add(mbs.joints.Revolute(system.ground, thigh, point=(0, 0, 0), axis=(0, 1, 0),
+                                   name="hip"))
+    knee = system.add(mbs.joints.Revolute(thigh, shank, point=(0, 0, -0.45), axis=(0, 1, 0),
+                                          name="knee"))
+    return system, knee
+
+
+def test_a_drive_closes_no_loop():
+    """A drive acts on its joint's two bodies, which the joint already connects."""
+    system, knee = open_leg()
+    system.add(mbs.joints.Drive(knee, lambda t: 0.3 * (1.0 - np.cos(t)), name="knee_drive"))
+    assert system.kinematic_loops() == []
+    assert "kinematic loops: 0" in system.summary(print_it=False)
+    kinds = {key: data["kind"] for _, _, key, data in system.graph.edges(keys=True, data=True)}
+    assert kinds["knee_drive"] == "drive" and kinds["knee"] == "joint"
+
+
+def test_a_body_left_out_of_a_mechanism_is_named_at_compile():
+    """A forgotten knee joint: the shank is touched by gravity only (an edge of the graph,
+    so it is not unconnected) and would fall away unnoticed."""
+    system = mbs.System(gravity=(0.0, 0.0, -9.81))
+    thigh = system.add(mbs.RigidBody(8.0, (0.15, 0.15, 0.03), name="thigh"))
+    system.add(mbs.RigidBody(3.5, (0.05, 0.05, 0.006), name="shank"))
+    system.add(mbs.joints.Revolute(system.ground, thigh, point=(0, 0, 0), axis=(0, 1, 0)))
+    with pytest.warns(UserWarning, match="body 'shank' is linked to nothing: no joint"):
+        system.compile()
+    # linked bodies, and bodies of a system without joints (free flight), are not named
+    linked, _ = open_leg()
+    free = mbs.System(gravity=(0.0, 0.0, -9.81))
+    free.add(mbs.RigidBody(1.0, (2.0, 2.5, 3.0), name="projectile"))
+    for quiet in (linked, free):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            quiet.compile()
