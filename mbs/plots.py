@@ -190,7 +190,10 @@ def plot_momentum(solutions, path=None, *, about=None, labels=None,
     for ax in axes:
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3), useMathText=True)
         ax.legend(loc="best", fontsize="small")
-    fig.suptitle(title or "momentum error")
+    drawn_whole = any(not verdict.startswith("conserved") for seen in verdicts
+                      for verdict in seen)
+    fig.suptitle(title or ("momentum: errors of the conserved components, the others as they "
+                           "are" if drawn_whole else "momentum error"))
     axes[-1].set_xlabel("t [s]")
     _save(fig, path)
     return fig

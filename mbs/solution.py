@@ -601,9 +601,23 @@ class Solution:
         return self.model.linear_momentum(self.p)
 
     def angular_momentum(self, about=(0.0, 0.0, 0.0)) -> np.ndarray:
-        """(N+1, 3) about the point ``about``."""
+        """(N+1, 3) about the fixed point ``about``, or with ``about="com"`` about the
+        system's centre of mass at each node (:meth:`centre_of_mass`): J_c = J_0 - x_c x L,
+        kept by a free system under uniform gravity, which turns J_0."""
+        if isinstance(about, str) and about == "com":
+            return (self.model.angular_momentum(self.q, self.p)
+                    - np.cross(self.centre_of_mass(), self.linear_momentum()))
         about = reference_point(about, "Solution.angular_momentum")
         return self.model.angular_momentum(self.q, self.p, about=about)
+
+    def centre_of_mass(self) -> np.ndarray:
+        """The system's centre of mass at the nodes, (N+1, 3): the bodies' centres (the
+        position coordinates of rigid bodies and point masses) weighted by their masses."""
+        bodies = self.model.bodies
+        masses = np.array([body.mass for body in bodies])
+        starts = np.array([body.coordinates.start for body in bodies])
+        centres = self.q[:, starts[:, None] + np.arange(3)]  # (N+1, bodies, 3)
+        return np.einsum("b,nbi->ni", masses, centres) / masses.sum()
 
     def constraint_residuals(self) -> dict[str, np.ndarray]:
         """Max-norm constraint residuals.

@@ -201,6 +201,8 @@ def test_momentum_plot_shows_the_conserved_components_about_the_pivot(tmp_path):
     assert len(angular.lines) == 1 and "(0, 0, 1)" in angular.get_title()
     assert np.max(np.abs(angular.lines[0].get_ydata())) < 1e-12
     assert len(linear.lines) == 3 and "not conserved" in linear.get_title()
+    assert figure.get_suptitle() == ("momentum: errors of the conserved components, the "
+                                     "others as they are")
     for axes in (angular, linear):  # the labels fit in the saved figure
         for text in (axes.yaxis.label, axes.title):
             box = text.get_window_extent()
