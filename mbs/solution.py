@@ -85,9 +85,14 @@ class BodyTrajectory:
 
     def euler_angles(self, sequence: str = "ZYX", degrees: bool = False) -> np.ndarray:
         """(N+1, 3) Euler angles of the body's rotation in ``sequence`` (scipy's convention:
-        upper case intrinsic, lower case extrinsic axes; "ZYX" is yaw, pitch, roll), unwrapped
-        along the run so that they do not jump by 2 pi. Near the sequence's singular pose
-        (pitch +-90 degrees for "ZYX") the first and last angle are not unique: use
+        upper case intrinsic, lower case extrinsic axes; "ZYX" is yaw, pitch, roll),
+        continuous along the run: they start in scipy's ranges and then neither jump by
+        2 pi nor switch to the other set of angles of the same rotation, (a + pi, pi - b,
+        c + pi) for three distinct axes and (a + pi, -b, c + pi) for "ZXZ"-like sequences,
+        so a body turning through pitch 90 degrees keeps turning in its middle angle instead
+        of flipping the other two. At the sequence's singular pose itself (pitch +-90
+        degrees for "ZYX") only the sum or difference of the first and last angle is
+        defined: a motion that lingers there may still jump in them; use
         :meth:`quaternions` or the rotation matrices there."""
         if not (isinstance(sequence, str) and len(sequence) == 3
                 and (set(sequence) <= set("XYZ") or set(sequence) <= set("xyz"))
@@ -98,8 +103,27 @@ class BodyTrajectory:
         with warnings.catch_warnings():  # gimbal lock: documented above
             warnings.simplefilter("ignore", UserWarning)
             angles = self._rotations("euler_angles").as_euler(sequence)
-        angles = np.unwrap(angles, axis=0)
+        angles = _continuous_euler_angles(angles, proper=sequence[0].lower()
+                                          == sequence[2].lower())
         return np.degrees(angles) if degrees else angles
+
+
+def _continuous_euler_angles(angles: np.ndarray, proper: bool) -> np.ndarray:
+    """Euler angles (N+1, 3) made continuous: from node to node the one of the two sets of
+    the rotation (the other is (a + pi, pi - b, c + pi), or (a + pi, -b, c + pi) for a
+    ``proper`` Euler sequence) nearer to the set taken at the node before, then unwrapped.
+    The distance between the two sets at neighbouring nodes is that of the first set, so
+    the set switches where the first set is farther from its neighbour than the second:
+    the parity of those switches picks the set at each node."""
+    other = angles + np.array([np.pi, 0.0, np.pi])
+    other[:, 1] = -angles[:, 1] if proper else np.pi - angles[:, 1]
+
+    def distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.abs(np.angle(np.exp(1j * (a - b)))).sum(axis=1)
+
+    switches = distance(other[1:], angles[:-1]) < distance(angles[1:], angles[:-1])
+    taken = np.concatenate([[False], np.cumsum(switches) % 2 == 1])
+    return np.unwrap(np.where(taken[:, None], other, angles), axis=0)
 
 
 @dataclass(eq=False)

@@ -322,6 +322,16 @@ def test_quaternions_and_euler_angles_of_a_body_turning_about_a_fixed_axis():
                                np.column_stack([theta, 0 * theta, 0 * theta]), atol=1e-12)
     np.testing.assert_allclose(trajectory.euler_angles("ZYX", degrees=True)[:, 0],
                                np.degrees(theta), atol=1e-10)
+    # turning about x, the middle angle of ZXY and of ZXZ passes 90 and 180 degrees and goes
+    # on: the first and last angles stay 0 (no switch to the other set of the rotation)
+    body.set_state(angular_velocity=(9.0, 0.0, 0.0))
+    about_x = mbs.simulate(system.compile(), "em", h=0.05, t_end=2.2).body("wheel")
+    turned = np.unwrap(np.arctan2(about_x.rotation[:, 2, 1], about_x.rotation[:, 1, 1]))
+    assert turned[-1] > 6 * np.pi
+    for sequence in ("ZXY", "ZXZ"):
+        np.testing.assert_allclose(about_x.euler_angles(sequence),
+                                   np.column_stack([0 * turned, turned, 0 * turned]),
+                                   atol=1e-12)
     point = system.add(mbs.PointMass(1.0, name="bead"))
     point.set_state(position=(1.0, 0.0, 0.0))
     with pytest.raises(mbs.ModelError, match="'bead' is a point mass"):
