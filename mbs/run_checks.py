@@ -236,7 +236,10 @@ def _substepped(solution: Solution) -> np.ndarray:
 def _warn_if_steps_turn_bodies_too_far(solution: Solution, solver: Solver) -> None:
     """Name the rigid bodies that a step turned by more than :data:`QUARTER_TURN`: the
     angle theta of R_n^T R_{n+1}, from tr(R_n^T R_{n+1}) = sum_i d_i^n . d_i^{n+1} =
-    1 + 2 cos theta. Steps done as sub-steps turn less in each, steps between frames that
+    1 + 2 cos theta, or h |omega| at either node, omega = 1/2 sum_i d_i x d_i' (the turn
+    the motion makes in a step, which em's midpoint rotation shrinks to 2 atan(h |omega| /
+    2): below a quarter turn up to h |omega| = 2, while the run's phase drifts far off).
+    Steps done as sub-steps turn less in each, steps between frames that
     are not rotations (max |R^T R - I| > :data:`FRAME_TOLERANCE`: ggl-vi-a's nodes are off
     the constraints by its error) have no angle, and the Lie-group schemes step on the
     rotations themselves (no constraints to land elsewhere on): not tested."""
@@ -245,20 +248,27 @@ def _warn_if_steps_turn_bodies_too_far(solution: Solution, solver: Solver) -> No
     if solution.t.size < 2 or not columns.size or isinstance(solver, LieGroupSolver):
         return
     q, bodies = solution.q, columns.size // 9
+    steps = np.diff(solution.t)
     tested = ~_substepped(solution)
-    least = np.full(bodies, np.inf)  # the smallest trace of each body's steps
+    largest = np.zeros(bodies)  # the largest turn of each body's steps
     first = np.full(bodies, -1)  # its first step turning by more than a quarter turn
     chunk = max(1, _TURN_CHECK_VALUES // columns.size)
     for start in range(0, q.shape[0] - 1, chunk):
         directors = q[start:start + chunk + 1, columns]
         frames = directors.reshape(-1, bodies, 3, 3)
+        rates = np.asarray(model.apply_inverse_mass(solution.p[start:start + chunk + 1].T)
+                           ).T[:, columns].reshape(-1, bodies, 3, 3)
+        rate = 0.5 * np.linalg.norm(np.cross(frames, rates).sum(axis=2), axis=2)
         rotations = np.abs(frames @ np.swapaxes(frames, 2, 3) - np.eye(3)).max(
             axis=(2, 3)) <= FRAME_TOLERANCE
         traces = (directors[:-1] * directors[1:]).reshape(-1, bodies, 9).sum(axis=2)
-        traces[~(rotations[:-1] & rotations[1:])] = np.inf
-        traces[~tested[start:start + chunk]] = np.inf
-        least = np.minimum(least, traces.min(axis=0))
-        beyond = traces < 1.0
+        turns = np.maximum(np.arccos(np.clip(0.5 * (traces - 1.0), -1.0, 1.0)),
+                           steps[start:start + chunk, None]
+                           * np.maximum(rate[:-1], rate[1:]))
+        turns[~(rotations[:-1] & rotations[1:])] = 0.0
+        turns[~tested[start:start + chunk]] = 0.0
+        largest = np.maximum(largest, turns.max(axis=0))
+        beyond = turns > QUARTER_TURN
         found = (first < 0) & beyond.any(axis=0)
         first[found] = start + beyond[:, found].argmax(axis=0)
     turned = np.flatnonzero(first >= 0)
@@ -267,10 +277,10 @@ def _warn_if_steps_turn_bodies_too_far(solution: Solution, solver: Solver) -> No
     rigid = [body.name for body in model.bodies if body.kind == "rigid"]
     names = ", ".join(repr(rigid[k]) for k in turned[:3]) + (
         f" and {turned.size - 3} more" if turned.size > 3 else "")
-    largest = math.degrees(math.acos(max(-1.0, 0.5 * (float(least[turned].min()) - 1.0))))
     step = int(first[turned].min())
     warn_user(f"simulate: steps turned {names} by more than a quarter turn (up to "
-              f"{largest:.0f} degrees in one step; first in the step to t = "
+              f"{math.degrees(largest[turned].max()):.0f} degrees in one step, the larger "
+              f"of the step's turn and h times the rotation rate; first in the step to t = "
               f"{solution.t[step + 1]:.6g}). Such steps do not resolve the rotation and can "
               f"land on another configuration of the mechanism (a body turned half a "
               f"revolution about a joint axis) with energy and constraints intact: reduce h "
