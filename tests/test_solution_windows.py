@@ -55,11 +55,12 @@ def driven_run(request) -> mbs.Solution:
 
 def assert_window_repeats_the_run(window: mbs.Solution, full: mbs.Solution, first: int,
                                   last: int) -> None:
-    """Bitwise, but for a window of one node: the model's arithmetic on a single state
-    rounds differently from that on a trajectory (to round-off)."""
+    """The stored arrays bitwise; what the model computes from them to round-off: its
+    vectorised arithmetic on a window's few states rounds differently from that on the
+    whole trajectory (numpy's sums and products over a batch depend on its size and on
+    the alignment of its arrays in memory)."""
     nodes, steps = slice(first, last + 1), slice(first, last)
-    equal = (np.testing.assert_array_equal if last > first
-             else partial(np.testing.assert_allclose, rtol=1e-14, atol=1e-15))
+    equal = partial(np.testing.assert_allclose, rtol=1e-14, atol=1e-15)
     np.testing.assert_array_equal(window.t, full.t[nodes])
     assert window.t.size == last - first + 1 and window.multipliers.shape[0] == last - first
     for name in ("q", "p"):
