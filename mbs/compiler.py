@@ -273,7 +273,8 @@ def _potential_groups(system: System, context: BuildContext, n: int, q0: np.ndar
                 data["ground_points"] = force.ground_points()
         for instance in terms:
             instances.setdefault(instance.term, []).append((force.name, instance))
-        for key in ("center", "mu", "acceleration", "stiffness", "rest_length", "length"):
+        for key in ("center", "mu", "acceleration", "stiffness", "rest_length", "length",
+                    "rest_angle"):
             value = getattr(force, key, None)
             if value is not None:
                 data[key] = value

@@ -700,8 +700,9 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
           of a cylindrical joint;
         * "drive:DRIVE": "DRIVE.effort" (per step), "DRIVE.power" (per step) and
           "DRIVE.work" (:meth:`~mbs.solution.Solution.drive`);
-        * "force:NAME": "NAME.effort" (per step; joint actuators and dampers, not loads, which
-          have no scalar effort), "NAME.power" (per step) and "NAME.work"
+        * "force:NAME": "NAME.effort" (per step; joint actuators, dampers and torsion
+          springs, not loads, which have no scalar effort), "NAME.power" (per step) and
+          "NAME.work"
           (:meth:`~mbs.solution.Solution.force`);
         * "reaction:JOINT": the force and torque the joint exerts on its second body (its
           first when the second is the ground) in each step, in the world frame, the torque

@@ -724,20 +724,36 @@ class Solution:
         return values
 
     def force(self, name: str | Element) -> ForceTrajectory:
-        """The effort of load, damper or actuator ``name`` in each step and its work up to
-        each node (cumulative, see :class:`ForceTrajectory`); springs with ``damping=``
-        report their damper."""
+        """The effort of load, damper, actuator or torsion spring ``name`` in each step and
+        its work up to each node (cumulative, see :class:`ForceTrajectory`).
+
+        A :class:`~mbs.forces.TorsionSpring`'s effort is its torque on body_b about the
+        axis, -k (alpha_n + alpha_{n+1}) / 2 with alpha the angle from the rest angle as the
+        spring reads it (within half a turn), so that its work in a step is -k (alpha_{n+1}^2
+        - alpha_n^2) / 2, minus the change of its energy; with ``damping=`` its damper's
+        effort and work are added. Two-point springs with ``damping=`` report their
+        damper."""
         name = element_name(name)
         applied = getattr(self.model, "applied_forces", None)
         terms = [] if applied is None else [term for term in applied.terms
                                             if term.name == name]
+        springs = {info.name: info for info in getattr(self.model, "forces", ())
+                   if info.type == "TorsionSpring"}
+        if name in springs:
+            return self._torsion_spring(springs[name], self._applied_force(name, terms)
+                                        if terms else None)
         if not terms:
             names = sorted({term.name for term in applied.terms}) if applied else []
             if name in getattr(self.model, "drives", {}):
                 raise UnknownNameError(f"{name!r} is a drive: its effort and work are "
                                        f"Solution.drive({name!r})")
-            raise UnknownNameError(f"no load, damper or actuator {name!r}; this model's: "
-                                   f"{', '.join(names) or 'none'}")
+            names = sorted(set(names) | set(springs))
+            raise UnknownNameError(f"no load, damper, actuator or torsion spring {name!r}; "
+                                   f"this model's: {', '.join(names) or 'none'}")
+        return self._applied_force(name, terms)
+
+    def _applied_force(self, name: str, terms: list) -> ForceTrajectory:
+        """:meth:`force` of the applied terms ``terms`` of element ``name``."""
         t, q = self.t, self.q
         steps = np.diff(t)
         middle, increments = 0.5 * (t[1:] + t[:-1]), np.diff(q, axis=0)
@@ -756,6 +772,19 @@ class Solution:
                     effort[k] += (value @ row) / (row @ row)
         return ForceTrajectory(name, middle, effort, np.concatenate([[0.0], np.cumsum(work)]),
                                work / steps)
+
+    def _torsion_spring(self, info, damper: ForceTrajectory | None) -> ForceTrajectory:
+        """:meth:`force` of a torsion spring (``info`` from ``model.forces``) and of its
+        damper."""
+        stiffness, rest = info.data["stiffness"], info.data.get("rest_angle", 0.0)
+        angle = self.joint(info.data["joint"]).position
+        wound = np.angle(np.exp(1j * (angle - rest)))  # as the spring reads it
+        effort = -0.5 * stiffness * (wound[1:] + wound[:-1])
+        work = -0.5 * stiffness * (wound**2 - wound[0] ** 2)
+        if damper is not None:
+            effort, work = effort + damper.effort, work + damper.work
+        return ForceTrajectory(info.name, 0.5 * (self.t[1:] + self.t[:-1]), effort, work,
+                               np.diff(work) / np.diff(self.t))
 
     def reaction(self, name: str | Element, body: str | Element | None = None, *,
                  about: str | np.ndarray | None = None, frame: str = "world"

@@ -621,8 +621,9 @@ def test_the_effort_and_work_of_each_element_along_a_run():
     tolerance = 4.0 * (1e-2 * 0.02 / 0.1) ** 2 * 2.0 * rate.max()
     np.testing.assert_allclose(motor.power, 2.0 * rate, atol=tolerance)
     np.testing.assert_allclose(friction.power, -0.02 * rate ** 2, atol=tolerance)
-    with pytest.raises(mbs.UnknownNameError, match="no load, damper or actuator 'brake'; "
-                                                   "this model's: friction, motor"):
+    with pytest.raises(mbs.UnknownNameError, match="no load, damper, actuator or torsion "
+                                                   "spring 'brake'; this model's: friction, "
+                                                   "motor"):
         solution.force("brake")
 
 

@@ -179,8 +179,8 @@ def test_a_point_of_a_point_mass_is_the_point_mass(solution, tmp_path):
                           r"drives: shoulder_drive"),
     ("force:shoulder_drive", r"'shoulder_drive' is a drive; its effort and work are the "
                              r"column 'drive:shoulder_drive'"),
-    ("force:push", r"CSV column 'force:push': no load, damper or actuator 'push'; this "
-                   r"model's: elbow_motor, lift"),
+    ("force:push", r"CSV column 'force:push': no load, damper, actuator or torsion spring "
+                   r"'push'; this model's: elbow_motor, lift"),
     ("point:fore", r"CSV column 'point:fore': give a body point as point:BODY@X,Y,Z"),
     ("point:fore@1,2", r"give a body point as point:BODY@X,Y,Z"),
     ("point:fore@1,2,x", r"give a body point as point:BODY@X,Y,Z"),

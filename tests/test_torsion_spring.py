@@ -233,3 +233,35 @@ def test_em_energy_does_not_drift_with_a_torsion_spring():
     h, steps = 0.9 / np.sqrt(8.0 / 0.25), 3000
     energy = mbs.simulate(system.compile(), "em", h=h, t_end=steps * h).energy()
     assert abs(energy[-1] - energy[0]) <= 15.0 * np.sqrt(steps) * np.finfo(float).eps * energy[0]
+
+
+@pytest.mark.parametrize("damping", [None, 0.4])
+def test_the_torque_and_work_of_a_torsion_spring(damping):
+    """Solution.force of the spring: its torque -k (theta - theta0) at the step midpoint
+    angle (plus -c theta' of its damper), against the closed-form oscillator (second
+    order: the midpoint of the step); its work is minus the change of its energy plus the
+    damper's work, which for em is the change of the total energy."""
+    model = torsional_oscillator(damping=damping).compile()
+    errors = []
+    for h in (0.01, 0.005):
+        solution = mbs.simulate(model, "em", h=h, t_end=2.0)
+        coil = solution.force("coil")
+        t = coil.t
+        if damping is None:
+            exact = -8.0 * (oscillator_angle(t) - 0.3)
+        else:  # J theta'' + c theta' + k (theta - theta0) = 0, J = 0.5, k = 8, c = 0.4
+            decay = 0.4
+            omega = np.sqrt(16.0 - decay**2)
+            a, b = -0.3, (1.5 - 0.3 * decay) / omega
+            envelope = np.exp(-decay * t)
+            angle = 0.3 + envelope * (a * np.cos(omega * t) + b * np.sin(omega * t))
+            rate = envelope * ((b * omega - decay * a) * np.cos(omega * t)
+                               - (a * omega + decay * b) * np.sin(omega * t))
+            exact = -8.0 * (angle - 0.3) - 0.4 * rate
+        errors.append(np.abs(coil.effort - exact).max())
+        stored = solution.potential_energy("coil")
+        energy = solution.energy()
+        np.testing.assert_allclose(coil.work, -(stored - stored[0]) + energy - energy[0],
+                                   rtol=0, atol=1e-12 * energy[0])
+        assert coil.power.shape == coil.effort.shape
+    assert np.log2(errors[0] / errors[1]) == pytest.approx(2.0, abs=0.2), errors
