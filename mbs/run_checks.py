@@ -239,10 +239,11 @@ def _warn_if_steps_turn_bodies_too_far(solution: Solution, solver: Solver) -> No
     1 + 2 cos theta, or h |omega| at either node, omega = 1/2 sum_i d_i x d_i' (the turn
     the motion makes in a step, which em's midpoint rotation shrinks to 2 atan(h |omega| /
     2): below a quarter turn up to h |omega| = 2, while the run's phase drifts far off).
-    Steps done as sub-steps turn less in each, steps between frames that
-    are not rotations (max |R^T R - I| > :data:`FRAME_TOLERANCE`: ggl-vi-a's nodes are off
-    the constraints by its error) have no angle, and the Lie-group schemes step on the
-    rotations themselves (no constraints to land elsewhere on): not tested."""
+    Steps done as sub-steps turn less in each and are not tested, steps between frames
+    that are not rotations (max |R^T R - I| > :data:`FRAME_TOLERANCE`: ggl-vi-a's nodes
+    are off the constraints by its error) have no angle and are tested by their rate
+    only, and the Lie-group schemes step on the rotations themselves (no constraints to
+    land elsewhere on): not tested."""
     model = solution.model
     columns = model.director_columns if isinstance(model, Model) else np.zeros(0)
     if solution.t.size < 2 or not columns.size or isinstance(solver, LieGroupSolver):
@@ -262,10 +263,10 @@ def _warn_if_steps_turn_bodies_too_far(solution: Solution, solver: Solver) -> No
         rotations = np.abs(frames @ np.swapaxes(frames, 2, 3) - np.eye(3)).max(
             axis=(2, 3)) <= FRAME_TOLERANCE
         traces = (directors[:-1] * directors[1:]).reshape(-1, bodies, 9).sum(axis=2)
-        turns = np.maximum(np.arccos(np.clip(0.5 * (traces - 1.0), -1.0, 1.0)),
-                           steps[start:start + chunk, None]
+        turns = np.arccos(np.clip(0.5 * (traces - 1.0), -1.0, 1.0))
+        turns[~(rotations[:-1] & rotations[1:])] = 0.0  # frames off rotations: no angle
+        turns = np.maximum(turns, steps[start:start + chunk, None]
                            * np.maximum(rate[:-1], rate[1:]))
-        turns[~(rotations[:-1] & rotations[1:])] = 0.0
         turns[~tested[start:start + chunk]] = 0.0
         largest = np.maximum(largest, turns.max(axis=0))
         beyond = turns > QUARTER_TURN

@@ -92,8 +92,9 @@ class BodyTrajectory:
         so a body turning through pitch 90 degrees keeps turning in its middle angle instead
         of flipping the other two. At the sequence's singular pose itself (pitch +-90
         degrees for "ZYX") only the sum or difference of the first and last angle is
-        defined: a motion that lingers there may still jump in them; use
-        :meth:`quaternions` or the rotation matrices there."""
+        defined, and a node that lands on it exactly gets scipy's split of it (the last
+        angle 0), which can differ from its neighbours'; a motion that lingers there may
+        jump in them too: use :meth:`quaternions` or the rotation matrices there."""
         if not (isinstance(sequence, str) and len(sequence) == 3
                 and (set(sequence) <= set("XYZ") or set(sequence) <= set("xyz"))
                 and sequence[0].lower() != sequence[1].lower() != sequence[2].lower()):
@@ -202,7 +203,10 @@ class DriveTrajectory:
     @property
     def power(self) -> np.ndarray:
         """The drive's mean power in each step, (N,): its work in the step over the step's
-        length (at :attr:`effort_times`)."""
+        length (at :attr:`effort_times`). Second order, but first order for ggl-vi-a: its
+        nodes meet the prescribed motion at the step midpoints only, off it by O(h^2) at the
+        nodes, which the position difference over one step turns into O(h) (its
+        cumulative :attr:`work` stays second order)."""
         return np.diff(self.work) / np.diff(self.t)
 
 

@@ -220,3 +220,19 @@ def test_a_tumbling_pair_under_gravity_keeps_its_momentum_about_the_centre_of_ma
     assert np.abs(about_centre - about_centre[0]).max() <= 1e-12 * scale
     about_origin = solution.angular_momentum()
     assert np.abs(about_origin - about_origin[0]).max() > 0.1 * scale
+
+
+@pytest.mark.parametrize("turn", [1.0, 1.7])
+def test_the_quarter_turn_check_reads_the_rate_where_nodes_are_off_the_rotations(turn):
+    """ggl-vi-a's nodes on a fast hinged wheel lie far off orthonormal frames (by its
+    error), where a step has no rotation angle: the rate h |omega| still tells a step
+    beyond a quarter turn."""
+    system = mbs.System()
+    wheel = system.add(mbs.RigidBody(mass=1.0, inertia=(2.0, 2.5, 3.0), name="wheel"))
+    wheel.set_state(angular_velocity=(0.0, 0.0, turn / 0.01))
+    system.add(mbs.joints.Revolute(system.ground, wheel, point=(0, 0, 0), axis=(0, 0, 1)))
+    _, messages = quarter_turn_warnings(system.compile(), "ggl-vi-a", h=0.01, t_end=0.2)
+    if turn < 0.5 * np.pi:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and "'wheel'" in messages[0]
