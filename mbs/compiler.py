@@ -179,8 +179,7 @@ def compile_system(system: System) -> Model:
     model.degrees_of_freedom = dof
     model.redundancies = redundancies
     model.joint_coordinates = _joint_coordinates(system, context)
-    model.drives = {c.name: (c.joint.name, c.coordinate) for c in system.user_constraints
-                    if getattr(c, "time_dependent", False)}
+    model.drives = {c.name: (c.joint.name, c.coordinate) for c in system.drives}
     model.notes = [f"body {name!r} is connected to nothing (no joint, no force): it moves "
                    f"uniformly" for name in system.unconnected_bodies()]
     _warn_if_bodies_are_left_out(system)
@@ -358,15 +357,14 @@ def _warn_if_bodies_are_left_out(system) -> None:
         if data["kind"] != "force" or not data["element"].is_field:
             linked.update((a, b))
     alone = [body.name for body in system.bodies if body.name not in linked]
-    if alone:
-        names = ", ".join(repr(name) for name in alone)
-        warn_user(f"compile: {'body' if len(alone) == 1 else 'bodies'} {names} "
-                  f"{'is' if len(alone) == 1 else 'are'} linked to nothing: no joint, drive, "
-                  f"spring or damper ties {'it' if len(alone) == 1 else 'them'} to another "
-                  f"body or the ground, so {'it moves' if len(alone) == 1 else 'they move'} "
-                  f"on {'its' if len(alone) == 1 else 'their'} own (under gravity: falling "
-                  f"freely); add the joint that holds {'it' if len(alone) == 1 else 'them'}, "
-                  f"or leave a body meant to fly free as it is")
+    if not alone:
+        return
+    body, be, it, moves, its = (("body", "is", "it", "it moves", "its") if len(alone) == 1
+                                else ("bodies", "are", "them", "they move", "their"))
+    warn_user(f"compile: {body} {', '.join(map(repr, alone))} {be} linked to nothing: no "
+              f"joint, drive, spring or damper ties {it} to another body or the ground, so "
+              f"{moves} on {its} own (under gravity: falling freely); add the joint that "
+              f"holds {it}, or leave a body meant to fly free as it is")
 
 
 def _warn_if_the_start_is_singular(ranks: list, dof: int) -> None:

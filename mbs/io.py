@@ -702,8 +702,7 @@ def observable_columns(solution: Solution, columns=None, every: int = 1
           "DRIVE.work" (:meth:`~mbs.solution.Solution.drive`);
         * "force:NAME": "NAME.effort" (per step; joint actuators, dampers and torsion
           springs, not loads, which have no scalar effort), "NAME.power" (per step) and
-          "NAME.work"
-          (:meth:`~mbs.solution.Solution.force`);
+          "NAME.work" (:meth:`~mbs.solution.Solution.force`);
         * "reaction:JOINT": the force and torque the joint exerts on its second body (its
           first when the second is the ground) in each step, in the world frame, the torque
           about the body's centre of mass (:meth:`~mbs.solution.Solution.reaction` with its

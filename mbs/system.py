@@ -153,6 +153,11 @@ class System:
             raise UnknownNameError(f"no element named {name!r}{hint}") from None
 
     @property
+    def drives(self) -> list[UserConstraint]:
+        """The drives among the user constraints: those that depend on time."""
+        return [c for c in self.user_constraints if getattr(c, "time_dependent", False)]
+
+    @property
     def forces(self) -> list[Force]:
         """User forces plus the uniform gravity of the system (if any)."""
         if self.gravity is None:
@@ -178,13 +183,13 @@ class System:
         for joint in self.joints:
             graph.add_edge(joint.body_a.name, joint.body_b.name, key=joint.name,
                            element=joint, kind="joint")
+        drives = self.drives
         for constraint in self.user_constraints:
             names = [b.name for b in constraint.bodies]
+            kind = "drive" if constraint in drives else "joint"
             for i, a in enumerate(names):
                 for b in names[i + 1:]:
-                    graph.add_edge(a, b, key=constraint.name, element=constraint,
-                                   kind="drive" if getattr(constraint, "time_dependent", False)
-                                   else "joint")
+                    graph.add_edge(a, b, key=constraint.name, element=constraint, kind=kind)
         for force in self.forces:
             acted = force.bodies_acted_on()
             pairs = ([(self.ground.name, b.name) for b in acted] if force.is_field
@@ -248,7 +253,7 @@ class System:
         if [body.name for body in model.bodies] != [body.name for body in self.bodies]:
             raise ModelError("System.summary: the model was not compiled from this system (its "
                              "bodies differ); pass this system's model, or none to compile it")
-        drives = [c for c in self.user_constraints if getattr(c, "time_dependent", False)]
+        drives = self.drives
         others = [c for c in self.user_constraints if c not in drives]
         counts = [_count(self.bodies, "body", "bodies"), _count(self.joints, "joint")]
         counts += [_count(items, noun) for items, noun in

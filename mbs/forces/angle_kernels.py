@@ -147,8 +147,8 @@ def _coordinate_kernel(q, axis_map, axis_constant, first_map, first_constant, se
                        directors_b, angle, rows):
     """s (k,) and J (k, size) of a batch: ``angle`` and ``rows`` (zeros) are filled."""
     e1, e2, f1, axis = np.empty(3), np.empty(3), np.empty(3), np.empty(3)
-    frame, inverse, c, torque_rows = np.empty((3, 3)), np.empty((3, 3)), np.empty(3), np.empty(
-        (3, 3))
+    frame, inverse, torque_rows = np.empty((3, 3)), np.empty((3, 3)), np.empty((3, 3))
+    c = np.empty(3)
     for k in range(q.shape[0]):
         term = k if first_map.shape[0] > 1 else 0  # one term at many states, or k terms
         _affine(first_map, first_constant, q, k, term, e1)
